@@ -1,0 +1,31 @@
+"""streamflow: schema-typed streaming ML inference over Apache Kafka.
+
+This module is the API a streamlet author needs; everything else is reached
+through its subpackages.
+"""
+
+from streamflow.api import (
+    Context,
+    ControlInlet,
+    Emit,
+    Inlet,
+    Outlet,
+    Record,
+    Shape,
+    Streamlet,
+    params,
+)
+
+__all__ = [
+    "Context",
+    "ControlInlet",
+    "Emit",
+    "Inlet",
+    "Outlet",
+    "Record",
+    "Shape",
+    "Streamlet",
+    "params",
+]
+
+__version__ = "0.1.0"

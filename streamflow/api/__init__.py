@@ -1,0 +1,36 @@
+"""What a streamlet author declares: ports, config parameters, and the base class.
+
+This layer is pure data over :mod:`streamflow.schema`: declarations can be
+inspected (by the verifier, ``describe`` and the operator) without Kafka.
+"""
+
+from streamflow.api import params
+from streamflow.api.descriptor import (
+    DeclarationError,
+    ParamDescriptor,
+    PortDescriptor,
+    StreamletDescriptor,
+    describe,
+    load_streamlet_class,
+)
+from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port
+from streamflow.api.streamlet import Context, Record, Shape, Streamlet
+
+__all__ = [
+    "Context",
+    "ControlInlet",
+    "DeclarationError",
+    "Emit",
+    "Inlet",
+    "Outlet",
+    "ParamDescriptor",
+    "Port",
+    "PortDescriptor",
+    "Record",
+    "Shape",
+    "Streamlet",
+    "StreamletDescriptor",
+    "describe",
+    "load_streamlet_class",
+    "params",
+]

@@ -1,0 +1,322 @@
+"""Inspecting a streamlet class: its descriptor, and what is wrong with its declarations.
+
+Declarations are collected lazily, not at class creation, so a class with a
+broken declaration still imports, and ``describe`` and the verifier can name
+exactly which declaration is broken instead of showing a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamflow.api import params as params_mod
+from streamflow.api.ports import ControlInlet, Inlet, Outlet, Port
+from streamflow.api.streamlet import Shape, Streamlet
+
+__all__ = [
+    "ClassLoadError",
+    "DeclarationError",
+    "ParamDescriptor",
+    "PortDescriptor",
+    "StreamletDescriptor",
+    "describe",
+    "is_dns_label",
+    "ensure_on_path",
+    "load_streamlet_class",
+]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def is_dns_label(name: str) -> bool:
+    return bool(_DNS_LABEL.match(name))
+
+
+class DeclarationError(Exception):
+    """A streamlet class whose declarations are broken; ``problems`` names each one."""
+
+    def __init__(self, class_path: str, problems: list[str]) -> None:
+        super().__init__(f"{class_path}: " + "; ".join(problems))
+        self.class_path = class_path
+        self.problems = problems
+
+
+class ClassLoadError(Exception):
+    """``module:Class`` that cannot be loaded; ``code`` is a verifier problem code."""
+
+    def __init__(self, code: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class PortDescriptor:
+    name: str
+    kind: str
+    schema: str
+    attribute: str
+    description: str = ""
+    keyed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "schema": self.schema,
+            "description": self.description,
+            **({"keyed": True} if self.keyed else {}),
+        }
+
+
+@dataclass(frozen=True)
+class ParamDescriptor:
+    name: str
+    type: str
+    required: bool
+    default: Any
+    description: str
+    constraints: dict[str, Any]
+    param: params_mod.Param[Any] = field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "type": self.type,
+            "required": self.required,
+            "description": self.description,
+        }
+        if not self.required:
+            out["default"] = self.default
+        if self.constraints:
+            out["constraints"] = self.constraints
+        return out
+
+
+@dataclass(frozen=True)
+class StreamletDescriptor:
+    """Everything about a streamlet class that can be known without running it."""
+
+    class_path: str
+    description: str
+    inlets: tuple[PortDescriptor, ...]
+    outlets: tuple[PortDescriptor, ...]
+    control_inlets: tuple[PortDescriptor, ...]
+    params: tuple[ParamDescriptor, ...]
+    logic: str
+    is_async: bool
+    cls: type[Streamlet] = field(repr=False, compare=False)
+
+    @property
+    def shape(self) -> Shape:
+        return Shape.of(len(self.inlets), len(self.outlets))
+
+    def port(self, name: str) -> PortDescriptor | None:
+        for port in (*self.inlets, *self.control_inlets, *self.outlets):
+            if port.name == name:
+                return port
+        return None
+
+    def param(self, name: str) -> ParamDescriptor | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def port_names(self) -> list[str]:
+        return [p.name for p in (*self.inlets, *self.control_inlets, *self.outlets)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "class": self.class_path,
+            "description": self.description,
+            "shape": self.shape.value,
+            "logic": self.logic,
+            "async": self.is_async,
+            "inlets": [p.to_json() for p in self.inlets],
+            "control_inlets": [p.to_json() for p in self.control_inlets],
+            "outlets": [p.to_json() for p in self.outlets],
+            "params": [p.to_json() for p in self.params],
+        }
+
+
+def load_streamlet_class(class_path: str) -> type[Streamlet]:
+    """Import ``module:Class`` (or ``module.Class``) and check it is a Streamlet."""
+    module_name, _, attr = class_path.partition(":")
+    if not attr:
+        module_name, _, attr = class_path.rpartition(".")
+    if not module_name or not attr:
+        raise ClassLoadError(
+            "class-not-found",
+            f"{class_path!r} is not of the form 'module:Class'",
+            "write the class as module.path:ClassName",
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ClassLoadError(
+                "class-not-found",
+                f"module {module_name!r} not found",
+                "check the module path, and that its directory is on the Python path",
+            ) from None
+        raise ClassLoadError(
+            "class-not-found", f"importing {module_name!r} failed: {_last_frame(exc)}"
+        ) from None
+    except Exception as exc:
+        raise ClassLoadError(
+            "class-not-found", f"importing {module_name!r} failed: {_last_frame(exc)}"
+        ) from None
+    target = getattr(module, attr, None)
+    if target is None:
+        candidates = [
+            n for n, v in vars(module).items()
+            if inspect.isclass(v) and issubclass(v, Streamlet) and v is not Streamlet
+        ]
+        hint = f"streamlets in {module_name}: {', '.join(sorted(candidates))}" if candidates else ""
+        raise ClassLoadError("class-not-found", f"{module_name} has no attribute {attr!r}", hint)
+    if not (inspect.isclass(target) and issubclass(target, Streamlet)):
+        raise ClassLoadError(
+            "not-a-streamlet",
+            f"{class_path} is a {type(target).__name__}, not a Streamlet subclass",
+            "subclass streamflow.Streamlet",
+        )
+    return target
+
+
+def _last_frame(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def describe(cls: type[Streamlet], *, class_path: str | None = None) -> StreamletDescriptor:
+    """The descriptor of a streamlet class; :class:`DeclarationError` lists broken declarations."""
+    path = class_path or f"{cls.__module__}:{cls.__qualname__}"
+    problems: list[str] = []
+    ports = _collect(cls, Port)
+    declared_params = _collect(cls, params_mod.Param)
+    _check_ports(ports, problems)
+    param_descriptors = _check_params(declared_params, problems)
+    inlets = tuple(_port(a, p) for a, p in ports if type(p) is Inlet or (isinstance(p, Inlet)))
+    controls = tuple(_port(a, p) for a, p in ports if isinstance(p, ControlInlet))
+    outlets = tuple(_port(a, p) for a, p in ports if isinstance(p, Outlet))
+    logic, is_async = _logic(cls, bool(inlets), problems)
+    if not (inlets or outlets or controls):
+        problems.append("declares no ports: add an Inlet or an Outlet")
+    if problems:
+        raise DeclarationError(path, problems)
+    doc = cls.description or inspect.getdoc(cls) or ""
+    if cls.__doc__ is None and doc == inspect.getdoc(Streamlet):
+        doc = ""
+    return StreamletDescriptor(
+        class_path=path,
+        description=doc,
+        inlets=inlets,
+        outlets=outlets,
+        control_inlets=controls,
+        params=param_descriptors,
+        logic=logic,
+        is_async=is_async,
+        cls=cls,
+    )
+
+
+def _collect(cls: type, kind: type) -> list[tuple[str, Any]]:
+    """Declared attributes of ``kind`` in definition order, base classes first."""
+    seen: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for attribute, value in vars(klass).items():
+            if isinstance(value, kind):
+                seen[attribute] = value
+    return list(seen.items())
+
+
+def _port(attribute: str, port: Port) -> PortDescriptor:
+    return PortDescriptor(
+        name=port.name,
+        kind=port.kind,
+        schema=port.schema,
+        attribute=attribute,
+        description=port.description,
+        keyed=isinstance(port, Outlet) and port.key is not None,
+    )
+
+
+def _check_ports(ports: list[tuple[str, Port]], problems: list[str]) -> None:
+    seen: dict[str, str] = {}
+    for attribute, port in ports:
+        if isinstance(port, Inlet) and isinstance(port, ControlInlet):  # pragma: no cover
+            continue
+        label = f"{type(port).__name__} {attribute}"
+        if not port.name:
+            problems.append(f"{label} has no name")
+        elif not is_dns_label(port.name):
+            problems.append(
+                f"{label}: port name {port.name!r} is not a DNS label "
+                "(lowercase letters, digits and '-', at most 63)"
+            )
+        if not port.schema:
+            problems.append(f"{label} has no schema: give the schema's full name")
+        if port.name in seen:
+            problems.append(f"{label}: port name {port.name!r} is also used by {seen[port.name]}")
+        seen[port.name] = label
+        if isinstance(port, Outlet) and port.key is not None and not callable(port.key):
+            problems.append(f"{label}: key must be a function of the record")
+
+
+def _check_params(
+    declared: list[tuple[str, params_mod.Param[Any]]], problems: list[str]
+) -> tuple[ParamDescriptor, ...]:
+    out = []
+    seen: set[str] = set()
+    for attribute, param in declared:
+        if param.name in seen:
+            problems.append(f"parameter {attribute}: name {param.name!r} is declared twice")
+        seen.add(param.name)
+        problem = param.default_problem()
+        if problem:
+            problems.append(f"parameter {attribute}: {problem}")
+            continue
+        default = None if param.required else param.to_json(param.parse(param.default))
+        out.append(
+            ParamDescriptor(
+                name=param.name,
+                type=param.type_name,
+                required=param.required,
+                default=default,
+                description=param.description,
+                constraints=param.constraints(),
+                param=param,
+            )
+        )
+    return tuple(out)
+
+
+def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[str, bool]:
+    if not has_inlets:
+        source = getattr(cls, "source", None)
+        if source is None:
+            if getattr(cls, "process", None) or getattr(cls, "process_batch", None):
+                return "external", False
+            problems.append("an ingress (no inlets) needs a source() method")
+            return "", False
+        return "source", inspect.isasyncgenfunction(source) or inspect.iscoroutinefunction(source)
+    for name in ("process_batch", "process"):
+        method = getattr(cls, name, None)
+        if method is not None:
+            if not callable(method):
+                problems.append(f"{name} must be a method")
+            return name, inspect.iscoroutinefunction(method)
+    problems.append("declares inlets but neither process() nor process_batch()")
+    return "", False
+
+
+def ensure_on_path(directory: str) -> None:
+    """Let ``module:Class`` paths resolve relative to a blueprint's directory."""
+    if directory not in sys.path:
+        sys.path.insert(0, directory)

@@ -1,0 +1,108 @@
+"""The Streamlet base class, and the values its logic sees.
+
+A streamlet is a class. Its ports and parameters are class attributes, and its
+logic is one of three methods, sync or ``async``:
+
+* ``process(record)`` returns zero or more outputs for one input record;
+* ``process_batch(records)`` returns one result per input, in order, so that
+  vectorised work (inference) sees a whole batch while keys, dead letters and
+  offsets still line up with each input;
+* ``source()`` (ingress only) is a generator or async generator of outputs.
+
+An *output* is ``None`` (nothing), a dict (a record for the only outlet), an
+:class:`~streamflow.api.ports.Emit` (a record for a named outlet, with an
+optional key), or an iterable of those.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from streamflow.api.ports import Emit
+
+__all__ = ["Context", "Output", "Record", "Shape", "Streamlet"]
+
+Output = None | dict[str, Any] | Emit | Iterable[dict[str, Any] | Emit]
+
+
+class Shape(str, enum.Enum):
+    """What a streamlet looks like from its data ports (control inlets aside)."""
+
+    INGRESS = "ingress"
+    PROCESSOR = "processor"
+    FAN_IN = "fan-in"
+    FAN_OUT = "fan-out"
+    FAN_IN_OUT = "fan-in-out"
+    EGRESS = "egress"
+
+    @classmethod
+    def of(cls, inlets: int, outlets: int) -> Shape:
+        if inlets == 0:
+            return cls.INGRESS
+        if outlets == 0:
+            return cls.EGRESS
+        if inlets == 1 and outlets == 1:
+            return cls.PROCESSOR
+        if inlets == 1:
+            return cls.FAN_OUT
+        return cls.FAN_IN if outlets == 1 else cls.FAN_IN_OUT
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded input record and where it came from."""
+
+    value: dict[str, Any]
+    key: str | None = None
+    inlet: str = ""
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    timestamp_ms: int = 0
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What the runtime tells a streamlet about where it runs."""
+
+    app: str = "app"
+    streamlet: str = "streamlet"
+    replica: int = 0
+    config: Mapping[str, Any] = field(default_factory=dict)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("streamflow"))
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def set_state(self, name: str, value: str) -> None:
+        """Publish a piece of control state (such as a model version) to metrics and health."""
+        self.extras.setdefault("state", {})[name] = value
+
+
+class Streamlet:
+    """Base class of every streamlet. Subclass it and declare ports, parameters and logic."""
+
+    description: ClassVar[str] = ""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        self._config: dict[str, Any] = dict(config or {})
+        self.context = Context(config=self._config)
+
+    def setup(self, context: Context) -> None | Awaitable[None]:
+        """Called once before any record; open clients and load resources here."""
+        return None
+
+    def teardown(self) -> None | Awaitable[None]:
+        """Called once at shutdown, after the last batch is committed."""
+        return None
+
+    def on_control(self, inlet: str, record: Record) -> Output | Awaitable[Output]:
+        """Apply one control record. Runs between data batches, never inside one."""
+        return None
+
+    def accepts_data(self) -> bool:
+        """False holds data consumption (for example until a first model is loaded)."""
+        return True

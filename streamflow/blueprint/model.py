@@ -1,0 +1,215 @@
+"""The Application model: one verified blueprint as pure data.
+
+The CLI, the local runner, the runtime and the operator all work from this
+model; only the verifier reads YAML. It round-trips through plain JSON
+(``to_dict``/``from_dict``) so it can be handed to a replica process
+(``--app-spec``) or stored as the spec of a Kubernetes custom resource.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamflow.api import descriptor as descriptors
+from streamflow.api.descriptor import StreamletDescriptor
+
+__all__ = [
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "GUARANTEES",
+    "Application",
+    "KafkaSpec",
+    "PortRef",
+    "StreamletSpec",
+    "TopicSpec",
+]
+
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
+
+
+@dataclass(frozen=True, order=True)
+class PortRef:
+    """``streamlet.port`` as written in a topic's producers or consumers."""
+
+    streamlet: str
+    port: str
+
+    def __str__(self) -> str:
+        return f"{self.streamlet}.{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> PortRef:
+        streamlet, _, port = text.partition(".")
+        return cls(streamlet, port)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    producers: tuple[PortRef, ...] = ()
+    consumers: tuple[PortRef, ...] = ()
+    partitions: int = 1
+    replication: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    managed: bool = True
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in str(self.config.get("cleanup.policy", ""))
+
+
+@dataclass(frozen=True)
+class StreamletSpec:
+    name: str
+    class_path: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    replicas: int = 1
+    guarantee: str = AT_LEAST_ONCE
+    dlq: str | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    """Where the application's Kafka is. ``bootstrap`` None means: the embedded broker."""
+
+    bootstrap: str | None = None
+    config: Mapping[str, str] = field(default_factory=dict)
+    secret: str | None = None
+    schema_registry: str | None = None
+
+
+@dataclass(frozen=True)
+class Application:
+    name: str
+    streamlets: Mapping[str, StreamletSpec]
+    topics: Mapping[str, TopicSpec]
+    kafka: KafkaSpec = field(default_factory=KafkaSpec)
+    schema_paths: tuple[str, ...] = ()
+    python_paths: tuple[str, ...] = ()
+    source: str = ""
+    _descriptors: dict[str, StreamletDescriptor] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    # -- queries -------------------------------------------------------------
+
+    def descriptor(self, streamlet: str) -> StreamletDescriptor:
+        """The descriptor of a streamlet's class, loaded on first use."""
+        cached = self._descriptors.get(streamlet)
+        if cached is None:
+            for path in self.python_paths:
+                descriptors.ensure_on_path(path)
+            spec = self.streamlets[streamlet]
+            cls = descriptors.load_streamlet_class(spec.class_path)
+            cached = descriptors.describe(cls, class_path=spec.class_path)
+            self._descriptors[streamlet] = cached
+        return cached
+
+    def topic_for(self, streamlet: str, port: str) -> TopicSpec | None:
+        """The topic a port is connected to, if any."""
+        ref = PortRef(streamlet, port)
+        for topic in self.topics.values():
+            if ref in topic.producers or ref in topic.consumers:
+                return topic
+        return None
+
+    def dlq_topic(self, streamlet: str) -> str:
+        spec = self.streamlets[streamlet]
+        return spec.dlq or f"{self.name}.{streamlet}.dlq"
+
+    def consumer_group(self, streamlet: str) -> str:
+        return f"{self.name}.{streamlet}"
+
+    # -- changes -------------------------------------------------------------
+
+    def with_replicas(self, streamlet: str, replicas: int) -> Application:
+        spec = dataclasses.replace(self.streamlets[streamlet], replicas=replicas)
+        return dataclasses.replace(self, streamlets={**self.streamlets, streamlet: spec})
+
+    def with_config(self, streamlet: str, config: Mapping[str, Any]) -> Application:
+        merged = {**self.streamlets[streamlet].config, **config}
+        spec = dataclasses.replace(self.streamlets[streamlet], config=merged)
+        return dataclasses.replace(
+            self, streamlets={**self.streamlets, streamlet: spec}, _descriptors={}
+        )
+
+    # -- plain data ----------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "schema_paths": list(self.schema_paths),
+            "python_paths": list(self.python_paths),
+            "kafka": {
+                "bootstrap": self.kafka.bootstrap,
+                "config": dict(self.kafka.config),
+                "secret": self.kafka.secret,
+                "schema_registry": self.kafka.schema_registry,
+            },
+            "streamlets": {
+                name: {
+                    "class": s.class_path,
+                    "config": dict(s.config),
+                    "replicas": s.replicas,
+                    "guarantee": s.guarantee,
+                    "dlq": s.dlq,
+                }
+                for name, s in self.streamlets.items()
+            },
+            "topics": {
+                name: {
+                    "producers": [str(p) for p in t.producers],
+                    "consumers": [str(c) for c in t.consumers],
+                    "partitions": t.partitions,
+                    "replication": t.replication,
+                    "config": dict(t.config),
+                    "managed": t.managed,
+                }
+                for name, t in self.topics.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Application:
+        kafka = data.get("kafka") or {}
+        return cls(
+            name=data["name"],
+            source=data.get("source", ""),
+            schema_paths=tuple(data.get("schema_paths", ())),
+            python_paths=tuple(data.get("python_paths", ())),
+            kafka=KafkaSpec(
+                bootstrap=kafka.get("bootstrap"),
+                config=dict(kafka.get("config") or {}),
+                secret=kafka.get("secret"),
+                schema_registry=kafka.get("schema_registry"),
+            ),
+            streamlets={
+                name: StreamletSpec(
+                    name=name,
+                    class_path=s["class"],
+                    config=dict(s.get("config") or {}),
+                    replicas=int(s.get("replicas", 1)),
+                    guarantee=s.get("guarantee", AT_LEAST_ONCE),
+                    dlq=s.get("dlq"),
+                )
+                for name, s in data["streamlets"].items()
+            },
+            topics={
+                name: TopicSpec(
+                    name=name,
+                    producers=tuple(PortRef.parse(p) for p in t.get("producers", ())),
+                    consumers=tuple(PortRef.parse(c) for c in t.get("consumers", ())),
+                    partitions=int(t.get("partitions", 1)),
+                    replication=int(t.get("replication", 1)),
+                    config={k: str(v) for k, v in (t.get("config") or {}).items()},
+                    managed=bool(t.get("managed", True)),
+                )
+                for name, t in data["topics"].items()
+            },
+        )

@@ -1,0 +1,5 @@
+"""Local development infrastructure: a real Apache Kafka for `streamflow run`, tests and bench."""
+
+from streamflow.devkit.kafka import DevkitError, KafkaBroker, find_java, find_kafka_lib
+
+__all__ = ["DevkitError", "KafkaBroker", "find_java", "find_kafka_lib"]

@@ -1,0 +1,441 @@
+"""A real single-node Apache Kafka, started from jars as a local JVM.
+
+Why a JVM from jars, and not Docker or a fake: the runtime's guarantees
+(transactions, read_committed, consumer-group rebalances, compacted control
+topics) are Kafka's, so tests and `streamflow run` need the real broker. Docker
+is not everywhere; a JDK and the Maven-fetched jars in `tools/kafka/lib` are.
+
+Design choices, each for a reason:
+
+* One process in KRaft combined mode (broker + controller, node 1), on
+  127.0.0.1 ports picked at first start and kept for the object's lifetime, so
+  `restart()` comes back on the same address with the same log dirs and a
+  client that survives the outage sees the same cluster.
+* A static quorum (`controller.quorum.voters`) rather than a dynamic one: the
+  controller's address then lives only in the config, never in the metadata
+  log, so a reused `work_dir` still starts when its ports change.
+* Settings sized for a 2-core laptop: few threads, small internal topics, a
+  small log-cleaner buffer, serial GC and a fixed small heap.
+* WARN and above go to `broker.log` in the work dir, JVM output to `jvm.out`;
+  both are quoted back when the broker fails, so a failure explains itself.
+* The JVM runs in its own session, so Ctrl-C in a terminal reaches only us and
+  we stop the broker in order; an atexit hook stops any broker still running.
+* Readiness is a condition (the port accepts, then an AdminClient gets
+  metadata with a broker in it), polled until a deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["DevkitError", "KafkaBroker", "find_java", "find_kafka_lib"]
+
+_HOST = "127.0.0.1"
+_NODE_ID = 1
+_FETCH_HINT = "Run `tools/fetch-kafka` (or `./dev setup`) to fetch the Kafka jars."
+_LIB_ENV = "STREAMFLOW_KAFKA_LIB"
+_LIB_RELATIVE = Path("tools") / "kafka" / "lib"
+_BROKER_JAR_GLOB = "kafka_2.13-*.jar"
+_STOP_GRACE_S = 15.0
+_POLL_INTERVAL_S = 0.1
+
+_JVM_FLAGS = (
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
+
+_LEAN_SETTINGS: Mapping[str, str] = {
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+    "background.threads": "2",
+    "num.recovery.threads.per.data.dir": "1",
+    "group.coordinator.threads": "1",
+    "log.segment.bytes": str(16 * 1024 * 1024),
+    "log.index.size.max.bytes": str(1024 * 1024),
+    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.num.partitions": "4",
+    "group.share.enable": "false",
+}
+
+_LOG4J2 = """\
+status = error
+name = streamflow-devkit-kafka
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+class DevkitError(RuntimeError):
+    """The development Kafka could not be found, started or reached."""
+
+
+def find_kafka_lib(*, lib_dir: Path | None = None) -> Path:
+    """Where the Kafka jars are: `lib_dir`, `$STREAMFLOW_KAFKA_LIB`, or `tools/kafka/lib`.
+
+    The last is searched upwards from the current directory and from this package.
+    """
+    explicit = lib_dir or (Path(env) if (env := os.environ.get(_LIB_ENV)) else None)
+    if explicit is not None:
+        return _checked_lib(explicit.expanduser())
+    starts = (Path.cwd(), Path(__file__).resolve().parent)
+    for start in starts:
+        for folder in (start, *start.parents):
+            if (folder / _LIB_RELATIVE).is_dir():
+                return _checked_lib(folder / _LIB_RELATIVE)
+    raise DevkitError(
+        f"No Kafka jars found: {_LIB_RELATIVE} is not above {starts[0]} or the streamflow "
+        f"package, and ${_LIB_ENV} is not set. {_FETCH_HINT}"
+    )
+
+
+def _checked_lib(lib: Path) -> Path:
+    if not lib.is_dir():
+        raise DevkitError(f"The Kafka lib folder {lib} does not exist. {_FETCH_HINT}")
+    if not any(lib.glob(_BROKER_JAR_GLOB)):
+        raise DevkitError(f"{lib} holds no Kafka broker jar ({_BROKER_JAR_GLOB}). {_FETCH_HINT}")
+    return lib.resolve()
+
+
+def find_java() -> Path:
+    """The `java` of `$JAVA_HOME`, else the one on PATH."""
+    if java_home := os.environ.get("JAVA_HOME"):
+        java = Path(java_home) / "bin" / "java"
+        if not os.access(java, os.X_OK):
+            raise DevkitError(
+                f"JAVA_HOME is {java_home}, but {java} is not an executable. "
+                "Point JAVA_HOME at a JDK 17 or newer, or unset it to use the java on PATH."
+            )
+        return java
+    if found := shutil.which("java"):
+        return Path(found)
+    raise DevkitError(
+        "No `java` on PATH and JAVA_HOME is not set. The development Kafka needs "
+        "Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`)."
+    )
+
+
+class KafkaBroker:
+    """A single-node KRaft Kafka in a child JVM; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        lib_dir: Path | None = None,
+        work_dir: Path | None = None,
+        heap: str = "384m",
+        keep: bool = False,
+        overrides: Mapping[str, str | int] | None = None,
+        jvm_options: Sequence[str] = (),
+    ) -> None:
+        self._lib_dir = lib_dir
+        self._given_work_dir = work_dir
+        self._heap = heap
+        self._keep = keep
+        self._overrides = {key: str(value) for key, value in (overrides or {}).items()}
+        self._jvm_options = tuple(jvm_options)
+        self._work_dir: Path | None = None
+        self._ports: tuple[int, int] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        where = self.bootstrap_servers if self._ports else "not started"
+        return f"KafkaBroker({where}, running={self.is_running})"
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """`127.0.0.1:<port>` of the PLAINTEXT listener; stable across `restart()`."""
+        if self._ports is None:
+            raise DevkitError("The Kafka broker has not been started.")
+        return f"{_HOST}:{self._ports[0]}"
+
+    @property
+    def work_dir(self) -> Path | None:
+        """The folder with server.properties, the logs and the data, once started."""
+        return self._work_dir
+
+    @property
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        """Start the broker (reusing ports and data if it ran before) and wait until it answers."""
+        if self.is_running:
+            return
+        java = find_java()
+        lib = find_kafka_lib(lib_dir=self._lib_dir)
+        work_dir = self._prepare_work_dir()
+        if self._ports is None:
+            self._ports = _free_port_pair()
+        config = self._write_config(work_dir)
+        if not (work_dir / "data" / "meta.properties").exists():
+            _format_storage(java=java, lib=lib, work_dir=work_dir, config=config)
+        self._process = self._launch(java=java, lib=lib, work_dir=work_dir, config=config)
+        _running.add(self)
+        try:
+            self._wait_until_ready(deadline=time.monotonic() + timeout)
+        except BaseException:
+            self._terminate(grace=_STOP_GRACE_S)
+            raise
+
+    def stop(self) -> None:
+        """Stop the JVM (SIGTERM, then SIGKILL) and remove the work dir unless kept. Idempotent."""
+        self._terminate(grace=_STOP_GRACE_S)
+        if self._work_dir is not None and self._owns_work_dir and not self._keep:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        self._work_dir = None
+        self._ports = None
+
+    def kill(self) -> None:
+        """Crash the broker (SIGKILL), keeping its ports and data for `start()`/`restart()`."""
+        self._terminate(grace=0.0)
+
+    def restart(self, *, timeout: float = 60.0, hard: bool = False) -> None:
+        """Stop the JVM (gracefully, or SIGKILL when `hard`) and start it on the same ports and data."""
+        self._terminate(grace=0.0 if hard else _STOP_GRACE_S)
+        self.start(timeout=timeout)
+
+    def pause(self) -> None:
+        """Freeze the JVM (SIGSTOP): connections stay open, but nothing answers."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Thaw a paused JVM (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    @property
+    def _owns_work_dir(self) -> bool:
+        return self._given_work_dir is None
+
+    def _prepare_work_dir(self) -> Path:
+        if self._work_dir is None:
+            if self._given_work_dir is not None:
+                self._given_work_dir.mkdir(parents=True, exist_ok=True)
+                self._work_dir = self._given_work_dir.resolve()
+            else:
+                self._work_dir = Path(tempfile.mkdtemp(prefix="streamflow-kafka-"))
+        return self._work_dir
+
+    def _write_config(self, work_dir: Path) -> Path:
+        assert self._ports is not None
+        plaintext, controller = self._ports
+        settings = {
+            **_server_settings(plaintext=plaintext, controller=controller, data=work_dir / "data"),
+            **self._overrides,
+        }
+        (work_dir / "log4j2.properties").write_text(
+            _LOG4J2.format(log_file=_escape(str(work_dir / "broker.log")))
+        )
+        config = work_dir / "server.properties"
+        config.write_text("".join(f"{key}={_escape(value)}\n" for key, value in settings.items()))
+        return config
+
+    def _launch(
+        self, *, java: Path, lib: Path, work_dir: Path, config: Path
+    ) -> subprocess.Popen[bytes]:
+        command = [
+            *_jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap),
+            *self._jvm_options,
+            "kafka.Kafka",
+            str(config),
+        ]
+        with (work_dir / "jvm.out").open("ab") as out:
+            return subprocess.Popen(
+                command,
+                cwd=work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_until_ready(self, *, deadline: float) -> None:
+        port = int(self.bootstrap_servers.rpartition(":")[2])
+        self._wait_for(deadline, lambda: _port_accepts(port))
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        self._wait_for(deadline, lambda: _has_broker(admin, deadline=deadline))
+
+    def _wait_for(self, deadline: float, condition: Callable[[], bool]) -> None:
+        while not condition():
+            if self._process is not None and (code := self._process.poll()) is not None:
+                raise DevkitError(f"Kafka exited with code {code} while starting.{self._tails()}")
+            if time.monotonic() >= deadline:
+                raise DevkitError(f"Kafka did not become ready in time.{self._tails()}")
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _tails(self) -> str:
+        if self._work_dir is None:
+            return ""
+        parts = [_tail(self._work_dir / name) for name in ("jvm.out", "broker.log")]
+        text = "\n".join(part for part in parts if part)
+        if "UnsupportedClassVersionError" in text:
+            text += "\nKafka 4 needs Java 17 or newer; set JAVA_HOME to a newer JDK."
+        return f" Work dir: {self._work_dir}\n{text}" if text else f" Work dir: {self._work_dir}"
+
+    def _terminate(self, *, grace: float) -> None:
+        process, self._process = self._process, None
+        _running.discard(self)
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
+            if grace > 0:
+                process.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=grace)
+                    return
+            process.kill()
+        process.wait()
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self._process is None or self._process.poll() is not None:
+            raise DevkitError("The Kafka broker is not running.")
+        os.kill(self._process.pid, signum)
+
+
+def _server_settings(*, plaintext: int, controller: int, data: Path) -> dict[str, str]:
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(_NODE_ID),
+        "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller}",
+        "listeners": f"PLAINTEXT://{_HOST}:{plaintext},CONTROLLER://{_HOST}:{controller}",
+        "advertised.listeners": f"PLAINTEXT://{_HOST}:{plaintext}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        **_LEAN_SETTINGS,
+    }
+
+
+def _jvm_command(*, java: Path, lib: Path, work_dir: Path, heap: str) -> list[str]:
+    return [
+        str(java),
+        f"-Xmx{heap}",
+        f"-Xms{heap}",
+        *_JVM_FLAGS,
+        f"-Dlog4j2.configurationFile={work_dir / 'log4j2.properties'}",
+        "-cp",
+        str(lib / "*"),
+    ]
+
+
+def _format_storage(*, java: Path, lib: Path, work_dir: Path, config: Path) -> None:
+    """Write meta.properties and the bootstrap metadata into a fresh data dir."""
+    command = [
+        *_jvm_command(java=java, lib=lib, work_dir=work_dir, heap="128m"),
+        "kafka.tools.StorageTool",
+        "format",
+        "--cluster-id",
+        _cluster_id(),
+        "--config",
+        str(config),
+    ]
+    result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise DevkitError(
+            f"Formatting Kafka storage in {work_dir} failed (exit {result.returncode}):\n"
+            f"{result.stdout}{result.stderr}"
+        )
+
+
+def _cluster_id() -> str:
+    """A Kafka-style cluster id: URL-safe base64 of a random UUID, never starting with '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _free_port_pair() -> tuple[int, int]:
+    """Two distinct free ports: both sockets stay bound until both are read."""
+    with socket.socket() as first, socket.socket() as second:
+        first.bind((_HOST, 0))
+        second.bind((_HOST, 0))
+        return int(first.getsockname()[1]), int(second.getsockname()[1])
+
+
+def _port_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((_HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _has_broker(admin: AdminClient, *, deadline: float) -> bool:
+    budget = max(0.5, min(5.0, deadline - time.monotonic()))
+    try:
+        return bool(admin.list_topics(timeout=budget).brokers)
+    except Exception:  # KafkaException while the broker is still coming up
+        return False
+
+
+def _escape(value: str) -> str:
+    """Escape for java.util.Properties, which treats backslashes as escapes."""
+    return value.replace("\\", "\\\\")
+
+
+def _tail(path: Path, *, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"--- {path.name} (last {lines} lines) ---\n{tail}" if tail else ""
+
+
+_running: set[KafkaBroker] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop brokers a crashed or careless session left running, so no JVM outlives Python."""
+    for broker in list(_running):
+        broker.stop()
