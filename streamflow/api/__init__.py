@@ -14,13 +14,15 @@ from streamflow.api.descriptor import (
     load_streamlet_class,
 )
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port
-from streamflow.api.streamlet import Context, Record, Shape, Streamlet
+from streamflow.api.streamlet import Context, EmitError, Emitter, Record, Shape, Streamlet
 
 __all__ = [
     "Context",
     "ControlInlet",
     "DeclarationError",
     "Emit",
+    "EmitError",
+    "Emitter",
     "Inlet",
     "Outlet",
     "ParamDescriptor",

@@ -299,11 +299,14 @@ def _check_params(
 
 def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[str, bool]:
     if not has_inlets:
+        serve = getattr(cls, "serve", None)
+        if serve is not None:
+            if not inspect.iscoroutinefunction(serve):
+                problems.append("serve() must be an async method (async def serve(self, emitter))")
+            return "serve", True
         source = getattr(cls, "source", None)
         if source is None:
-            if getattr(cls, "process", None) or getattr(cls, "process_batch", None):
-                return "external", False
-            problems.append("an ingress (no inlets) needs a source() method")
+            problems.append("an ingress (no inlets) needs a source() or serve() method")
             return "", False
         return "source", inspect.isasyncgenfunction(source) or inspect.iscoroutinefunction(source)
     for name in ("process_batch", "process"):

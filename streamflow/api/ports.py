@@ -83,9 +83,15 @@ class Outlet(Port):
         super().__init__(name, schema, description=description)
         self.key = key
 
-    def __call__(self, value: dict[str, Any], *, key: str | None | _KeepKey = KEEP_KEY) -> Emit:
+    def __call__(
+        self,
+        value: dict[str, Any],
+        *,
+        key: str | None | _KeepKey = KEEP_KEY,
+        headers: dict[str, str] | None = None,
+    ) -> Emit:
         """An output for this outlet: ``return self.scores({"score": 0.9})``."""
-        return Emit(self.name, value, key)
+        return Emit(self.name, value, key, headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +101,4 @@ class Emit:
     outlet: str
     value: dict[str, Any]
     key: str | None | _KeepKey = KEEP_KEY
+    headers: dict[str, str] | None = None

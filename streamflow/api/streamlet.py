@@ -7,7 +7,10 @@ logic is one of three methods, sync or ``async``:
 * ``process_batch(records)`` returns one result per input, in order, so that
   vectorised work (inference) sees a whole batch while keys, dead letters and
   offsets still line up with each input;
-* ``source()`` (ingress only) is a generator or async generator of outputs.
+* ``source()`` (ingress only) is a generator or async generator of outputs;
+* ``serve(emitter)`` (ingress only) is a coroutine that runs until cancelled
+  and pushes records through an :class:`Emitter`, awaiting Kafka's
+  acknowledgement of each (an HTTP ingress answers only once it is safe).
 
 An *output* is ``None`` (nothing), a dict (a record for the only outlet), an
 :class:`~streamflow.api.ports.Emit` (a record for a named outlet, with an
@@ -20,11 +23,11 @@ import enum
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from streamflow.api.ports import Emit
 
-__all__ = ["Context", "Output", "Record", "Shape", "Streamlet"]
+__all__ = ["Context", "EmitError", "Emitter", "Output", "Record", "Shape", "Streamlet"]
 
 Output = None | dict[str, Any] | Emit | Iterable[dict[str, Any] | Emit]
 
@@ -50,6 +53,18 @@ class Shape(str, enum.Enum):
         if inlets == 1:
             return cls.FAN_OUT
         return cls.FAN_IN if outlets == 1 else cls.FAN_IN_OUT
+
+
+class EmitError(Exception):
+    """An output Kafka did not acknowledge (unavailable, timed out, or rejected)."""
+
+
+class Emitter(Protocol):
+    """How a ``serve()`` ingress hands records to Kafka."""
+
+    async def emit(self, output: dict[str, Any] | Emit, *, timeout: float = 10.0) -> None:
+        """Returns once Kafka acknowledged every record of ``output``; else EmitError."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

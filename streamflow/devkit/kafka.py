@@ -41,9 +41,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka.admin import AdminClient
+# NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-__all__ = ["DevkitError", "KafkaBroker", "find_java", "find_kafka_lib"]
+__all__ = ["DevkitError", "KafkaBroker", "create_topic", "find_java", "find_kafka_lib"]
 
 _HOST = "127.0.0.1"
 _NODE_ID = 1
@@ -75,19 +76,13 @@ _LEAN_SETTINGS: Mapping[str, str] = {
     "offsets.topic.num.partitions": "4",
     "transaction.state.log.num.partitions": "4",
     "group.share.enable": "false",
+    # After a crash the controller keeps the dead incarnation's registration until
+    # this session expires (default 9 s); shorter makes `restart(hard=True)` ~4 s.
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
 }
 
-_LOG4J2 = """\
-status = error
-name = streamflow-devkit-kafka
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log_file}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = FILE
-"""
+_LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 class DevkitError(RuntimeError):
@@ -227,7 +222,7 @@ class KafkaBroker:
         self._terminate(grace=0.0)
 
     def restart(self, *, timeout: float = 60.0, hard: bool = False) -> None:
-        """Stop the JVM (gracefully, or SIGKILL when `hard`) and start it on the same ports and data."""
+        """Stop the JVM (SIGKILL when `hard`), then start it again on the same ports and data."""
         self._terminate(grace=0.0 if hard else _STOP_GRACE_S)
         self.start(timeout=timeout)
 
@@ -259,9 +254,6 @@ class KafkaBroker:
             **_server_settings(plaintext=plaintext, controller=controller, data=work_dir / "data"),
             **self._overrides,
         }
-        (work_dir / "log4j2.properties").write_text(
-            _LOG4J2.format(log_file=_escape(str(work_dir / "broker.log")))
-        )
         config = work_dir / "server.properties"
         config.write_text("".join(f"{key}={_escape(value)}\n" for key, value in settings.items()))
         return config
@@ -329,6 +321,33 @@ class KafkaBroker:
         os.kill(self._process.pid, signum)
 
 
+def create_topic(
+    *,
+    bootstrap_servers: str,
+    name: str,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create a topic and wait until every partition has a leader, so it is usable at once."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    settings = dict(config or {})
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=settings)
+    admin.create_topics([topic], operation_timeout=timeout)[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while not _has_leaders(admin, name, partitions=partitions):
+        if time.monotonic() >= deadline:
+            raise DevkitError(f"Topic {name} still lacks partition leaders after {timeout} s.")
+        time.sleep(_POLL_INTERVAL_S)
+
+
+def _has_leaders(admin: AdminClient, name: str, *, partitions: int) -> bool:
+    topic = admin.list_topics(topic=name, timeout=5).topics.get(name)
+    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
+        return False
+    return all(partition.leader >= 0 for partition in topic.partitions.values())
+
+
 def _server_settings(*, plaintext: int, controller: int, data: Path) -> dict[str, str]:
     return {
         "process.roles": "broker,controller",
@@ -360,7 +379,8 @@ def _jvm_command(*, java: Path, lib: Path, work_dir: Path, heap: str) -> list[st
         f"-Xmx{heap}",
         f"-Xms{heap}",
         *_JVM_FLAGS,
-        f"-Dlog4j2.configurationFile={work_dir / 'log4j2.properties'}",
+        f"-Dlog4j2.configurationFile={_LOG4J2_CONFIG}",
+        f"-Dstreamflow.kafka.log.file={work_dir / 'broker.log'}",
         "-cp",
         str(lib / "*"),
     ]

@@ -14,6 +14,7 @@ objects, coerced to the schema's types on the way in and validated.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import decimal
 import io
@@ -22,8 +23,8 @@ import uuid
 from typing import Any, Protocol
 
 from fastavro import schemaless_reader, schemaless_writer
-from fastavro.validation import validate
 
+from streamflow.schema import validate
 from streamflow.schema.store import Schema, SchemaStore
 
 __all__ = ["MAGIC", "Codec", "DecodeError", "EncodeError", "JsonCodec", "SingleObjectCodec"]
@@ -91,8 +92,15 @@ class SingleObjectCodec:
             reader = self.schema.parsed
         try:
             record = schemaless_reader(buf, writer, reader)
-        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
-            raise DecodeError(f"cannot decode {self.schema.name}: {type(exc).__name__}: {exc}")
+        except EOFError:
+            raise DecodeError(
+                f"cannot decode {self.schema.name}: the record is truncated "
+                f"({len(data)} bytes end in the middle of a value)"
+            ) from None
+        except Exception as exc:  # fastavro raises ValueError, IndexError, SchemaResolutionError...
+            raise DecodeError(
+                f"cannot decode {self.schema.name}: {type(exc).__name__}: {exc}"
+            ) from None
         if buf.tell() != len(data):
             raise DecodeError(
                 f"{len(data) - buf.tell()} trailing bytes after a {self.schema.name} record"
@@ -136,36 +144,15 @@ class JsonCodec:
         """Coerce a parsed JSON value into a record of this schema, or explain why not."""
         if not isinstance(doc, dict):
             raise DecodeError(f"expected a JSON object for {self.schema.name}")
-        value = _coerce(self.schema.parsed, doc, {})
-        problems = validation_errors(self.schema, value)
+        value = _Coercer(validate.named_types(self.schema)).coerce(self.schema.parsed, doc)
+        problems = validate.validation_problems(self.schema, value)
         if problems:
-            raise DecodeError("; ".join(problems))
+            raise DecodeError(f"not a valid {self.schema.name}: " + "; ".join(problems))
         return value  # type: ignore[no-any-return]
 
 
-def validation_errors(schema: Schema, value: Any) -> list[str]:
-    """Human-readable reasons why ``value`` is not a valid record of ``schema``."""
-    from fastavro._validate_common import ValidationError
-
-    try:
-        validate(value, schema.parsed, raise_errors=True)
-    except ValidationError as exc:
-        return [_describe_validation(e) for e in exc.errors]
-    return []
-
-
-def _describe_validation(error: Any) -> str:
-    field = getattr(error, "field", None) or "record"
-    datum = getattr(error, "datum", None)
-    expected = getattr(error, "schema", None)
-    kind = expected if isinstance(expected, str) else (
-        expected.get("type") if isinstance(expected, dict) else expected
-    )
-    return f"field {field}: {datum!r} is not a valid {kind}"
-
-
 def _describe_encode_error(schema: Schema, value: Any, exc: Exception) -> str:
-    reasons = validation_errors(schema, value) if isinstance(value, dict) else []
+    reasons = validate.validation_problems(schema, value)
     if reasons:
         return f"value does not match {schema.name}: " + "; ".join(reasons)
     return f"value does not match {schema.name}: {type(exc).__name__}: {exc}"
@@ -181,58 +168,88 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _coerce(schema: Any, value: Any, named: dict[str, Any]) -> Any:
-    """Turn JSON-native values into what the Avro schema expects (bytes, datetimes, ...)."""
-    if isinstance(schema, str):
-        if schema in named:
-            return _coerce(named[schema], value, named)
-        if schema in ("bytes", "fixed") and isinstance(value, str):
-            try:
-                return base64.b64decode(value, validate=True)
-            except ValueError:
-                return value.encode()
-        if schema in ("float", "double") and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value
-    if isinstance(schema, list):
-        if value is None:
-            return None
-        for branch in schema:
-            if branch == "null":
-                continue
-            return _coerce(branch, value, named) if len(schema) <= 2 else value
-        return value
-    if not isinstance(schema, dict):
-        return value
-    kind = schema.get("type")
-    name = schema.get("name")
-    if isinstance(name, str):
-        named[name] = schema
-    logical = schema.get("logicalType")
-    if logical and isinstance(value, str):
-        return _coerce_logical(logical, value)
-    if kind == "record" and isinstance(value, dict):
+class _Coercer:
+    """Turn JSON-native values into what the Avro schema expects (bytes, datetimes, ...).
+
+    Missing fields get their schema default, so a decoded record has every field,
+    exactly as an Avro-decoded one would.
+    """
+
+    def __init__(self, named: dict[str, Any]) -> None:
+        self.named = named
+
+    def coerce(self, schema: Any, value: Any) -> Any:
+        schema = self.named.get(schema, schema) if isinstance(schema, str) else schema
+        if isinstance(schema, list):
+            return self.coerce_union(schema, value)
+        if isinstance(schema, str):
+            return _coerce_primitive(schema, value)
+        kind = schema.get("type")
+        logical = schema.get("logicalType")
+        if logical and isinstance(value, str):
+            return _coerce_logical(logical, value)
+        if kind == "record" and isinstance(value, dict):
+            return self.coerce_record(schema, value)
+        if kind == "array" and isinstance(value, list):
+            return [self.coerce(schema["items"], v) for v in value]
+        if kind == "map" and isinstance(value, dict):
+            return {k: self.coerce(schema["values"], v) for k, v in value.items()}
+        return self.coerce(kind, value) if kind != "enum" else value
+
+    def coerce_record(self, schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
         out = dict(value)
         for field in schema["fields"]:
-            fname = field["name"]
-            if fname in value:
-                out[fname] = _coerce(field["type"], value[fname], named)
+            name = field["name"]
+            if name in value:
+                out[name] = self.coerce(field["type"], value[name])
+            elif "default" in field:
+                out[name] = self.default(field["type"], field["default"])
         return out
-    if kind == "array" and isinstance(value, list):
-        return [_coerce(schema["items"], v, named) for v in value]
-    if kind == "map" and isinstance(value, dict):
-        return {k: _coerce(schema["values"], v, named) for k, v in value.items()}
-    return _coerce(kind, value, named)
+
+    def coerce_union(self, branches: list[Any], value: Any) -> Any:
+        """The first branch that the coerced value is valid for (as Avro JSON resolves)."""
+        if value is None:
+            return None
+        for branch in branches:
+            if branch == "null":
+                continue
+            candidate = self.coerce(branch, value)
+            if not validate.datum_problems(branch, candidate, named=self.named):
+                return candidate
+        return value
+
+    def default(self, schema: Any, default: Any) -> Any:
+        """A field default, which Avro writes in JSON (bytes as ISO-8859-1 text)."""
+        schema = self.named.get(schema, schema) if isinstance(schema, str) else schema
+        if isinstance(schema, list):  # a union's default is for its first branch
+            return self.default(schema[0], default) if schema else default
+        kind = schema.get("type") if isinstance(schema, dict) else schema
+        if kind in ("bytes", "fixed") and isinstance(default, str):
+            return default.encode("latin-1")
+        return self.coerce(schema, copy.deepcopy(default))
+
+
+def _coerce_primitive(kind: str, value: Any) -> Any:
+    if kind in ("bytes", "fixed") and isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except ValueError:
+            return value.encode()
+    if kind in ("float", "double") and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def _coerce_logical(logical: str, value: str) -> Any:
     try:
-        if logical.startswith("timestamp"):
+        if logical.startswith(("timestamp", "local-timestamp")):
             return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         if logical == "date":
             return dt.date.fromisoformat(value)
+        if logical.startswith("time-"):
+            return dt.time.fromisoformat(value)
         if logical == "decimal":
             return decimal.Decimal(value)
-    except ValueError:
+    except (ValueError, decimal.InvalidOperation):
         return value
     return value

@@ -10,11 +10,15 @@ file may use a type defined in another file without any import mechanism.
 
 Loading never raises for a bad file: the problems are collected, with the
 file, line and column, so the blueprint verifier can report all of them.
+References are resolved only when asked (``get``) or when ``problems`` is read,
+never while files are still being loaded: a record may name a type from a file
+that sorts after its own, or from a later search path.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 from collections.abc import Iterable
@@ -28,9 +32,7 @@ from streamflow.schema import fingerprint as fp
 
 __all__ = ["PRIMITIVES", "Schema", "SchemaError", "SchemaStore", "builtin_schema_dir"]
 
-PRIMITIVES = frozenset(
-    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-)
+PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED_KINDS = frozenset({"record", "error", "enum", "fixed"})
 
 
@@ -41,6 +43,9 @@ def builtin_schema_dir() -> Path:
 
 class SchemaError(Exception):
     """A schema that cannot be loaded or found, located in its file where possible."""
+
+    #: the full name of the type the error is about, when known (used to locate it)
+    subject: str | None = None
 
     def __init__(
         self, message: str, *, path: Path | None = None, line: int = 1, column: int = 1
@@ -104,7 +109,8 @@ class SchemaStore:
         self._defs: dict[str, _Definition] = {}
         self._cache: dict[str, Schema] = {}
         self._by_fingerprint: dict[int, Schema] = {}
-        self.problems: list[SchemaError] = []
+        self._load_problems: list[SchemaError] = []
+        self._resolved_all = False
         self.paths: list[Path] = []
         if include_builtin:
             self.add_path(builtin_schema_dir())
@@ -122,18 +128,18 @@ class SchemaStore:
         elif path.is_file():
             self.add_file(path)
         else:
-            self.problems.append(SchemaError(f"schema path {str(path)!r} does not exist"))
+            self._load_problems.append(SchemaError(f"schema path {str(path)!r} does not exist"))
 
     def add_file(self, path: Path) -> None:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            self.problems.append(SchemaError(f"cannot read schema file: {exc}", path=path))
+            self._load_problems.append(SchemaError(f"cannot read schema file: {exc}", path=path))
             return
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
-            self.problems.append(
+            self._load_problems.append(
                 SchemaError(
                     f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, column=exc.colno
                 )
@@ -142,20 +148,26 @@ class SchemaStore:
         self.add_schema(doc, source=path, text=text)
 
     def add_schema(self, doc: Any, *, source: Path | None = None, text: str = "") -> list[str]:
-        """Register the named types in one schema document; returns their full names."""
+        """Register the named types in one schema document; returns their full names.
+
+        Nothing is resolved yet: a reference to a type that is loaded later is fine.
+        """
         found: list[_Definition] = []
         try:
             _normalise(doc, None, found)
         except SchemaError as exc:
             exc.path = exc.path or source
-            self.problems.append(exc)
+            if exc.subject:
+                exc.line = _line_of(text, exc.subject)
+            self._load_problems.append(exc)
             return []
+        added = []
         for definition in found:
             definition.source = source
             definition.line = _line_of(text, definition.name)
             previous = self._defs.get(definition.name)
             if previous is not None and previous.body != definition.body:
-                self.problems.append(
+                self._load_problems.append(
                     SchemaError(
                         f"{definition.name} is defined differently in {previous.source}",
                         path=source,
@@ -165,15 +177,21 @@ class SchemaStore:
                 continue
             self._defs[definition.name] = definition
             self._cache.pop(definition.name, None)
-        self._validate([d.name for d in found])
-        return [d.name for d in found]
+            self._resolved_all = False
+            added.append(definition.name)
+        return added
 
-    def _validate(self, names: list[str]) -> None:
-        for name in names:
+    @property
+    def problems(self) -> list[SchemaError]:
+        """Every problem: files that did not load, and types that do not resolve."""
+        unresolved: dict[str, SchemaError] = {}
+        for name in self._defs:
             try:
                 self.get(name)
             except SchemaError as exc:
-                self.problems.append(exc)
+                unresolved.setdefault(str(exc), exc)
+        self._resolved_all = True
+        return [*self._load_problems, *unresolved.values()]
 
     # -- lookups -------------------------------------------------------------
 
@@ -222,20 +240,33 @@ class SchemaStore:
     def by_fingerprint(self, fingerprint: int) -> Schema | None:
         """The schema with this fingerprint, among every schema this store knows."""
         hit = self._by_fingerprint.get(fingerprint)
-        if hit is None and len(self._by_fingerprint) < len(self._defs):
+        if hit is None and not self._resolved_all:
             for name in self._defs:
                 self.find(name)
+            self._resolved_all = True
             hit = self._by_fingerprint.get(fingerprint)
         return hit
 
     def _suggestion(self, name: str) -> str:
+        """`` (did you mean 'a.B'?)`` for a misspelt or unqualified name, else ``""``."""
         short = name.rsplit(".", 1)[-1].lower()
-        close = [n for n in self._defs if n.rsplit(".", 1)[-1].lower() == short]
+        same_short = [n for n in self._defs if n.rsplit(".", 1)[-1].lower() == short]
+        close = same_short or difflib.get_close_matches(name, list(self._defs), n=1, cutoff=0.75)
+        if not close:
+            by_short = {n.rsplit(".", 1)[-1].lower(): n for n in self._defs}
+            shorts = difflib.get_close_matches(short, list(by_short), n=1, cutoff=0.75)
+            close = [by_short[s] for s in shorts]
         return f" (did you mean {close[0]!r}?)" if close else ""
 
     def _expand(self, name: str, defined: set[str], definition: _Definition) -> Any:
         defined.add(name)
         return _inline(definition.body, defined, self._defs, definition)
+
+
+def _about(subject: str, message: str) -> SchemaError:
+    error = SchemaError(message)
+    error.subject = subject
+    return error
 
 
 def _normalise(node: Any, namespace: str | None, found: list[_Definition]) -> Any:
@@ -259,7 +290,7 @@ def _normalise(node: Any, namespace: str | None, found: list[_Definition]) -> An
         if kind in ("record", "error"):
             fields = node.get("fields")
             if not isinstance(fields, list):
-                raise SchemaError(f"record {full} needs a 'fields' list")
+                raise _about(full, f"record {full} needs a 'fields' list")
             body["fields"] = [_normalise_field(f, inner_ns, found, full) for f in fields]
         found.append(_Definition(full, body, None, 1))
         return full
@@ -278,13 +309,11 @@ def _normalise_field(
     node: Any, namespace: str | None, found: list[_Definition], record: str
 ) -> Any:
     if not isinstance(node, dict) or "name" not in node or "type" not in node:
-        raise SchemaError(f"each field of {record} needs a 'name' and a 'type'")
+        raise _about(record, f"each field of {record} needs a 'name' and a 'type'")
     return {**node, "type": _normalise(node["type"], namespace, found)}
 
 
-def _inline(
-    node: Any, defined: set[str], defs: dict[str, _Definition], where: _Definition
-) -> Any:
+def _inline(node: Any, defined: set[str], defs: dict[str, _Definition], where: _Definition) -> Any:
     """Inline each referenced named type at its first use, so the result stands alone."""
     if isinstance(node, str):
         if node in PRIMITIVES:

@@ -1,0 +1,192 @@
+"""YAML with positions: the blueprint as a tree of nodes that know their line and column.
+
+The verifier must point at the exact key or value that is wrong, and must
+report a duplicated key rather than silently keep one of them (which is what
+plain ``yaml.load`` does). So we let ruamel.yaml *compose* the document (a
+node graph that carries marks) and convert it ourselves: duplicate keys become
+problems, scalars become plain Python values through the safe constructor,
+and every node keeps its 1-based position. Nothing here raises for bad input.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ruamel.yaml import YAML, nodes
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from streamflow.blueprint.problems import Position, Problem
+
+__all__ = ["Node", "parse_yaml"]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass
+class Node:
+    """One YAML value and where it starts. Mappings keep their keys' nodes too."""
+
+    kind: Literal["map", "seq", "scalar"]
+    line: int
+    column: int
+    value: Any = None
+    entries: list[tuple[Node, Node]] = field(default_factory=list)
+    items: list[Node] = field(default_factory=list)
+    text: str = ""
+
+    def position(self, file: str) -> Position:
+        return Position(file, self.line, self.column)
+
+    def get(self, key: str) -> Node | None:
+        """The value node of ``key`` in a mapping, if present."""
+        return next((v for k, v in self.entries if k.text == key), None)
+
+    def fields(self) -> Iterator[tuple[str, Node, Node]]:
+        """``(key text, key node, value node)`` for each entry of a mapping."""
+        for key, value in self.entries:
+            yield key.text, key, value
+
+    @property
+    def is_null(self) -> bool:
+        return self.kind == "scalar" and self.value is None
+
+    def plain(self) -> Any:
+        """The node as plain Python data (dicts, lists and scalars)."""
+        if self.kind == "map":
+            return {k.text: v.plain() for k, v in self.entries}
+        if self.kind == "seq":
+            return [item.plain() for item in self.items]
+        return self.value
+
+    def describe(self) -> str:
+        """What this value is, for messages such as 'expected a string, got a list'."""
+        if self.kind == "map":
+            return "a mapping"
+        if self.kind == "seq":
+            return "a list"
+        return _describe_scalar(self.value)
+
+
+def _describe_scalar(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def parse_yaml(text: str, *, filename: str) -> tuple[Node | None, list[Problem]]:
+    """The document's root node (None when it is empty or not YAML) and its problems."""
+    composer = YAML(typ="rt")
+    try:
+        root = composer.compose(io.StringIO(text))
+    except MarkedYAMLError as exc:
+        return None, [_yaml_problem(exc, filename)]
+    except YAMLError as exc:
+        return None, [Problem("invalid-yaml", str(exc), Position(filename))]
+    if root is None:
+        return None, []
+    converter = _Converter(filename)
+    return converter.convert(root), converter.problems
+
+
+def _yaml_problem(exc: MarkedYAMLError, filename: str) -> Problem:
+    mark = exc.problem_mark or exc.context_mark
+    line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    message = " ".join(part for part in (exc.context, exc.problem) if part) or str(exc)
+    return Problem(
+        "invalid-yaml",
+        f"not valid YAML: {message}",
+        Position(filename, line, column),
+        hint="check the indentation and quoting around this position",
+    )
+
+
+class _Converter:
+    """Turns composed ruamel nodes into :class:`Node`, collecting problems on the way."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self.problems: list[Problem] = []
+        self._constructor = YAML(typ="safe", pure=True).constructor
+        self._active: set[int] = set()
+
+    def convert(self, raw: nodes.Node) -> Node:
+        line, column = raw.start_mark.line + 1, raw.start_mark.column + 1
+        if id(raw) in self._active:  # a recursive alias: refuse rather than loop forever
+            self._problem("wrong-type", "a recursive YAML alias is not supported", line, column)
+            return Node("scalar", line, column)
+        self._active.add(id(raw))
+        try:
+            if isinstance(raw, nodes.MappingNode):
+                return Node("map", line, column, entries=self._entries(raw))
+            if isinstance(raw, nodes.SequenceNode):
+                return Node("seq", line, column, items=[self.convert(i) for i in raw.value])
+            return self._scalar(raw, line, column)
+        finally:
+            self._active.discard(id(raw))
+
+    def _scalar(self, raw: nodes.Node, line: int, column: int) -> Node:
+        text = str(raw.value)
+        try:
+            value = self._constructor.construct_object(raw, deep=True)
+        except YAMLError as exc:
+            reason = exc.problem if isinstance(exc, MarkedYAMLError) else str(exc)
+            self._problem("wrong-type", f"unsupported YAML value {text!r}: {reason}", line, column)
+            value = text
+        return Node("scalar", line, column, value=value, text=text)
+
+    def _entries(self, raw: nodes.MappingNode) -> list[tuple[Node, Node]]:
+        entries: list[tuple[Node, Node]] = []
+        merged: list[tuple[Node, Node]] = []
+        seen: dict[str, Node] = {}
+        for raw_key, raw_value in raw.value:
+            if _tag(raw_key) == _MERGE_TAG:
+                merged.extend(self._merged(raw_value))
+                continue
+            key, value = self.convert(raw_key), self.convert(raw_value)
+            if key.kind != "scalar":
+                self._problem("wrong-type", "a key must be a plain name", key.line, key.column)
+                continue
+            first = seen.get(key.text)
+            if first is not None:
+                self._problem(
+                    "duplicate-key",
+                    f"key {key.text!r} appears more than once (first at line {first.line}); "
+                    "only the first is used",
+                    key.line,
+                    key.column,
+                    hint="remove or rename one of them",
+                )
+                continue
+            seen[key.text] = key
+            entries.append((key, value))
+        # Merged keys (YAML "<<") never override keys written in the mapping itself.
+        entries.extend((k, v) for k, v in merged if k.text not in seen)
+        return entries
+
+    def _merged(self, raw: nodes.Node) -> list[tuple[Node, Node]]:
+        sources = raw.value if isinstance(raw, nodes.SequenceNode) else [raw]
+        out: list[tuple[Node, Node]] = []
+        for source in sources:
+            node = self.convert(source)
+            if node.kind == "map":
+                out.extend(node.entries)
+            else:
+                self._problem("wrong-type", "'<<' must merge a mapping", node.line, node.column)
+        return out
+
+    def _problem(self, code: str, message: str, line: int, column: int, hint: str = "") -> None:
+        self.problems.append(Problem(code, message, Position(self.filename, line, column), hint))
+
+
+def _tag(raw: nodes.Node) -> str:
+    tag = raw.tag
+    return str(getattr(tag, "value", tag))

@@ -1,0 +1,213 @@
+"""``streamflow run``: an application in the foreground, on this machine.
+
+It verifies the blueprint, finds Kafka (``--bootstrap-servers``, the
+blueprint, ``$STREAMFLOW_KAFKA_BOOTSTRAP``, or else an embedded broker it
+starts), creates the topics, then runs every replica as its own process
+through the pod entry point, multiplexing their logs. Ctrl-C stops the
+replicas (each finishes its batch and commits), then the broker it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from streamflow import devkit
+from streamflow.blueprint import BlueprintError, load_application
+from streamflow.blueprint.model import Application
+from streamflow.cli import overrides as overrides_mod
+from streamflow.cli import state
+from streamflow.operator.local import ProcessGroup, ReplicaProcess, replica_command
+from streamflow.operator.local.processes import free_port
+from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.topics import TopicsError, ensure_topics
+
+__all__ = ["register"]
+
+console = Console(stderr=True, highlight=False)
+_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan"]
+
+
+def run(
+    blueprint: Annotated[
+        Path, typer.Argument(help="The blueprint YAML file.", exists=True, dir_okay=False)
+    ],
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap-servers", "-b", help="Kafka to use instead of an embedded broker."
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: streamlet.param=value (repeatable)."),
+    ] = None,
+    conf: Annotated[
+        Path | None,
+        typer.Option(
+            help="A YAML file of config overrides: {streamlet: {param: value}}.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    run_for: Annotated[
+        str | None, typer.Option("--for", help="Stop by itself after this long (e.g. 30s, 5m).")
+    ] = None,
+    log_format: Annotated[str, typer.Option(help="Replica log format: text or json.")] = "text",
+) -> None:
+    """Run an application locally until Ctrl-C."""
+    try:
+        overrides = overrides_mod.collect(set_ or [], conf)
+        app = load_application(blueprint, overrides=overrides)
+    except (BlueprintError, overrides_mod.OverrideError) as exc:
+        console.print(str(exc), markup=False)
+        raise typer.Exit(1) from None
+    duration = overrides_mod.duration_seconds(run_for) if run_for else None
+    with _kafka(app, bootstrap_servers) as bootstrap:
+        _create_topics(app, bootstrap)
+        spec_file = state.app_dir(app.name) / "app.json"
+        state.write_json(spec_file, app.to_dict())
+        group = ProcessGroup(
+            on_line=_printer(app), on_event=lambda m: console.print(f"[bold]streamflow[/]: {m}")
+        )
+        replicas = _start(app, group, spec_file, bootstrap, log_format)
+        state.write_json(
+            state.app_dir(app.name) / "runtime.json",
+            {
+                "bootstrap": bootstrap,
+                "target": "run",
+                "replicas": [
+                    {"name": r.name, "pid": r.pid, "health_port": r.health_port} for r in replicas
+                ],
+            },
+        )
+        console.print(_panel(app, bootstrap, replicas))
+        try:
+            _supervise(group, duration)
+        finally:
+            console.print(
+                "[bold]streamflow[/]: stopping replicas (each finishes its batch and commits)"
+            )
+            group.stop()
+    console.print("[bold]streamflow[/]: stopped")
+
+
+@contextlib.contextmanager
+def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
+    bootstrap = explicit or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        yield bootstrap
+        return
+    broker = devkit.KafkaBroker()
+    with console.status("starting an embedded Apache Kafka broker (KRaft)…"):
+        try:
+            broker.start()
+        except devkit.DevkitError as exc:
+            console.print(f"[red]error[/]: {exc}", markup=True)
+            raise typer.Exit(1) from None
+    console.print(f"[bold]streamflow[/]: embedded Kafka ready at {broker.bootstrap_servers}")
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        console.print("[bold]streamflow[/]: stopping the embedded broker")
+        broker.stop()
+
+
+def _create_topics(app: Application, bootstrap: str) -> None:
+    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    try:
+        report = ensure_topics(admin, app)
+    except TopicsError as exc:
+        console.print(f"[red]error[/]: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    for warning in report.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
+
+
+def _start(
+    app: Application, group: ProcessGroup, spec: Path, bootstrap: str, log_format: str
+) -> list[ReplicaProcess]:
+    started = []
+    for name, streamlet in app.streamlets.items():
+        for index in range(streamlet.replicas):
+            port = free_port()
+            replica = ReplicaProcess(
+                streamlet=name,
+                replica=index,
+                health_port=port,
+                command=replica_command(
+                    app_spec=spec,
+                    streamlet=name,
+                    replica=index,
+                    bootstrap=bootstrap,
+                    health_port=port,
+                    log_format=log_format,
+                ),
+            )
+            group.add(replica)
+            started.append(replica)
+    return started
+
+
+def _printer(app: Application):  # type: ignore[no-untyped-def]
+    colours = dict(zip(app.streamlets, itertools.cycle(_COLOURS), strict=False))
+    width = max((len(n) for n in app.streamlets), default=8) + 3
+
+    def print_line(replica: ReplicaProcess, line: str) -> None:
+        prefix = Text(f"{replica.name:<{width}}| ", style=colours.get(replica.streamlet, "white"))
+        console.print(prefix + Text(line), soft_wrap=True)
+
+    return print_line
+
+
+def _panel(app: Application, bootstrap: str, replicas: list[ReplicaProcess]) -> Panel:
+    from streamflow.blueprint import graph
+
+    topics = Table("topic", "partitions", "producers", "consumers", box=None, pad_edge=False)
+    for topic in app.topics.values():
+        topics.add_row(
+            topic.name,
+            str(topic.partitions),
+            ", ".join(map(str, topic.producers)),
+            ", ".join(map(str, topic.consumers)),
+        )
+    metrics = Table("replica", "metrics", box=None, pad_edge=False)
+    for replica in replicas:
+        metrics.add_row(replica.name, f"http://127.0.0.1:{replica.health_port}/metrics")
+    body = Group(
+        Text(graph.render(app, fmt="text")),
+        Text(""),
+        topics,
+        Text(""),
+        Text(f"Kafka: {bootstrap}"),
+        metrics,
+        Text("Ctrl-C stops everything cleanly.", style="dim"),
+    )
+    return Panel(body, title=f"streamflow run: {app.name}", expand=False)
+
+
+def _supervise(group: ProcessGroup, duration: float | None) -> None:
+    deadline = time.monotonic() + duration if duration else None
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            group.supervise_once()
+            time.sleep(0.25)  # a supervision tick, not a synchronisation
+    except KeyboardInterrupt:
+        pass
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

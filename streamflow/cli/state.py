@@ -1,0 +1,34 @@
+"""Where the CLI keeps what it knows about locally running applications.
+
+``$STREAMFLOW_HOME`` (default ``~/.streamflow``) holds ``apps/<name>/`` with
+the application spec and what the local target runs. Commands such as
+``tail APP`` read it to find an application's topics and brokers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["app_dir", "home", "read_json", "write_json"]
+
+
+def home() -> Path:
+    return Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow")
+
+
+def app_dir(name: str) -> Path:
+    return home() / "apps" / name
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())

@@ -1,0 +1,1 @@
+"""Reconciling what should run with what runs: the planner and its executors."""

@@ -1,0 +1,193 @@
+"""Replica processes on this machine: start, watch, restart with backoff, stop.
+
+A replica runs through the same entry point a Kubernetes pod uses
+(``streamflow streamlet run``), so what works locally works in a cluster. Its
+output is read line by line on a thread and handed to a callback, which lets
+``streamflow run`` multiplex every replica's log with a coloured prefix. A
+replica that exits on its own is restarted after a backoff that doubles up
+to a ceiling and resets once the replica has stayed up for a while.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ProcessGroup", "ReplicaProcess", "free_port", "replica_command"]
+
+log = logging.getLogger("streamflow.operator.local")
+
+LineSink = Callable[["ReplicaProcess", str], None]
+
+_BACKOFF_START = 1.0
+_BACKOFF_MAX = 30.0
+_STABLE_AFTER = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def replica_command(
+    *,
+    app_spec: Path,
+    streamlet: str,
+    replica: int,
+    bootstrap: str,
+    health_port: int,
+    log_format: str = "text",
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streamflow.cli.main",
+        "streamlet",
+        "run",
+        "--app-spec",
+        str(app_spec),
+        "--streamlet",
+        streamlet,
+        "--replica",
+        str(replica),
+        "--bootstrap-servers",
+        bootstrap,
+        "--health-port",
+        str(health_port),
+        "--log-format",
+        log_format,
+    ]
+
+
+@dataclass
+class ReplicaProcess:
+    streamlet: str
+    replica: int
+    command: list[str]
+    health_port: int
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[str] | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    next_start: float = 0.0
+    backoff: float = _BACKOFF_START
+    last_exit: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.streamlet}-{self.replica}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+
+class ProcessGroup:
+    """The replica processes of one application, kept running until stopped."""
+
+    def __init__(self, *, on_line: LineSink, on_event: Callable[[str], None] | None = None) -> None:
+        self.replicas: dict[str, ReplicaProcess] = {}
+        self._on_line = on_line
+        self._on_event = on_event or (lambda message: log.info(message))
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def add(self, replica: ReplicaProcess) -> None:
+        with self._lock:
+            self.replicas[replica.name] = replica
+        self._spawn(replica)
+
+    def remove(self, name: str, *, timeout: float = 30.0) -> None:
+        with self._lock:
+            replica = self.replicas.pop(name, None)
+        if replica is not None:
+            _terminate([replica], timeout)
+
+    def _spawn(self, replica: ReplicaProcess) -> None:
+        replica.process = subprocess.Popen(
+            replica.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # Ctrl-C reaches us first; we stop replicas in order
+        )
+        replica.started_at = time.monotonic()
+        threading.Thread(target=self._pump, args=(replica, replica.process), daemon=True).start()
+
+    def _pump(self, replica: ReplicaProcess, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._on_line(replica, line.rstrip("\n"))
+
+    def supervise_once(self) -> None:
+        """Restart replicas that exited, each after its backoff. Call it periodically."""
+        now = time.monotonic()
+        with self._lock:
+            replicas = list(self.replicas.values())
+        for replica in replicas:
+            if self._stopping or replica.process is None:
+                continue
+            code = replica.process.poll()
+            if code is None:
+                if now - replica.started_at > _STABLE_AFTER:
+                    replica.backoff = _BACKOFF_START
+                continue
+            if replica.next_start == 0.0:
+                replica.last_exit = code
+                replica.next_start = now + replica.backoff
+                self._on_event(
+                    f"{replica.name} exited with {_describe_exit(code)}; "
+                    f"restarting in {replica.backoff:.0f}s"
+                )
+            elif now >= replica.next_start:
+                replica.restarts += 1
+                replica.backoff = min(replica.backoff * 2, _BACKOFF_MAX)
+                replica.next_start = 0.0
+                self._spawn(replica)
+
+    def stop(self, *, timeout: float = 30.0) -> None:
+        self._stopping = True
+        with self._lock:
+            replicas = list(self.replicas.values())
+        _terminate(replicas, timeout)
+
+
+def _terminate(replicas: list[ReplicaProcess], timeout: float) -> None:
+    for replica in replicas:
+        if replica.running and replica.process is not None:
+            replica.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for replica in replicas:
+        if replica.process is None:
+            continue
+        try:
+            replica.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0fs; killing it", replica.name, timeout)
+            replica.process.kill()
+            replica.process.wait()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"

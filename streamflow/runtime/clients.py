@@ -1,0 +1,70 @@
+"""The seam between the runtime and Kafka: one factory for every client.
+
+Every consumer, producer and admin client the runtime creates goes through a
+:class:`KafkaClients`. It holds the application's client config (bootstrap
+servers, security settings from a Secret) and the per-role defaults that the
+delivery guarantees depend on, so those settings live in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["KafkaClients"]
+
+# Settings that make the at-least-once and exactly-once guarantees hold.
+_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 100_000,
+    "queue.buffering.max.kbytes": 65_536,
+}
+_CONSUMER_DEFAULTS: dict[str, Any] = {
+    # Offsets are stored by the runtime only once every output of a record is
+    # acknowledged; librdkafka then commits what was stored.
+    "enable.auto.commit": True,
+    "enable.auto.offset.store": False,
+    "auto.commit.interval.ms": 1000,
+    "auto.offset.reset": "earliest",
+    "isolation.level": "read_committed",
+    "partition.assignment.strategy": "cooperative-sticky",
+    "fetch.wait.max.ms": 50,
+    "queued.max.messages.kbytes": 32_768,
+}
+
+
+class KafkaClients:
+    """Creates Kafka clients for one application and process."""
+
+    def __init__(self, *, bootstrap: str, config: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            # librdkafka's own log lines join the structured log instead of raw stderr
+            "logger": logging.getLogger("streamflow.kafka"),
+            **(config or {}),
+        }
+
+    def consumer(self, *, group: str, client_id: str, **overrides: Any) -> Consumer:
+        return Consumer(
+            {**self.config, **_CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id}
+            | overrides
+        )
+
+    def producer(
+        self, *, client_id: str, transactional_id: str | None = None, **overrides: Any
+    ) -> Producer:
+        config = {**self.config, **_PRODUCER_DEFAULTS, "client.id": client_id} | overrides
+        if transactional_id:
+            config["transactional.id"] = transactional_id
+        return Producer(config)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({k: v for k, v in self.config.items() if k != "logger"})

@@ -1,0 +1,121 @@
+"""Control inlets: broadcast, replayed from the start, applied between batches.
+
+Every replica must converge on the same control state (the current model),
+so a control inlet has no consumer group: its consumer is *assigned* every
+partition of the topic and starts at the beginning. At start-up the replica
+replays the topic up to the end offsets it saw when it started, and only then
+takes data; afterwards it polls the control consumer between data batches,
+never inside one, so a batch is always processed under one state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from streamflow.api.streamlet import Record
+from streamflow.runtime.clients import KafkaClients
+from streamflow.schema.codecs import Codec, DecodeError
+
+__all__ = ["ControlInletBinding", "ControlReader"]
+
+log = logging.getLogger("streamflow.runtime.control")
+
+
+@dataclass(frozen=True)
+class ControlInletBinding:
+    inlet: str
+    topic: str
+    codec: Codec
+
+
+Apply = Callable[[Record], None]
+Reject = Callable[[Message, str, Exception], None]
+
+
+class ControlReader:
+    def __init__(
+        self, *, clients: KafkaClients, bindings: list[ControlInletBinding], client_id: str
+    ) -> None:
+        self._bindings = {b.topic: b for b in bindings}
+        self._consumer: Consumer = clients.consumer(
+            group=f"{client_id}.control.{uuid.uuid4().hex[:8]}",
+            client_id=f"{client_id}.control",
+            **{"enable.auto.commit": False, "auto.offset.reset": "earliest"},
+        )
+        self._partitions: list[TopicPartition] = []
+
+    def assign(self, timeout: float = 30.0) -> None:
+        for topic in self._bindings:
+            meta = self._consumer.list_topics(topic, timeout=timeout).topics[topic]
+            if meta.error is not None:
+                raise RuntimeError(f"control topic {topic!r}: {meta.error.str()}")
+            self._partitions += [
+                TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions
+            ]
+        self._consumer.assign(self._partitions)
+
+    def catch_up(self, *, apply: Apply, reject: Reject, timeout: float = 120.0) -> int:
+        """Replay every control record written before now; returns how many were applied."""
+        ends = {}
+        for tp in self._partitions:
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
+            if high > low:
+                ends[(tp.topic, tp.partition)] = high
+        applied = 0
+        deadline = time.monotonic() + timeout
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"control inlets did not catch up in {timeout:.0f}s: {ends}")
+            for msg in self._consumer.consume(500, 0.2):
+                applied += self._handle(msg, apply, reject)
+                key = (msg.topic(), msg.partition())
+                if key in ends and msg.offset() + 1 >= ends[key]:
+                    del ends[key]
+        log.info("control inlets caught up", extra={"control_records": applied})
+        return applied
+
+    def poll(self, *, apply: Apply, reject: Reject, timeout: float = 0.0) -> int:
+        applied = 0
+        for msg in self._consumer.consume(100, timeout):
+            applied += self._handle(msg, apply, reject)
+        return applied
+
+    def _handle(self, msg: Message, apply: Apply, reject: Reject) -> int:
+        if msg.error() is not None:
+            log.warning("control consumer error: %s", msg.error().str())
+            return 0
+        raw = msg.value()
+        if raw is None:  # a tombstone: compaction deletes the key; nothing to apply
+            return 0
+        binding = self._bindings[msg.topic()]
+        try:
+            value = binding.codec.decode(raw)
+        except DecodeError as exc:
+            reject(msg, binding.inlet, exc)
+            return 0
+        key = msg.key()
+        record = Record(
+            value=value,
+            key=key.decode("utf-8", "replace") if key is not None else None,
+            inlet=binding.inlet,
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            timestamp_ms=msg.timestamp()[1],
+            headers=dict(msg.headers() or ()),
+        )
+        try:
+            apply(record)
+        except Exception as exc:
+            reject(msg, binding.inlet, exc)
+            return 0
+        return 1
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,215 @@
+"""Delivery guarantees: when an input counts as done.
+
+*At-least-once* (the default) never blocks on the broker. Each consumed batch
+becomes a ticket that counts its unacknowledged outputs; the producer's
+delivery callbacks count them down. Offsets are stored, in batch order, only
+for tickets whose outputs are all acknowledged, and librdkafka commits what is
+stored. A batch is never stored before an earlier one, so a crash replays
+from the oldest unfinished batch and nothing is lost. On a partition revoke
+the producer is flushed first, so the new owner starts after our last output.
+
+*Exactly-once* wraps each batch in a Kafka transaction together with the
+consumer offsets (``send_offsets_to_transaction``). Consumers downstream read
+``read_committed``, so they see a batch's outputs only if its offsets moved.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+__all__ = ["AtLeastOnce", "Delivery", "DeliveryError", "ExactlyOnce", "Offsets"]
+
+log = logging.getLogger("streamflow.runtime")
+
+Offsets = dict[tuple[str, int], int]
+Headers = Sequence[tuple[str, bytes]]
+
+
+class DeliveryError(Exception):
+    """An output could not be delivered; the replica must restart from committed offsets."""
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    key: bytes | None,
+    headers: Headers,
+    on_delivery: Callable[[Any, Any], None] | None,
+) -> None:
+    """Produce, waiting for queue space instead of failing or growing memory."""
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+class _Ticket:
+    __slots__ = ("failed", "offsets", "pending", "sealed")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.offsets: Offsets = {}
+        self.sealed = False
+        self.failed: str | None = None
+
+
+class Delivery:
+    """The interface the processing loop uses; one implementation per guarantee."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+
+    def begin_batch(self) -> None: ...
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        raise NotImplementedError
+
+    def end_batch(self, offsets: Offsets) -> None: ...
+
+    def produce_unbatched(
+        self, topic: str, value: bytes, key: bytes | None, headers: Headers
+    ) -> None:
+        """An output that belongs to no input batch (control outputs, ingress)."""
+        self.begin_batch()
+        self.produce(topic, value, key, headers)
+        self.end_batch({})
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None: ...
+
+    def close(self, timeout: float = 30.0) -> None:
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            log.error("%d outputs were not acknowledged before shutdown", remaining)
+
+
+class AtLeastOnce(Delivery):
+    def __init__(self, producer: Producer, consumer: Consumer | None) -> None:
+        super().__init__(producer)
+        self.consumer = consumer
+        self._tickets: collections.deque[_Ticket] = collections.deque()
+        self._current: _Ticket | None = None
+        self._error: str | None = None
+
+    def begin_batch(self) -> None:
+        self._current = _Ticket()
+        self._tickets.append(self._current)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        ticket = self._current
+        assert ticket is not None, "produce() outside a batch"
+        ticket.pending += 1
+        _produce(
+            self.producer, topic, value, key, headers, lambda err, msg: self._acked(ticket, err)
+        )
+
+    def _acked(self, ticket: _Ticket, err: KafkaError | None) -> None:
+        ticket.pending -= 1
+        if err is not None:
+            ticket.failed = ticket.failed or err.str()
+            self._error = self._error or err.str()
+
+    def end_batch(self, offsets: Offsets) -> None:
+        assert self._current is not None
+        self._current.offsets = offsets
+        self._current.sealed = True
+        self._current = None
+        self._store_finished()
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        self._store_finished()
+
+    def _store_finished(self) -> None:
+        if self._error is not None:
+            raise DeliveryError(f"an output could not be delivered: {self._error}")
+        done: Offsets = {}
+        while self._tickets and self._tickets[0].sealed and self._tickets[0].pending == 0:
+            done.update(self._tickets.popleft().offsets)
+        if done and self.consumer is not None:
+            self._store(done)
+
+    def _store(self, offsets: Offsets) -> None:
+        assert self.consumer is not None
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        partitions = [
+            TopicPartition(t, p, o) for (t, p), o in offsets.items() if (t, p) in assigned
+        ]
+        if partitions:
+            self.consumer.store_offsets(offsets=partitions)
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        """Finish everything in flight, then commit, before the partitions move."""
+        self.producer.flush()
+        self._store_finished()
+        if self.consumer is None:
+            return
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                log.warning("commit on revoke failed: %s", exc.args[0].str())
+
+    def close(self, timeout: float = 30.0) -> None:
+        super().close(timeout)
+        self._store_finished()
+        if self.consumer is not None:
+            try:
+                self.consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    log.warning("final commit failed: %s", exc.args[0].str())
+
+
+class ExactlyOnce(Delivery):
+    """One transaction per batch; offsets commit atomically with the outputs."""
+
+    def __init__(self, producer: Producer, consumer: Consumer | None) -> None:
+        super().__init__(producer)
+        self.consumer = consumer
+        self._open = False
+        producer.init_transactions(60)
+
+    def begin_batch(self) -> None:
+        self.producer.begin_transaction()
+        self._open = True
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
+        _produce(self.producer, topic, value, key, headers, None)
+
+    def end_batch(self, offsets: Offsets) -> None:
+        try:
+            if offsets and self.consumer is not None:
+                self.producer.send_offsets_to_transaction(
+                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                    self.consumer.consumer_group_metadata(),
+                    30,
+                )
+            self.producer.commit_transaction(60)
+        except KafkaException as exc:
+            self.abort()
+            raise DeliveryError(f"transaction failed: {exc.args[0].str()}") from None
+        finally:
+            self._open = False
+
+    def abort(self) -> None:
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as exc:
+            log.warning("abort failed: %s", exc.args[0].str())
+        self._open = False
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._open:
+            self.abort()
+        super().close(timeout)

@@ -1,0 +1,32 @@
+"""Dead letters: the original bytes plus headers that say what went wrong and where.
+
+A dead letter keeps the record's key, value and headers exactly as consumed,
+so it can be inspected with ``streamflow tail`` and replayed after a fix.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import Message
+
+__all__ = ["dead_letter", "describe"]
+
+_MAX_ERROR = 2000
+
+
+def describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 1] + "…"
+
+
+def dead_letter(
+    msg: Message, error: BaseException
+) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
+    headers = list(msg.headers() or ())
+    headers += [
+        ("streamflow-error", describe(error).encode()),
+        ("streamflow-error-type", type(error).__name__.encode()),
+        ("streamflow-source-topic", msg.topic().encode()),
+        ("streamflow-source-partition", str(msg.partition()).encode()),
+        ("streamflow-source-offset", str(msg.offset()).encode()),
+    ]
+    return msg.value() or b"", msg.key(), headers

@@ -1,0 +1,331 @@
+"""The consume → decode → logic → encode → produce loop of a replica with inlets.
+
+One turn of the loop is one batch: ``consume(batch_size, timeout)`` returns up
+to a batch of records, and the batch is the unit of everything else. Control
+records are applied before a batch, never inside it. The logic sees only
+records that decoded; a record that does not decode, or whose logic raises, or
+whose outputs do not encode, goes to the dead-letter topic with the error,
+and the rest of the batch carries on. Offsets advance only through the
+:mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from streamflow.api import outputs as outputs_mod
+from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.api.streamlet import Record, Streamlet
+from streamflow.runtime import dlq
+from streamflow.runtime.control import ControlReader
+from streamflow.runtime.delivery import Delivery, Offsets
+from streamflow.runtime.health import HealthState
+from streamflow.runtime.metrics import Metrics
+from streamflow.runtime.ports import Bindings
+from streamflow.schema.codecs import DecodeError
+
+__all__ = ["Processor"]
+
+log = logging.getLogger("streamflow.runtime")
+
+_NO_HEADERS: dict[str, bytes] = {}
+_Dead = tuple[Message, str, BaseException, str]
+
+
+class Processor:
+    """Runs the data loop of one replica until ``stop`` is set."""
+
+    def __init__(
+        self,
+        *,
+        streamlet: Streamlet,
+        descriptor: StreamletDescriptor,
+        bindings: Bindings,
+        consumer: Consumer,
+        delivery: Delivery,
+        metrics: Metrics,
+        health: HealthState,
+        control: ControlReader | None,
+        loop: asyncio.AbstractEventLoop,
+        stop: threading.Event,
+        batch_size: int = 500,
+        batch_timeout: float = 0.1,
+    ) -> None:
+        self.streamlet = streamlet
+        self.descriptor = descriptor
+        self.bindings = bindings
+        self.consumer = consumer
+        self.delivery = delivery
+        self.metrics = metrics
+        self.health = health
+        self.control = control
+        self.loop = loop
+        self.stop = stop
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+        self._accepting = True
+        self._assigned_once = False
+        self._logic = self._choose_logic()
+        self._router = outputs_mod.OutputRouter(descriptor)
+        self._in = {
+            i: metrics.port(metrics.records_in, i) for i, _ in bindings.inlets_by_topic.values()
+        }
+        self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def run(self) -> None:
+        self.consumer.subscribe(
+            list(self.bindings.inlets_by_topic),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        while not self.stop.is_set():
+            self.health.turned()
+            if self.control is not None:
+                self.control.poll(apply=self.apply_control, reject=self.reject_control)
+            self._gate()
+            messages = self.consumer.consume(self.batch_size, self.batch_timeout)
+            self.delivery.poll()
+            if not messages:
+                continue
+            if not self._accepting:
+                self._rewind(messages)
+                continue
+            self.process_batch(messages)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned_once = True
+        log.info("assigned %s", _names(partitions))
+        if not self._accepting and partitions:
+            self._pending_pause = True
+        self._update_ready()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("revoked %s", _names(partitions))
+        self.delivery.on_revoke(partitions)
+
+    def _gate(self) -> None:
+        """Hold data while the streamlet cannot take it (e.g. no model loaded yet)."""
+        accepting = self.streamlet.accepts_data()
+        if accepting != self._accepting or getattr(self, "_pending_pause", False):
+            self._pending_pause = False
+            assignment = self.consumer.assignment()
+            if accepting:
+                self.consumer.resume(assignment)
+            elif assignment:
+                self.consumer.pause(assignment)
+            self._accepting = accepting
+            self._update_ready()
+
+    def _rewind(self, messages: list[Message]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error() is None:
+                first.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+        self._pending_pause = True
+
+    def _update_ready(self) -> None:
+        reasons = []
+        if not self._assigned_once:
+            reasons.append("waiting for a partition assignment")
+        if not self._accepting:
+            reasons.append("the streamlet is not accepting data yet")
+        self.health.set_ready(not reasons, reasons)
+
+    # -- one batch -----------------------------------------------------------
+
+    def process_batch(self, messages: list[Message]) -> None:
+        started = time.perf_counter()
+        offsets: Offsets = {}
+        dead: list[_Dead] = []
+        good: list[tuple[Message, Record]] = []
+        counts: dict[str, int] = {}
+        inlets = self.bindings.inlets_by_topic
+        for msg in messages:
+            if msg.error() is not None:
+                log.warning("consumer error: %s", msg.error().str())
+                continue
+            topic = msg.topic()
+            offset = msg.offset()
+            offsets[(topic, msg.partition())] = offset + 1
+            inlet, codec = inlets[topic]
+            counts[inlet] = counts.get(inlet, 0) + 1
+            raw = msg.value()
+            try:
+                if raw is None:
+                    raise DecodeError("record has no value (a tombstone)")
+                value = codec.decode(raw)
+            except DecodeError as exc:
+                dead.append((msg, inlet, exc, "decode"))
+                continue
+            key = msg.key()
+            headers = msg.headers()
+            good.append(
+                (
+                    msg,
+                    Record(
+                        value,
+                        key.decode("utf-8", "replace") if key is not None else None,
+                        inlet,
+                        topic,
+                        msg.partition(),
+                        offset,
+                        msg.timestamp()[1],
+                        dict(headers) if headers else _NO_HEADERS,
+                    ),
+                )
+            )
+        results = self._logic([record for _, record in good]) if good else []
+        self.delivery.begin_batch()
+        produced = self._produce_results(good, results, dead)
+        for msg, inlet, error, kind in dead:
+            self._dead_letter(msg, inlet, error, kind)
+        self.delivery.end_batch(offsets)
+        self._count(counts, produced, started, len(messages))
+
+    def _produce_results(
+        self, good: list[tuple[Message, Record]], results: Sequence[Any], dead: list[_Dead]
+    ) -> dict[str, int]:
+        produced: dict[str, int] = {}
+        outlets = self.bindings.outlets
+        produce = self.delivery.produce
+        for (msg, record), result in zip(good, results, strict=True):
+            if isinstance(result, BaseException):
+                dead.append((msg, record.inlet, result, "logic"))
+                continue
+            try:
+                encoded = [
+                    (outlets[out.outlet], out.key, outlets[out.outlet].codec.encode(out.value), out)
+                    for out in self._router.route(result, input_key=record.key)
+                ]
+            except Exception as exc:
+                dead.append((msg, record.inlet, exc, "encode"))
+                continue
+            for binding, key, data, out in encoded:
+                produced[binding.outlet] = produced.get(binding.outlet, 0) + 1
+                if binding.topic is None:
+                    continue
+                headers = [("streamflow-schema", binding.schema_header)]
+                if out.headers:
+                    headers += [(k, v.encode()) for k, v in out.headers.items()]
+                produce(binding.topic, data, key.encode() if key is not None else None, headers)
+        return produced
+
+    def _dead_letter(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
+        self.metrics.port(self.metrics.records_dlq, inlet).inc()
+        self.metrics.port(self.metrics.errors, inlet, kind=kind).inc()
+        log.warning(
+            "dead-lettered a record from %s[%d]@%d: %s",
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            dlq.describe(error),
+            extra={"error_kind": kind},
+        )
+        value, key, headers = dlq.dead_letter(msg, error)
+        self.delivery.produce(self.bindings.dlq_topic, value, key, headers)
+
+    def _count(
+        self, counts: dict[str, int], produced: dict[str, int], started: float, n: int
+    ) -> None:
+        for inlet, count in counts.items():
+            self._in[inlet].inc(count)
+        for outlet, count in produced.items():
+            self._out[outlet].inc(count)
+        labels = self.metrics.labels
+        self.metrics.batch_seconds.labels(**labels).observe(time.perf_counter() - started)
+        self.metrics.batch_size.labels(**labels).observe(n)
+
+    # -- logic ---------------------------------------------------------------
+
+    def _choose_logic(self) -> Callable[[list[Record]], Sequence[Any]]:
+        method = getattr(self.streamlet, self.descriptor.logic)
+        if self.descriptor.logic == "process_batch":
+            return lambda records: self._batch_logic(method, records)
+        if self.descriptor.is_async:
+            return lambda records: self._async_record_logic(method, records)
+        return lambda records: _record_logic(method, records)
+
+    def _batch_logic(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
+        try:
+            return self._checked_batch(method, records)
+        except Exception as exc:
+            if len(records) == 1:
+                return [exc]
+            # Isolate the poison record(s): re-run one by one, so the rest still flows.
+            log.warning("process_batch failed on %d records (%s); isolating", len(records), exc)
+            out: list[Any] = []
+            for record in records:
+                try:
+                    out.extend(self._checked_batch(method, [record]))
+                except Exception as single:
+                    out.append(single)
+            return out
+
+    def _checked_batch(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
+        result = method(records)
+        if asyncio.iscoroutine(result):
+            result = self.loop.run_until_complete(result)
+        results = list(result) if result is not None else []
+        if len(results) != len(records):
+            raise ValueError(
+                f"process_batch returned {len(results)} results for {len(records)} records; "
+                "it must return one result per input, in order"
+            )
+        return results
+
+    def _async_record_logic(
+        self, method: Callable[..., Any], records: list[Record]
+    ) -> Sequence[Any]:
+        async def all_records() -> list[Any]:
+            return await asyncio.gather(*(method(r) for r in records), return_exceptions=True)
+
+        return self.loop.run_until_complete(all_records())
+
+    # -- control -------------------------------------------------------------
+
+    def apply_control(self, record: Record) -> None:
+        result = self.streamlet.on_control(record.inlet, record)
+        if asyncio.iscoroutine(result):
+            result = self.loop.run_until_complete(result)
+        for out in self._router.route(result, input_key=record.key):
+            binding = self.bindings.outlets[out.outlet]
+            data = binding.codec.encode(out.value)
+            self._out[out.outlet].inc()
+            if binding.topic is not None:
+                headers = [("streamflow-schema", binding.schema_header)]
+                key = out.key.encode() if out.key is not None else None
+                self.delivery.produce_unbatched(binding.topic, data, key, headers)
+        self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
+
+    def reject_control(self, msg: Message, inlet: str, error: Exception) -> None:
+        self.metrics.port(self.metrics.records_dlq, inlet).inc()
+        log.warning("control record rejected: %s", dlq.describe(error))
+        value, key, headers = dlq.dead_letter(msg, error)
+        self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)
+
+
+def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> list[Any]:
+    results: list[Any] = []
+    append = results.append
+    for record in records:
+        try:
+            append(method(record))
+        except Exception as exc:
+            append(exc)
+    return results
+
+
+def _names(partitions: list[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

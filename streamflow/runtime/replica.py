@@ -1,0 +1,243 @@
+"""One replica of one streamlet, from an Application to a running loop.
+
+This is the entry point shared by ``streamflow run``, the local supervisor and
+a Kubernetes pod (``streamflow streamlet run``). Start-up order matters: the
+streamlet's ``setup`` runs first, then control inlets are replayed to the end,
+and only then does the replica join its consumer group, so no data record is
+ever processed before the control state it depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamflow.api import config as config_mod
+from streamflow.api.streamlet import Context, Streamlet
+from streamflow.blueprint.model import EXACTLY_ONCE, Application
+from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.control import ControlInletBinding, ControlReader
+from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce
+from streamflow.runtime.health import HealthServer, HealthState
+from streamflow.runtime.metrics import Metrics
+from streamflow.runtime.ports import Bindings, bind
+from streamflow.runtime.processor import Processor
+from streamflow.runtime.serve import ServeRunner
+from streamflow.runtime.source import SourceRunner
+from streamflow.schema.store import SchemaStore
+
+__all__ = ["ReplicaOptions", "install_signal_handlers", "run_replica"]
+
+log = logging.getLogger("streamflow.runtime")
+
+
+@dataclass
+class ReplicaOptions:
+    bootstrap: str
+    replica: int = 0
+    health_host: str = "127.0.0.1"
+    health_port: int = 0
+    batch_size: int = 500
+    batch_timeout: float = 0.1
+    stop: threading.Event = field(default_factory=threading.Event)
+    kafka_config: dict[str, Any] = field(default_factory=dict)
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT finish the current batch, commit and exit cleanly."""
+
+    def handler(signum: int, frame: object) -> None:
+        log.info("received %s; finishing the current batch", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) -> None:
+    """Run one replica until ``options.stop`` is set. Raises on fatal errors."""
+    descriptor = app.descriptor(streamlet_name)
+    spec = app.streamlets[streamlet_name]
+    store = SchemaStore(app.schema_paths)
+    bindings = bind(app, streamlet_name, store)
+    config = config_mod.parse_config(descriptor, spec.config)
+    streamlet: Streamlet = descriptor.cls(config)
+    context = Context(
+        app=app.name,
+        streamlet=streamlet_name,
+        replica=options.replica,
+        config=config,
+        logger=logging.getLogger(f"streamflow.streamlet.{streamlet_name}"),
+    )
+    streamlet.context = context
+    metrics = Metrics(app=app.name, streamlet=streamlet_name, replica=options.replica)
+    health = HealthState()
+    server = HealthServer(
+        state=health, metrics=metrics, host=options.health_host, port=options.health_port
+    )
+    server.start()
+    log.info(
+        "health and metrics on http://%s:%d",
+        options.health_host,
+        server.port,
+        extra={"health_port": server.port},
+    )
+    clients = KafkaClients(
+        bootstrap=options.bootstrap, config={**app.kafka.config, **options.kafka_config}
+    )
+    client_id = f"{app.name}.{streamlet_name}.{options.replica}"
+    loop = asyncio.new_event_loop()
+    try:
+        _maybe_await(loop, streamlet.setup(context))
+        if descriptor.inlets:
+            _run_processor(
+                app,
+                streamlet_name,
+                streamlet,
+                bindings,
+                clients,
+                client_id,
+                metrics,
+                health,
+                loop,
+                options,
+            )
+        elif descriptor.logic == "serve":
+            producer = clients.producer(client_id=client_id)
+            ServeRunner(
+                streamlet=streamlet,
+                descriptor=descriptor,
+                bindings=bindings,
+                producer=producer,
+                metrics=metrics,
+                health=health,
+                loop=loop,
+                stop=options.stop,
+            ).run()
+        else:
+            _run_source(
+                app,
+                streamlet_name,
+                streamlet,
+                bindings,
+                clients,
+                client_id,
+                metrics,
+                health,
+                loop,
+                options,
+            )
+        _maybe_await(loop, streamlet.teardown())
+    finally:
+        server.stop()
+        loop.close()
+    log.info("stopped cleanly")
+
+
+def _delivery(
+    app: Application, name: str, clients: KafkaClients, client_id: str, consumer: Any
+) -> Delivery:
+    if app.streamlets[name].guarantee == EXACTLY_ONCE:
+        producer = clients.producer(client_id=client_id, transactional_id=client_id)
+        return ExactlyOnce(producer, consumer)
+    return AtLeastOnce(clients.producer(client_id=client_id), consumer)
+
+
+def _control_reader(
+    bindings: Bindings, clients: KafkaClients, client_id: str
+) -> ControlReader | None:
+    if not bindings.controls_by_topic:
+        return None
+    reader = ControlReader(
+        clients=clients,
+        bindings=[
+            ControlInletBinding(inlet, topic, codec)
+            for topic, (inlet, codec) in bindings.controls_by_topic.items()
+        ],
+        client_id=client_id,
+    )
+    reader.assign()
+    return reader
+
+
+def _run_processor(
+    app: Application,
+    name: str,
+    streamlet: Streamlet,
+    bindings: Bindings,
+    clients: KafkaClients,
+    client_id: str,
+    metrics: Metrics,
+    health: HealthState,
+    loop: asyncio.AbstractEventLoop,
+    options: ReplicaOptions,
+) -> None:
+    settings: dict[str, Any] = {"statistics.interval.ms": 5000, "stats_cb": metrics.on_stats}
+    if app.streamlets[name].guarantee == EXACTLY_ONCE:
+        # Offsets travel inside each transaction; nothing may be committed beside it.
+        settings["enable.auto.commit"] = False
+    consumer = clients.consumer(group=app.consumer_group(name), client_id=client_id, **settings)
+    delivery = _delivery(app, name, clients, client_id, consumer)
+    control = _control_reader(bindings, clients, client_id)
+    processor = Processor(
+        streamlet=streamlet,
+        descriptor=app.descriptor(name),
+        bindings=bindings,
+        consumer=consumer,
+        delivery=delivery,
+        metrics=metrics,
+        health=health,
+        control=control,
+        loop=loop,
+        stop=options.stop,
+        batch_size=options.batch_size,
+        batch_timeout=options.batch_timeout,
+    )
+    health.set_ready(False, ["replaying control inlets"] if control else ["joining the group"])
+    try:
+        if control is not None:
+            control.catch_up(apply=processor.apply_control, reject=processor.reject_control)
+        processor.run()
+    finally:
+        delivery.close()
+        consumer.close()
+        if control is not None:
+            control.close()
+
+
+def _run_source(
+    app: Application,
+    name: str,
+    streamlet: Streamlet,
+    bindings: Bindings,
+    clients: KafkaClients,
+    client_id: str,
+    metrics: Metrics,
+    health: HealthState,
+    loop: asyncio.AbstractEventLoop,
+    options: ReplicaOptions,
+) -> None:
+    delivery = _delivery(app, name, clients, client_id, None)
+    runner = SourceRunner(
+        streamlet=streamlet,
+        descriptor=app.descriptor(name),
+        bindings=bindings,
+        delivery=delivery,
+        metrics=metrics,
+        health=health,
+        loop=loop,
+        stop=options.stop,
+    )
+    try:
+        runner.run()
+    finally:
+        delivery.close()
+
+
+def _maybe_await(loop: asyncio.AbstractEventLoop, result: Any) -> None:
+    if asyncio.iscoroutine(result):
+        loop.run_until_complete(result)

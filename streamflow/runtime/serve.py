@@ -1,0 +1,128 @@
+"""The loop of a ``serve()`` ingress: the streamlet pushes, Kafka acknowledges.
+
+An HTTP ingress must answer only once its records are safe, so
+:class:`KafkaEmitter` resolves an asyncio future from the producer's delivery
+callback. The callback runs on a poller thread (``producer.poll``), so it hands
+the result back to the event loop with ``call_soon_threadsafe``. Memory stays
+bounded: when the producer queue is full, ``emit`` waits rather than buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from streamflow.api import outputs as outputs_mod
+from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.api.ports import Emit
+from streamflow.api.streamlet import EmitError, Streamlet
+from streamflow.runtime.health import HealthState
+from streamflow.runtime.metrics import Metrics
+from streamflow.runtime.ports import Bindings
+
+__all__ = ["KafkaEmitter", "ServeRunner"]
+
+log = logging.getLogger("streamflow.runtime")
+
+
+class KafkaEmitter:
+    def __init__(
+        self,
+        *,
+        producer: Producer,
+        descriptor: StreamletDescriptor,
+        bindings: Bindings,
+        metrics: Metrics,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._producer = producer
+        self._router = outputs_mod.OutputRouter(descriptor)
+        self._bindings = bindings
+        self._loop = loop
+        self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
+
+    async def emit(self, output: dict[str, Any] | Emit, *, timeout: float = 10.0) -> None:
+        futures = [self._send(out) for out in self._router.route(output, input_key=None)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        except TimeoutError:
+            raise EmitError(f"Kafka did not acknowledge within {timeout:g}s") from None
+
+    def _send(self, out: Any) -> asyncio.Future[None]:
+        binding = self._bindings.outlets[out.outlet]
+        data = binding.codec.encode(out.value)
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._out[out.outlet].inc()
+        if binding.topic is None:
+            future.set_result(None)
+            return future
+
+        def acked(err: KafkaError | None, msg: Any) -> None:
+            self._loop.call_soon_threadsafe(_settle, future, err)
+
+        headers = [("streamflow-schema", binding.schema_header)]
+        key = out.key.encode() if out.key is not None else None
+        try:
+            self._producer.produce(binding.topic, data, key, headers=headers, on_delivery=acked)
+        except BufferError:
+            future.set_exception(EmitError("the producer queue is full; Kafka is not keeping up"))
+        return future
+
+
+def _settle(future: asyncio.Future[None], err: KafkaError | None) -> None:
+    if future.done():
+        return
+    if err is None:
+        future.set_result(None)
+    else:
+        future.set_exception(EmitError(f"Kafka rejected the record: {err.str()}"))
+
+
+class ServeRunner:
+    def __init__(
+        self,
+        *,
+        streamlet: Streamlet,
+        descriptor: StreamletDescriptor,
+        bindings: Bindings,
+        producer: Producer,
+        metrics: Metrics,
+        health: HealthState,
+        loop: asyncio.AbstractEventLoop,
+        stop: threading.Event,
+    ) -> None:
+        self.streamlet = streamlet
+        self.producer = producer
+        self.health = health
+        self.loop = loop
+        self.stop = stop
+        self.emitter = KafkaEmitter(
+            producer=producer, descriptor=descriptor, bindings=bindings, metrics=metrics, loop=loop
+        )
+
+    def run(self) -> None:
+        poller = threading.Thread(target=self._poll, daemon=True)
+        poller.start()
+        self.loop.run_until_complete(self._serve())
+        poller.join(timeout=5)
+
+    async def _serve(self) -> None:
+        task = asyncio.ensure_future(getattr(self.streamlet, "serve")(self.emitter))  # noqa: B009
+        self.health.set_ready(True)
+        while not self.stop.is_set() and not task.done():
+            self.health.turned()
+            await asyncio.sleep(0.2)  # checks the stop flag set by a signal handler
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.producer.poll(0.1)
+        self.producer.flush(30)

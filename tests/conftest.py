@@ -1,0 +1,112 @@
+"""Shared fixtures: one Kafka per test session, and unique topics per test.
+
+The broker comes from `$STREAMFLOW_KAFKA_BOOTSTRAP` when set, else the embedded
+devkit broker (the jars from `tools/fetch-kafka`), else a testcontainers Kafka
+where Docker answers. `kafka_broker` is a separate embedded broker, started
+only for the tests that stop and restart it, so they never disturb the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from streamflow import devkit
+
+BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """The bootstrap servers of the session's shared Kafka."""
+    if external := os.environ.get(BOOTSTRAP_ENV):
+        yield external
+        return
+    broker = devkit.KafkaBroker()
+    try:
+        broker.start()
+    except devkit.DevkitError as error:
+        if not _docker_answers():
+            pytest.fail(str(error), pytrace=False)
+        with _container_kafka() as bootstrap:
+            yield bootstrap
+        return
+    yield broker.bootstrap_servers
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def _restartable_broker() -> Iterator[devkit.KafkaBroker]:
+    broker = devkit.KafkaBroker()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def kafka_broker(_restartable_broker: devkit.KafkaBroker) -> devkit.KafkaBroker:
+    """An embedded broker of its own that a test may kill, pause or restart; running at start."""
+    if _restartable_broker.is_running:
+        _restartable_broker.resume()  # a failed test may have left it paused
+        return _restartable_broker
+    try:
+        _restartable_broker.start()
+    except devkit.DevkitError as error:
+        pytest.fail(str(error), pytrace=False)
+    return _restartable_broker
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """`topic_factory(prefix, partitions=1, config=None)` makes a unique, ready topic.
+
+    The topics are deleted after the test.
+    """
+    created: list[str] = []
+
+    def create(
+        prefix: str = "test", *, partitions: int = 1, config: dict[str, str] | None = None
+    ) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        devkit.create_topic(
+            bootstrap_servers=kafka_bootstrap, name=name, partitions=partitions, config=config
+        )
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        for future in admin.delete_topics(created, operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        result = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+@contextlib.contextmanager
+def _container_kafka() -> Iterator[str]:
+    try:
+        from testcontainers.kafka import KafkaContainer  # type: ignore[import-not-found]
+    except ImportError:
+        pytest.fail(
+            "No Kafka: the jars are missing (run tools/fetch-kafka) and testcontainers "
+            "is not installed for the Docker fallback.",
+            pytrace=False,
+        )
+    with KafkaContainer().with_kraft() as container:
+        yield str(container.get_bootstrap_server())

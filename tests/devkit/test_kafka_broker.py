@@ -1,0 +1,160 @@
+"""The embedded development Kafka: real records, transactions, restarts, and helpful errors."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from streamflow import devkit
+from streamflow.devkit import DevkitError, KafkaBroker
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0, "records still unacknowledged after 30 s"
+
+
+def consume_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    count: int,
+    timeout: float = 30,
+    committed_only: bool = False,
+    group: bool = False,
+) -> list[bytes]:
+    """Read `count` records from the start of `topic`'s partition 0, or give up after `timeout`.
+
+    With `group`, subscribe through a consumer group (the first join on a fresh broker
+    takes ~3 s while it creates __consumer_offsets); otherwise assign the partition.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+        }
+    )
+    if group:
+        consumer.subscribe([topic])
+    else:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            values.extend(_value(message) for message in consumer.consume(count, timeout=0.5))
+    finally:
+        consumer.close()
+    return values
+
+
+def _value(message: Message) -> bytes:
+    if error := message.error():
+        raise AssertionError(f"consume failed: {error}")
+    value = message.value()
+    assert isinstance(value, bytes)
+    return value
+
+
+def test_a_record_goes_through_the_shared_broker_and_a_consumer_group(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory("roundtrip")
+
+    produce(kafka_bootstrap, topic, [b"hello"])
+
+    assert consume_all(kafka_bootstrap, topic, count=1, group=True) == [b"hello"]
+
+
+def test_read_committed_sees_committed_transactions_only(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory("transactions")
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    assert producer.flush(30) == 0  # written to the log, so the abort has something to hide
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(30)
+
+    assert consume_all(kafka_bootstrap, topic, count=1, committed_only=True) == [b"committed"]
+    assert consume_all(kafka_bootstrap, topic, count=2, timeout=3) == [b"aborted", b"committed"]
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["graceful", "crash"])
+def test_restart_keeps_address_and_data(kafka_broker: KafkaBroker, hard: bool) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = f"restart-{uuid.uuid4().hex[:12]}"
+    devkit.create_topic(bootstrap_servers=bootstrap, name=topic)
+    produce(bootstrap, topic, [b"before"])
+
+    kafka_broker.restart(hard=hard)
+
+    assert kafka_broker.bootstrap_servers == bootstrap
+    produce(bootstrap, topic, [b"after"])
+    assert consume_all(bootstrap, topic, count=2) == [b"before", b"after"]
+
+
+def test_stop_is_idempotent_and_removes_the_work_dir() -> None:
+    broker = KafkaBroker()
+    broker.start()
+    work_dir = broker.work_dir
+    assert work_dir is not None and (work_dir / "server.properties").is_file()
+
+    broker.stop()
+    broker.stop()
+
+    assert not broker.is_running
+    assert not work_dir.exists()
+
+
+def test_a_missing_lib_dir_says_how_to_fetch_the_jars(tmp_path: Path) -> None:
+    with pytest.raises(DevkitError, match="tools/fetch-kafka") as error:
+        KafkaBroker(lib_dir=tmp_path / "nowhere").start()
+    assert str(tmp_path / "nowhere") in str(error.value)
+
+
+def test_a_lib_dir_without_kafka_jars_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DevkitError, match="no Kafka broker jar"):
+        KafkaBroker(lib_dir=tmp_path).start()
+
+
+def test_a_missing_java_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+
+    with pytest.raises(DevkitError, match="JAVA_HOME"):
+        KafkaBroker().start()
+
+
+def test_a_bad_setting_fails_fast_and_quotes_kafka() -> None:
+    broker = KafkaBroker(overrides={"num.io.threads": "not-a-number"})
+
+    with pytest.raises(DevkitError, match=r"Invalid value not-a-number .* num\.io\.threads"):
+        broker.start(timeout=30)
+    broker.stop()
+
+
+def test_a_broker_that_dies_while_starting_is_reported_with_its_output() -> None:
+    broker = KafkaBroker(jvm_options=["-XX:+StreamflowNoSuchOption"])
+
+    with pytest.raises(DevkitError, match="exited with code") as error:
+        broker.start(timeout=30)
+    broker.stop()
+
+    assert "StreamflowNoSuchOption" in str(error.value)
+    assert not broker.is_running
