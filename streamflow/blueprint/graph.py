@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from streamflow.blueprint.model import Application
 
 __all__ = [
+    "FORMATS",
     "Edge",
     "Graph",
     "StreamletNode",
     "TopicNode",
     "build_graph",
+    "render",
     "to_dot",
     "to_mermaid",
     "to_text",
@@ -73,6 +75,17 @@ class Graph:
 
     def edges_of(self, topic: str, direction: str) -> list[Edge]:
         return [e for e in self.edges if e.topic == topic and e.direction == direction]
+
+
+FORMATS = ("text", "mermaid", "dot")
+
+
+def render(app: Application, *, fmt: str = "text") -> str:
+    """The application's graph as ``text``, ``mermaid`` or ``dot``."""
+    renderers = {"text": to_text, "mermaid": to_mermaid, "dot": to_dot}
+    if fmt not in renderers:
+        raise ValueError(f"unknown graph format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return renderers[fmt](build_graph(app))
 
 
 def build_graph(app: Application) -> Graph:

@@ -38,10 +38,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """The Application (None when there are errors) and every problem found."""
+    """The Application (None when there are errors) and every problem found.
+
+    ``name`` is the application's name as written, even when it has errors.
+    """
 
     application: Application | None
     problems: list[Problem]
+    name: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -136,6 +140,7 @@ def _verify(
     draft = read_blueprint(root, report)
     if draft is None:
         return VerifyResult(None, report.problems)
+    name = draft.name
     python_paths = [base_dir, *_existing(draft.python_paths, base_dir=base_dir, report=report)]
     schema_paths = _existing(draft.schemas, base_dir=base_dir, report=report)
     project_schemas = search_paths.project_schema_dir(start=base_dir)
@@ -146,7 +151,7 @@ def _verify(
     descriptors, configs = _check(draft, python_paths, schema_paths, overrides or {}, report)
     problems = _sorted(report.problems, first_file=filename)
     if has_errors(problems):
-        return VerifyResult(None, problems)
+        return VerifyResult(None, problems, name)
     application = _application(
         draft,
         configs=configs,
@@ -155,7 +160,7 @@ def _verify(
         python_paths=python_paths,
         source=source,
     )
-    return VerifyResult(application, problems)
+    return VerifyResult(application, problems, name)
 
 
 def _check(

@@ -46,7 +46,9 @@ def check_port_uses(
                     f"topic {topic.name}: {use.ref} names streamlet {use.ref.streamlet!r}, "
                     "which is not in the blueprint",
                     use.node,
-                    hint=did_you_mean(use.ref.streamlet, streamlets),
+                    hint=did_you_mean(
+                        str(use.ref), [f"{name}.{use.ref.port}" for name in streamlets]
+                    ),
                 )
                 continue
             descriptor = descriptors.get(use.ref.streamlet)

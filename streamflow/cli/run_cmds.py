@@ -115,7 +115,7 @@ def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
         try:
             broker.start()
         except devkit.DevkitError as exc:
-            console.print(f"[red]error[/]: {exc}", markup=True)
+            console.print(f"error: {exc}", markup=False, style="red")
             raise typer.Exit(1) from None
     console.print(f"[bold]streamflow[/]: embedded Kafka ready at {broker.bootstrap_servers}")
     try:
@@ -187,7 +187,7 @@ def _panel(app: Application, bootstrap: str, replicas: list[ReplicaProcess]) -> 
     for replica in replicas:
         metrics.add_row(replica.name, f"http://127.0.0.1:{replica.health_port}/metrics")
     body = Group(
-        Text(graph.render(app, fmt="text")),
+        Text(graph.to_text(graph.build_graph(app))),
         Text(""),
         topics,
         Text(""),

@@ -287,6 +287,11 @@ def _normalise(node: Any, namespace: str | None, found: list[_Definition]) -> An
         inner_ns = full.rsplit(".", 1)[0] if "." in full else None
         body = {k: v for k, v in node.items() if k != "namespace"}
         body["name"] = full
+        symbols = node.get("symbols")
+        if kind == "enum" and not (
+            isinstance(symbols, list) and all(isinstance(s, str) for s in symbols)
+        ):
+            raise _about(full, f"enum {full} needs a 'symbols' list of names")
         if kind in ("record", "error"):
             fields = node.get("fields")
             if not isinstance(fields, list):

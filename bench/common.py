@@ -1,0 +1,249 @@
+"""Pieces shared by the benchmark driver and its child processes.
+
+The children talk to the driver through one-line JSON reports on stdout
+(``BENCH {...}``), stamped with ``time.monotonic()``: on Linux that clock is
+system-wide, so a child's "first batch consumed" and the driver's "output topic
+complete" are on the same timeline without any clock-sync games.
+
+The hand-written competitor must not import streamflow, so the schema, the
+single-object header and the client settings it needs are built here from
+fastavro and confluent-kafka alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import fastavro
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+SCHEMA_FILE = SCHEMA_DIR / "PassRecord.avsc"
+SCHEMA_NAME = "bench.PassRecord"
+SCHEMA_HEADER = [("streamflow-schema", SCHEMA_NAME.encode())]
+REPORT_PREFIX = "BENCH "
+PARTITIONS = 4
+
+# The librdkafka settings the runtime uses (streamflow/runtime/clients.py at the time
+# of writing). The hand-written loop uses the same ones, so the comparison measures
+# the Python work around the clients, not a difference in batching or acks.
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 100_000,
+    "queue.buffering.max.kbytes": 65_536,
+}
+CONSUMER_SETTINGS: dict[str, Any] = {
+    "enable.auto.commit": True,
+    "enable.auto.offset.store": False,
+    "auto.commit.interval.ms": 1000,
+    "auto.offset.reset": "earliest",
+    "isolation.level": "read_committed",
+    "partition.assignment.strategy": "cooperative-sticky",
+    "fetch.wait.max.ms": 50,
+    "queued.max.messages.kbytes": 32_768,
+}
+
+
+# -- schema ------------------------------------------------------------------
+
+
+def load_schema() -> tuple[Any, bytes]:
+    """The parsed schema and its 10-byte single-object header (C3 01 + CRC-64-AVRO, LE)."""
+    raw = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    parsed = fastavro.parse_schema(raw)
+    canonical = fastavro.schema.to_parsing_canonical_form(parsed)
+    digest = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
+    return parsed, b"\xc3\x01" + bytes.fromhex(digest)  # fastavro gives the LE bytes
+
+
+def encode(parsed: Any, header: bytes, value: dict[str, Any]) -> bytes:
+    buf = BytesIO()
+    buf.write(header)
+    fastavro.schemaless_writer(buf, parsed, value)
+    return buf.getvalue()
+
+
+def payload_length(parsed: Any, header: bytes, size: int) -> int:
+    """The payload length that makes an encoded record ``size`` bytes (or just over)."""
+    for length in range(size):
+        if len(encode(parsed, header, _record(0, b"x" * length))) >= size:
+            return length
+    raise ValueError(f"a record cannot be as small as {size} bytes")
+
+
+def _record(seq: int, payload: bytes) -> dict[str, Any]:
+    return {
+        "id": f"id-{seq:09d}",
+        "seq": seq,
+        "score": seq / 7.0,
+        "count": seq % 1000,
+        "created_ms": 1_700_000_000_000 + seq,
+        "payload": payload,
+    }
+
+
+def prefill(bootstrap: str, topic: str, *, records: int, size: int) -> int:
+    """Write ``records`` keyed single-object Avro records; returns their encoded size.
+
+    Payloads are seeded random bytes, so lz4 cannot shrink the 1 KB case to nothing.
+    """
+    parsed, header = load_schema()
+    length = payload_length(parsed, header, size)
+    rng = random.Random(size)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
+    encoded_size = 0
+    for seq in range(records):
+        value = encode(parsed, header, _record(seq, rng.randbytes(length)))
+        encoded_size = len(value)
+        key = f"id-{seq:09d}".encode()
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=SCHEMA_HEADER)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"prefill of {topic} did not complete")
+    return encoded_size
+
+
+# -- topics and offsets --------------------------------------------------------
+
+
+class Topics:
+    """Creates, counts and deletes the benchmark's own topics (and only those)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.created: list[str] = []
+
+    def create(self, name: str, *, partitions: int = PARTITIONS) -> None:
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=-1)
+        self.admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
+        self.created.append(name)
+        deadline = time.monotonic() + 30
+        while self._leaderless(name, partitions):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} has no leaders after 30 s")
+            time.sleep(0.05)
+
+    def _leaderless(self, name: str, partitions: int) -> bool:
+        meta = self.admin.list_topics(topic=name, timeout=10).topics.get(name)
+        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+            return True
+        return any(p.leader < 0 for p in meta.partitions.values())
+
+    def end_offsets(self, name: str, *, partitions: int = PARTITIONS) -> int:
+        """The sum of the partitions' end offsets: the records written so far."""
+        request = {TopicPartition(name, p): OffsetSpec.latest() for p in range(partitions)}
+        futures = self.admin.list_offsets(request, request_timeout=10)
+        return sum(future.result().offset for future in futures.values())
+
+    def delete(self, name: str) -> None:
+        self.admin.delete_topics([name], operation_timeout=30)[name].result(timeout=60)
+        self.created.remove(name)
+
+    def delete_all(self) -> None:
+        for name in list(self.created):
+            try:
+                self.delete(name)
+            except Exception as exc:
+                print(f"warning: could not delete topic {name}: {exc}", file=sys.stderr)
+
+
+# -- child reports and CPU -------------------------------------------------------
+
+
+def cpu_self() -> float:
+    """User + system CPU seconds of this process, all threads (librdkafka's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc (clock-tick resolution)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(event: str, **fields: Any) -> None:
+    """One line for the driver: when (monotonic) and how much CPU, plus ``fields``."""
+    line = json.dumps({"event": event, "t": time.monotonic(), "cpu": cpu_self(), **fields})
+    sys.stdout.write(REPORT_PREFIX + line + "\n")
+    sys.stdout.flush()
+
+
+def parse_report(line: str) -> dict[str, Any] | None:
+    if not line.startswith(REPORT_PREFIX):
+        return None
+    parsed: dict[str, Any] = json.loads(line[len(REPORT_PREFIX) :])
+    return parsed
+
+
+# -- where the numbers came from ----------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts stored next to the results."""
+    return {
+        "python": platform.python_version(),
+        "confluent_kafka": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "fastavro": fastavro.__version__,
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "platform": platform.platform(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain")),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip()

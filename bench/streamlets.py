@@ -1,0 +1,34 @@
+"""The two passthrough streamlets the benchmark runs through the real runtime.
+
+Both return the decoded value unchanged, so everything measured is the runtime's
+own work: consume, decode, route, encode, produce, delivery tracking and offsets.
+The two variants show what the per-record ``process`` path costs over ``process_batch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamflow import Inlet, Outlet, Record, Streamlet
+
+SCHEMA = "bench.PassRecord"
+
+
+class PassBatch(Streamlet):
+    """Passthrough through ``process_batch``: one call per consumed batch."""
+
+    inp = Inlet("in", SCHEMA)
+    out = Outlet("out", SCHEMA)
+
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        return [record.value for record in records]
+
+
+class PassRecord(Streamlet):
+    """Passthrough through ``process``: one call per record."""
+
+    inp = Inlet("in", SCHEMA)
+    out = Outlet("out", SCHEMA)
+
+    def process(self, record: Record) -> dict[str, Any]:
+        return record.value

@@ -1,0 +1,87 @@
+"""Streamlets used by the runtime's integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamflow import ControlInlet, Emit, Inlet, Outlet, Record, Streamlet, params
+
+
+class Scale(Streamlet):
+    """Copies readings, multiplied by the current factor; poison records raise."""
+
+    inp = Inlet("in", "tests.runtime.Reading")
+    out = Outlet("out", "tests.runtime.Scaled")
+
+    def process(self, record: Record) -> dict[str, Any]:
+        value = record.value
+        if value["poison"]:
+            raise ValueError(f"poison record {value['id']}")
+        return {
+            "id": value["id"],
+            "seq": value["seq"],
+            "value": value["value"],
+            "factor_version": 0,
+            "replica": self.context.replica,
+        }
+
+
+class BatchScale(Scale):
+    """The same as Scale, vectorised."""
+
+    def process_batch(self, records: list[Record]) -> list[Any]:
+        if any(r.value["poison"] for r in records):
+            raise ValueError("a poison record in the batch")
+        return [super(BatchScale, self).process(r) for r in records]
+
+
+class Controlled(Streamlet):
+    """Scales by a factor that arrives on a control inlet; reports each control record."""
+
+    inp = Inlet("in", "tests.runtime.Reading")
+    factor = ControlInlet("factor", "tests.runtime.Factor")
+    out = Outlet("out", "tests.runtime.Scaled", key=lambda r: r["id"])
+    applied = Outlet("applied", "tests.runtime.Applied")
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.version = 0
+        self.multiplier = 1.0
+        self.seen_data = False
+
+    def on_control(self, inlet: str, record: Record) -> Emit:
+        self.version = record.value["version"]
+        self.multiplier = record.value["factor"]
+        self.context.set_state("factor_version", str(self.version))
+        return self.applied(
+            {
+                "version": self.version,
+                "replica": self.context.replica,
+                "before_data": not self.seen_data,
+            },
+            key=str(self.context.replica),
+        )
+
+    def process(self, record: Record) -> Emit:
+        self.seen_data = True
+        value = record.value
+        return self.out(
+            {
+                "id": value["id"],
+                "seq": value["seq"],
+                "value": value["value"] * self.multiplier,
+                "factor_version": self.version,
+                "replica": self.context.replica,
+            }
+        )
+
+
+class Count(Streamlet):
+    """Emits `count` readings keyed by id."""
+
+    out = Outlet("out", "tests.runtime.Reading", key=lambda r: r["id"])
+    count = params.Int(default=1000, min=0)
+
+    def source(self) -> Any:
+        for seq in range(self.count):
+            yield {"id": f"r{seq}", "seq": seq, "value": float(seq), "poison": False}
