@@ -27,13 +27,17 @@ from typing import Any
 import confluent_kafka
 import fastavro
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported in stubs
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 SCHEMA_FILE = SCHEMA_DIR / "PassRecord.avsc"
 SCHEMA_NAME = "bench.PassRecord"
-SCHEMA_HEADER = [("streamflow-schema", SCHEMA_NAME.encode())]
+SCHEMA_HEADER: list[tuple[str, str | bytes | None]] = [("streamflow-schema", SCHEMA_NAME.encode())]
 REPORT_PREFIX = "BENCH "
 PARTITIONS = 4
 
@@ -160,7 +164,8 @@ class Topics:
 
     def end_offsets(self, name: str, *, partitions: int = PARTITIONS) -> int:
         """The sum of the partitions' end offsets: the records written so far."""
-        request = {TopicPartition(name, p): OffsetSpec.latest() for p in range(partitions)}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(name, p): latest for p in range(partitions)}
         futures = self.admin.list_offsets(request, request_timeout=10)
         return sum(future.result().offset for future in futures.values())
 

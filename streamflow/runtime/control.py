@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
@@ -74,8 +75,8 @@ class ControlReader:
                 raise TimeoutError(f"control inlets did not catch up in {timeout:.0f}s: {ends}")
             for msg in self._consumer.consume(500, 0.2):
                 applied += self._handle(msg, apply, reject)
-                key = (msg.topic(), msg.partition())
-                if key in ends and msg.offset() + 1 >= ends[key]:
+                key = (cast(str, msg.topic()), cast(int, msg.partition()))
+                if key in ends and cast(int, msg.offset()) + 1 >= ends[key]:
                     del ends[key]
         log.info("control inlets caught up", extra={"control_records": applied})
         return applied
@@ -87,13 +88,14 @@ class ControlReader:
         return applied
 
     def _handle(self, msg: Message, apply: Apply, reject: Reject) -> int:
-        if msg.error() is not None:
-            log.warning("control consumer error: %s", msg.error().str())
+        error = msg.error()
+        if error is not None:
+            log.warning("control consumer error: %s", error.str())
             return 0
         raw = msg.value()
         if raw is None:  # a tombstone: compaction deletes the key; nothing to apply
             return 0
-        binding = self._bindings[msg.topic()]
+        binding = self._bindings[cast(str, msg.topic())]
         try:
             value = binding.codec.decode(raw)
         except DecodeError as exc:
@@ -104,11 +106,11 @@ class ControlReader:
             value=value,
             key=key.decode("utf-8", "replace") if key is not None else None,
             inlet=binding.inlet,
-            topic=msg.topic(),
-            partition=msg.partition(),
-            offset=msg.offset(),
+            topic=binding.topic,
+            partition=cast(int, msg.partition()),
+            offset=cast(int, msg.offset()),
             timestamp_ms=msg.timestamp()[1],
-            headers=dict(msg.headers() or ()),
+            headers=dict(msg.headers() or ()),  # type: ignore[arg-type]
         )
         try:
             apply(record)

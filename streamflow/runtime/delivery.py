@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-__all__ = ["AtLeastOnce", "Delivery", "DeliveryError", "ExactlyOnce", "Offsets"]
+__all__ = ["AtLeastOnce", "Delivery", "DeliveryError", "ExactlyOnce", "Headers", "Offsets"]
 
 log = logging.getLogger("streamflow.runtime")
 
 Offsets = dict[tuple[str, int], int]
-Headers = Sequence[tuple[str, bytes]]
+Headers = list[tuple[str, str | bytes | None]]
 
 
 class DeliveryError(Exception):

@@ -20,12 +20,12 @@ def describe(error: BaseException) -> str:
 
 def dead_letter(
     msg: Message, error: BaseException
-) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
-    headers = list(msg.headers() or ())
+) -> tuple[bytes, bytes | None, list[tuple[str, str | bytes | None]]]:
+    headers: list[tuple[str, str | bytes | None]] = list(msg.headers() or ())  # type: ignore[arg-type]
     headers += [
         ("streamflow-error", describe(error).encode()),
         ("streamflow-error-type", type(error).__name__.encode()),
-        ("streamflow-source-topic", msg.topic().encode()),
+        ("streamflow-source-topic", str(msg.topic()).encode()),
         ("streamflow-source-partition", str(msg.partition()).encode()),
         ("streamflow-source-offset", str(msg.offset()).encode()),
     ]

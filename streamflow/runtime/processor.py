@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -25,7 +25,7 @@ from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Record, Streamlet
 from streamflow.runtime import dlq
 from streamflow.runtime.control import ControlReader
-from streamflow.runtime.delivery import Delivery, Offsets
+from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
@@ -130,7 +130,7 @@ class Processor:
         first: dict[tuple[str, int], int] = {}
         for msg in messages:
             if msg.error() is None:
-                first.setdefault((msg.topic(), msg.partition()), msg.offset())
+                first.setdefault(_where(msg), cast(int, msg.offset()))
         for (topic, partition), offset in first.items():
             self.consumer.seek(TopicPartition(topic, partition, offset))
         self._pending_pause = True
@@ -153,12 +153,15 @@ class Processor:
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
         for msg in messages:
-            if msg.error() is not None:
-                log.warning("consumer error: %s", msg.error().str())
+            error = msg.error()
+            if error is not None:
+                log.warning("consumer error: %s", error.str())
                 continue
-            topic = msg.topic()
-            offset = msg.offset()
-            offsets[(topic, msg.partition())] = offset + 1
+            # Without an error, librdkafka always sets topic, partition and offset.
+            topic = cast(str, msg.topic())
+            partition = cast(int, msg.partition())
+            offset = cast(int, msg.offset())
+            offsets[(topic, partition)] = offset + 1
             inlet, codec = inlets[topic]
             counts[inlet] = counts.get(inlet, 0) + 1
             raw = msg.value()
@@ -179,18 +182,18 @@ class Processor:
                         key.decode("utf-8", "replace") if key is not None else None,
                         inlet,
                         topic,
-                        msg.partition(),
+                        partition,
                         offset,
                         msg.timestamp()[1],
-                        dict(headers) if headers else _NO_HEADERS,
+                        _headers(headers) if headers else _NO_HEADERS,
                     ),
                 )
             )
         results = self._logic([record for _, record in good]) if good else []
         self.delivery.begin_batch()
         produced = self._produce_results(good, results, dead)
-        for msg, inlet, error, kind in dead:
-            self._dead_letter(msg, inlet, error, kind)
+        for msg, inlet, failure, kind in dead:
+            self._dead_letter(msg, inlet, failure, kind)
         self.delivery.end_batch(offsets)
         self._count(counts, produced, started, len(messages))
 
@@ -216,7 +219,7 @@ class Processor:
                 produced[binding.outlet] = produced.get(binding.outlet, 0) + 1
                 if binding.topic is None:
                     continue
-                headers = [("streamflow-schema", binding.schema_header)]
+                headers: Headers = [("streamflow-schema", binding.schema_header)]
                 if out.headers:
                     headers += [(k, v.encode()) for k, v in out.headers.items()]
                 produce(binding.topic, data, key.encode() if key is not None else None, headers)
@@ -304,7 +307,7 @@ class Processor:
             data = binding.codec.encode(out.value)
             self._out[out.outlet].inc()
             if binding.topic is not None:
-                headers = [("streamflow-schema", binding.schema_header)]
+                headers: Headers = [("streamflow-schema", binding.schema_header)]
                 key = out.key.encode() if out.key is not None else None
                 self.delivery.produce_unbatched(binding.topic, data, key, headers)
         self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
@@ -325,6 +328,14 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
         except Exception as exc:
             append(exc)
     return results
+
+
+def _where(msg: Message) -> tuple[str, int]:
+    return cast(str, msg.topic()), cast(int, msg.partition())
+
+
+def _headers(raw: Any) -> dict[str, bytes]:
+    return dict(raw)
 
 
 def _names(partitions: list[TopicPartition]) -> str:

@@ -65,7 +65,9 @@ class KafkaEmitter:
         def acked(err: KafkaError | None, msg: Any) -> None:
             self._loop.call_soon_threadsafe(_settle, future, err)
 
-        headers = [("streamflow-schema", binding.schema_header)]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("streamflow-schema", binding.schema_header)
+        ]
         key = out.key.encode() if out.key is not None else None
         try:
             self._producer.produce(binding.topic, data, key, headers=headers, on_delivery=acked)

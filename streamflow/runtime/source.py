@@ -20,7 +20,7 @@ from streamflow.api import aio
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Streamlet
-from streamflow.runtime.delivery import Delivery
+from streamflow.runtime.delivery import Delivery, Headers
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
@@ -87,7 +87,7 @@ class SourceRunner:
             self._out[out.outlet].inc()
             if binding.topic is None:
                 continue
-            headers = [("streamflow-schema", binding.schema_header)]
+            headers: Headers = [("streamflow-schema", binding.schema_header)]
             if out.headers:
                 headers += [(k, v.encode()) for k, v in out.headers.items()]
             key = out.key.encode() if out.key is not None else None

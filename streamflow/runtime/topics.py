@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # stubs omit the re-exports
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from streamflow.blueprint.model import Application, TopicSpec
 

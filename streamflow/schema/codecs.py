@@ -77,10 +77,15 @@ class SingleObjectCodec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        if len(data) < _HEADER_LEN or data[:2] != MAGIC:
+        if data[:2] != MAGIC:
             raise DecodeError(
                 "not Avro single-object encoded (expected marker C3 01, "
                 f"got {data[:2].hex(' ') or 'empty'})"
+            )
+        if len(data) < _HEADER_LEN:
+            raise DecodeError(
+                f"truncated Avro single-object header: {len(data)} bytes, "
+                f"the marker and fingerprint alone take {_HEADER_LEN}"
             )
         buf = io.BytesIO(data)
         buf.seek(_HEADER_LEN)
@@ -103,7 +108,7 @@ class SingleObjectCodec:
             ) from None
         if buf.tell() != len(data):
             raise DecodeError(
-                f"{len(data) - buf.tell()} trailing bytes after a {self.schema.name} record"
+                f"{len(data) - buf.tell()} trailing bytes after the {self.schema.name} record"
             )
         if not isinstance(record, dict):  # pragma: no cover - named schemas are records
             raise DecodeError(f"{self.schema.name} did not decode to a record")

@@ -13,6 +13,11 @@ file, line and column, so the blueprint verifier can report all of them.
 References are resolved only when asked (``get``) or when ``problems`` is read,
 never while files are still being loaded: a record may name a type from a file
 that sorts after its own, or from a later search path.
+
+A name has one current definition. Older (or other) versions of a type, which
+only serve to decode records written with them, live under a directory named
+``history`` on a search path (or come from :meth:`SchemaStore.add_version`):
+they are found by fingerprint, and never conflict with the current one.
 """
 
 from __future__ import annotations
@@ -30,10 +35,18 @@ import fastavro
 
 from streamflow.schema import fingerprint as fp
 
-__all__ = ["PRIMITIVES", "Schema", "SchemaError", "SchemaStore", "builtin_schema_dir"]
+__all__ = [
+    "HISTORY_DIR",
+    "PRIMITIVES",
+    "Schema",
+    "SchemaError",
+    "SchemaStore",
+    "builtin_schema_dir",
+]
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED_KINDS = frozenset({"record", "error", "enum", "fixed"})
+HISTORY_DIR = "history"
 
 
 def builtin_schema_dir() -> Path:
@@ -111,6 +124,8 @@ class SchemaStore:
         self._by_fingerprint: dict[int, Schema] = {}
         self._load_problems: list[SchemaError] = []
         self._resolved_all = False
+        self._pending_versions: list[tuple[Any, Path | None, str]] = []
+        self._versions: dict[int, Schema] = {}
         self.paths: list[Path] = []
         if include_builtin:
             self.add_path(builtin_schema_dir())
@@ -124,13 +139,15 @@ class SchemaStore:
         self.paths.append(path)
         if path.is_dir():
             for file in sorted(path.rglob("*.avsc")):
-                self.add_file(file)
+                is_history = HISTORY_DIR in file.relative_to(path).parts[:-1]
+                self.add_file(file, version=is_history)
         elif path.is_file():
             self.add_file(path)
         else:
             self._load_problems.append(SchemaError(f"schema path {str(path)!r} does not exist"))
 
-    def add_file(self, path: Path) -> None:
+    def add_file(self, path: Path, *, version: bool = False) -> None:
+        """Load one ``.avsc`` file; ``version``: as an older version (see the module doc)."""
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -145,7 +162,19 @@ class SchemaStore:
                 )
             )
             return
-        self.add_schema(doc, source=path, text=text)
+        if version:
+            self.add_version(doc, source=path, text=text)
+        else:
+            self.add_schema(doc, source=path, text=text)
+
+    def add_version(self, doc: Any, *, source: Path | None = None, text: str = "") -> None:
+        """Register another version of a named type, to decode records written with it.
+
+        Its own named types take precedence; other references resolve to the
+        store's current types. It is resolved lazily, like everything else.
+        """
+        self._pending_versions.append((doc, source, text))
+        self._resolved_all = False
 
     def add_schema(self, doc: Any, *, source: Path | None = None, text: str = "") -> list[str]:
         """Register the named types in one schema document; returns their full names.
@@ -184,14 +213,7 @@ class SchemaStore:
     @property
     def problems(self) -> list[SchemaError]:
         """Every problem: files that did not load, and types that do not resolve."""
-        unresolved: dict[str, SchemaError] = {}
-        for name in self._defs:
-            try:
-                self.get(name)
-            except SchemaError as exc:
-                unresolved.setdefault(str(exc), exc)
-        self._resolved_all = True
-        return [*self._load_problems, *unresolved.values()]
+        return [*self._load_problems, *self._resolve_all()]
 
     # -- lookups -------------------------------------------------------------
 
@@ -215,37 +237,52 @@ class SchemaStore:
         definition = self._defs.get(name)
         if definition is None:
             raise SchemaError(f"unknown schema {name!r}{self._suggestion(name)}")
-        raw = self._expand(name, set(), definition)
-        if not isinstance(raw, dict):  # pragma: no cover - definitions are always dicts
-            raise SchemaError(f"{name} is not a named schema")
-        try:
-            parsed = fastavro.parse_schema(copy.deepcopy(raw))
-        except Exception as exc:  # fastavro raises several exception types
-            raise SchemaError(
-                f"{name} is not a valid Avro schema: {exc}",
-                path=definition.source,
-                line=definition.line,
-            ) from None
-        schema = Schema(
-            name=name,
-            raw=raw,
-            parsed=parsed,
-            fingerprint=fp.fingerprint64(parsed),
-            source=definition.source,
-        )
+        schema = _build(definition, self._defs)
         self._cache[name] = schema
         self._by_fingerprint[schema.fingerprint] = schema
         return schema
 
     def by_fingerprint(self, fingerprint: int) -> Schema | None:
-        """The schema with this fingerprint, among every schema this store knows."""
-        hit = self._by_fingerprint.get(fingerprint)
+        """The schema with this fingerprint: a current type, or a version of one."""
+        hit = self._by_fingerprint.get(fingerprint) or self._versions.get(fingerprint)
         if hit is None and not self._resolved_all:
-            for name in self._defs:
-                self.find(name)
-            self._resolved_all = True
-            hit = self._by_fingerprint.get(fingerprint)
+            self._resolve_all()
+            hit = self._by_fingerprint.get(fingerprint) or self._versions.get(fingerprint)
         return hit
+
+    def _resolve_all(self) -> list[SchemaError]:
+        """Resolve every type and version; the errors, one per distinct message."""
+        unresolved: dict[str, SchemaError] = {}
+        for name in self._defs:
+            try:
+                self.get(name)
+            except SchemaError as exc:
+                unresolved.setdefault(str(exc), exc)
+        for doc, source, text in self._pending_versions:
+            try:
+                version = self._build_version(doc, source, text)
+            except SchemaError as exc:
+                unresolved.setdefault(str(exc), exc)
+                continue
+            self._versions.setdefault(version.fingerprint, version)
+        self._resolved_all = True
+        return list(unresolved.values())
+
+    def _build_version(self, doc: Any, source: Path | None, text: str) -> Schema:
+        found: list[_Definition] = []
+        try:
+            top = _normalise(doc, None, found)
+        except SchemaError as exc:
+            exc.path = exc.path or source
+            if exc.subject:
+                exc.line = _line_of(text, exc.subject)
+            raise
+        if not isinstance(top, str) or not found or found[-1].name != top:
+            raise SchemaError("a schema version must be one named type", path=source)
+        for definition in found:
+            definition.source = source
+            definition.line = _line_of(text, definition.name)
+        return _build(found[-1], {**self._defs, **{d.name: d for d in found}})
 
     def _suggestion(self, name: str) -> str:
         """`` (did you mean 'a.B'?)`` for a misspelt or unqualified name, else ``""``."""
@@ -258,9 +295,26 @@ class SchemaStore:
             close = [by_short[s] for s in shorts]
         return f" (did you mean {close[0]!r}?)" if close else ""
 
-    def _expand(self, name: str, defined: set[str], definition: _Definition) -> Any:
-        defined.add(name)
-        return _inline(definition.body, defined, self._defs, definition)
+
+def _build(definition: _Definition, defs: dict[str, _Definition]) -> Schema:
+    """The self-contained, parsed schema of one definition, with named types from ``defs``."""
+    name = definition.name
+    raw = _inline(definition.body, {name}, defs, definition)
+    try:
+        parsed = fastavro.parse_schema(copy.deepcopy(raw))
+    except Exception as exc:  # fastavro raises several exception types
+        raise SchemaError(
+            f"{name} is not a valid Avro schema: {exc}",
+            path=definition.source,
+            line=definition.line,
+        ) from None
+    return Schema(
+        name=name,
+        raw=raw,
+        parsed=parsed,
+        fingerprint=fp.fingerprint64(parsed),
+        source=definition.source,
+    )
 
 
 def _about(subject: str, message: str) -> SchemaError:

@@ -186,7 +186,7 @@ def _leaf_problem(node: Any, value: Any) -> str | None:
     if kind == "enum":
         if value in node["symbols"]:
             return None
-        return f"{_show(value)} is not a symbol of {node['name']} ({', '.join(node['symbols'])})"
+        return f"{value!r} is not a symbol of {node['name']} ({', '.join(node['symbols'])})"
     if kind == "fixed":
         if isinstance(value, bytes) and len(value) == node["size"]:
             return None

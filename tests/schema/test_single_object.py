@@ -24,7 +24,7 @@ from streamflow.schema import Schema, SingleObjectCodec, fingerprint64
 from streamflow.schema.codecs import MAGIC
 from streamflow.schema.fingerprint import canonical_form, fingerprint_bytes
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 INNER = {
     "type": "record",
@@ -39,99 +39,175 @@ INNER = {
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
     (
         "nested-records",
-        {"type": "record", "name": "t.Outer", "fields": [
-            {"name": "id", "type": "string"},
-            {"name": "inner", "type": {"type": "record", "name": "Middle", "fields": [
-                {"name": "x", "type": "double"},
-                {"name": "deepest", "type": {"type": "record", "name": "Deepest", "fields": [
-                    {"name": "flag", "type": "boolean"}, {"name": "f", "type": "float"}]}},
-            ]}},
-            {"name": "n", "type": "long"},
-        ]},
+        {
+            "type": "record",
+            "name": "t.Outer",
+            "fields": [
+                {"name": "id", "type": "string"},
+                {
+                    "name": "inner",
+                    "type": {
+                        "type": "record",
+                        "name": "Middle",
+                        "fields": [
+                            {"name": "x", "type": "double"},
+                            {
+                                "name": "deepest",
+                                "type": {
+                                    "type": "record",
+                                    "name": "Deepest",
+                                    "fields": [
+                                        {"name": "flag", "type": "boolean"},
+                                        {"name": "f", "type": "float"},
+                                    ],
+                                },
+                            },
+                        ],
+                    },
+                },
+                {"name": "n", "type": "long"},
+            ],
+        },
         [{"id": "é-€", "inner": {"x": -1.25, "deepest": {"flag": True, "f": 1.5}}, "n": -(2**62)}],
     ),
     (
         "enums",
-        {"type": "record", "name": "t.Paint", "fields": [
-            {"name": "color", "type": {"type": "enum", "name": "Color",
-                                       "symbols": ["RED", "GREEN", "BLUE"]}},
-            {"name": "others", "type": {"type": "array", "items": "Color"}},
-        ]},
+        {
+            "type": "record",
+            "name": "t.Paint",
+            "fields": [
+                {
+                    "name": "color",
+                    "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN", "BLUE"]},
+                },
+                {"name": "others", "type": {"type": "array", "items": "Color"}},
+            ],
+        },
         [{"color": "BLUE", "others": ["RED", "RED", "GREEN"]}],
     ),
     (
         "union-null-record",
-        {"type": "record", "name": "t.Maybe", "fields": [
-            {"name": "inner", "type": ["null", INNER], "default": None}]},
+        {
+            "type": "record",
+            "name": "t.Maybe",
+            "fields": [{"name": "inner", "type": ["null", INNER], "default": None}],
+        },
         [{"inner": None}, {"inner": {"a": 7, "label": "seven"}}],
     ),
     (
         "union-null-string",
-        {"type": "record", "name": "t.Note", "fields": [
-            {"name": "text", "type": ["null", "string"]}]},
+        {
+            "type": "record",
+            "name": "t.Note",
+            "fields": [{"name": "text", "type": ["null", "string"]}],
+        },
         [{"text": None}, {"text": ""}, {"text": "hello"}],
     ),
     (
         "union-multi-branch",
-        {"type": "record", "name": "t.Any", "fields": [
-            {"name": "v", "type": ["null", "string", "long", "double", INNER]}]},
+        {
+            "type": "record",
+            "name": "t.Any",
+            "fields": [{"name": "v", "type": ["null", "string", "long", "double", INNER]}],
+        },
         [{"v": None}, {"v": "s"}, {"v": 2**40}, {"v": 0.5}, {"v": {"a": 1, "label": "x"}}],
     ),
     (
         "arrays",
-        {"type": "record", "name": "t.Lists", "fields": [
-            {"name": "longs", "type": {"type": "array", "items": "long"}},
-            {"name": "records", "type": {"type": "array", "items": INNER}},
-            {"name": "nested", "type": {"type": "array", "items": {"type": "array",
-                                                                    "items": "string"}}},
-        ]},
+        {
+            "type": "record",
+            "name": "t.Lists",
+            "fields": [
+                {"name": "longs", "type": {"type": "array", "items": "long"}},
+                {"name": "records", "type": {"type": "array", "items": INNER}},
+                {
+                    "name": "nested",
+                    "type": {"type": "array", "items": {"type": "array", "items": "string"}},
+                },
+            ],
+        },
         [
             {"longs": [], "records": [], "nested": []},
-            {"longs": [1, -1, 2**33], "records": [{"a": 1, "label": ""}, {"a": 2, "label": "b"}],
-             "nested": [["a"], [], ["b", "c"]]},
+            {
+                "longs": [1, -1, 2**33],
+                "records": [{"a": 1, "label": ""}, {"a": 2, "label": "b"}],
+                "nested": [["a"], [], ["b", "c"]],
+            },
         ],
     ),
     (
         "maps",
-        {"type": "record", "name": "t.Maps", "fields": [
-            {"name": "tags", "type": {"type": "map", "values": "string"}},
-            {"name": "series", "type": {"type": "map", "values": {"type": "array",
-                                                                  "items": "int"}}},
-        ]},
+        {
+            "type": "record",
+            "name": "t.Maps",
+            "fields": [
+                {"name": "tags", "type": {"type": "map", "values": "string"}},
+                {
+                    "name": "series",
+                    "type": {"type": "map", "values": {"type": "array", "items": "int"}},
+                },
+            ],
+        },
         [{"tags": {}, "series": {}}, {"tags": {"k": "v", "ü": ""}, "series": {"a": [1, 2]}}],
     ),
     (
         "bytes-and-fixed",
-        {"type": "record", "name": "t.Blobs", "fields": [
-            {"name": "raw", "type": "bytes"},
-            {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 4}},
-            {"name": "maybe", "type": ["null", "bytes"]},
-        ]},
-        [{"raw": b"", "digest": b"\x00\x01\xfe\xff", "maybe": None},
-         {"raw": bytes(range(256)), "digest": b"abcd", "maybe": b"\x00"}],
+        {
+            "type": "record",
+            "name": "t.Blobs",
+            "fields": [
+                {"name": "raw", "type": "bytes"},
+                {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 4}},
+                {"name": "maybe", "type": ["null", "bytes"]},
+            ],
+        },
+        [
+            {"raw": b"", "digest": b"\x00\x01\xfe\xff", "maybe": None},
+            {"raw": bytes(range(256)), "digest": b"abcd", "maybe": b"\x00"},
+        ],
     ),
     (
         "logical-types",
-        {"type": "record", "name": "t.Logical", "fields": [
-            {"name": "ts_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
-                                       "precision": 12, "scale": 3}},
-            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-            {"name": "when", "type": ["null", {"type": "long",
-                                               "logicalType": "timestamp-millis"}]},
-        ]},
+        {
+            "type": "record",
+            "name": "t.Logical",
+            "fields": [
+                {"name": "ts_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+                {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+                {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+                {
+                    "name": "price",
+                    "type": {
+                        "type": "bytes",
+                        "logicalType": "decimal",
+                        "precision": 12,
+                        "scale": 3,
+                    },
+                },
+                {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+                {
+                    "name": "when",
+                    "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}],
+                },
+            ],
+        },
         [
-            {"ts_ms": dt.datetime(2024, 2, 29, 23, 59, 59, 999000, tzinfo=UTC),
-             "ts_us": dt.datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC),
-             "day": dt.date(2024, 2, 29), "price": decimal.Decimal("-1234.500"),
-             "id": str(uuid.UUID("12345678-1234-5678-1234-567812345678")), "when": None},
-            {"ts_ms": dt.datetime(1970, 1, 1, tzinfo=UTC),
-             "ts_us": dt.datetime(2038, 1, 19, 3, 14, 8, 1, tzinfo=UTC),
-             "day": dt.date(1900, 1, 1), "price": decimal.Decimal("0.001"),
-             "id": str(uuid.UUID(int=0)),
-             "when": dt.datetime(2024, 1, 1, 12, tzinfo=UTC)},
+            {
+                "ts_ms": dt.datetime(2024, 2, 29, 23, 59, 59, 999000, tzinfo=UTC),
+                "ts_us": dt.datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC),
+                "day": dt.date(2024, 2, 29),
+                "price": decimal.Decimal("-1234.500"),
+                "id": str(uuid.UUID("12345678-1234-5678-1234-567812345678")),
+                "when": None,
+            },
+            {
+                "ts_ms": dt.datetime(1970, 1, 1, tzinfo=UTC),
+                "ts_us": dt.datetime(2038, 1, 19, 3, 14, 8, 1, tzinfo=UTC),
+                "day": dt.date(1900, 1, 1),
+                "price": decimal.Decimal("0.001"),
+                "id": str(uuid.UUID(int=0)),
+                "when": dt.datetime(2024, 1, 1, 12, tzinfo=UTC),
+            },
         ],
     ),
 ]
@@ -224,8 +300,13 @@ def test_fingerprint_equals_the_reference_implementation(
 def test_reference_canonical_form_deviates_for_logical_types(
     make_schema: Callable[[dict[str, Any]], Schema],
 ) -> None:
-    schema = make_schema({"type": "record", "name": "t.Ts", "fields": [
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]})
+    schema = make_schema(
+        {
+            "type": "record",
+            "name": "t.Ts",
+            "fields": [{"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}],
+        }
+    )
     assert canonical_form(schema.parsed) == (
         '{"name":"t.Ts","type":"record","fields":[{"name":"at","type":"long"}]}'
     )

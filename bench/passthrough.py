@@ -1,0 +1,347 @@
+"""Passthrough throughput: a streamflow processor against a hand-written loop.
+
+``python -m bench.passthrough [--records N] [--size 100 1000] [--rounds R] [--bootstrap ...]``
+
+Why it is built this way:
+
+* One broker for everything, started here (devkit) unless one is given, so both
+  competitors see the same broker, disk and page cache.
+* Each size's input topic is filled once, and every run reads all of it from the
+  earliest offset with a fresh consumer group into a fresh output topic.
+* Every competitor is a separate process, as it is when deployed.
+* The clock starts when the child has its first batch in hand, as the child reports
+  it, so interpreter start-up and the group join are not counted. It stops when the
+  sum of the output topic's end offsets reaches N, which the driver sees by asking the
+  broker every 10 ms (one ListOffsets request), so only acknowledged outputs count.
+* CPU is the child's own user + system time (all threads) over that same window: its
+  own figure at the first batch, /proc at completion. Start-up and shutdown CPU are
+  reported separately as ``cpu_total`` (``RUSAGE_CHILDREN`` around the whole run).
+* Competitors are interleaved round by round, with the order reversed on every other
+  round (A B C, C B A, ...), so drift of a busy machine hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import common, report
+from bench.report import BASELINE
+
+_WATCH_INTERVAL_S = 0.01
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything one competitor needs for one measured run."""
+
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    group: str
+    records: int
+    batch_size: int
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class Competitor:
+    name: str
+    description: str
+    command: Callable[[Run], list[str]]
+
+
+def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
+    def command(run: Run) -> list[str]:
+        # The app name doubles as the consumer group prefix (``<app>.<streamlet>``).
+        spec = {
+            "name": run.group,
+            "schema_paths": [str(common.SCHEMA_DIR)],
+            "python_paths": [str(common.REPO)],
+            "streamlets": {"pass": {"class": f"bench.streamlets:{class_name}"}},
+            "topics": {
+                run.input_topic: {"consumers": ["pass.in"], "partitions": common.PARTITIONS},
+                run.output_topic: {"producers": ["pass.out"], "partitions": common.PARTITIONS},
+            },
+        }
+        path = run.workdir / f"{run.group}.json"
+        path.write_text(json.dumps(spec))
+        return [
+            *("-m", "bench.sf_replica", "--app-spec", str(path), "--streamlet", "pass"),
+            *("--bootstrap", run.bootstrap, "--records", str(run.records)),
+            *("--batch-size", str(run.batch_size)),
+        ]
+
+    return command
+
+
+def _hand(run: Run) -> list[str]:
+    return [
+        *("-m", "bench.handwritten", "--bootstrap", run.bootstrap),
+        *("--input", run.input_topic, "--output", run.output_topic, "--group", run.group),
+        *("--records", str(run.records), "--batch-size", str(run.batch_size)),
+    ]
+
+
+COMPETITORS = {
+    c.name: c
+    for c in (
+        Competitor(
+            "sf-batch",
+            "streamflow run_replica, process_batch passthrough",
+            _streamflow("PassBatch"),
+        ),
+        Competitor(
+            "sf-record", "streamflow run_replica, process passthrough", _streamflow("PassRecord")
+        ),
+        Competitor(BASELINE, "hand-written confluent-kafka + fastavro loop", _hand),
+    )
+}
+
+
+# -- one measured run ------------------------------------------------------------
+
+
+class _Child:
+    """A competitor process whose ``BENCH`` report lines arrive on a queue."""
+
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        self._log_file = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=common.REPO,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
+        )
+        self.reports: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            report = common.parse_report(line)
+            if report is not None:
+                self.reports.put(report)
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                report = self.reports.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if report["event"] == event:
+                return report
+        raise RuntimeError(f"no {event!r} report within {timeout:.0f} s{self.tail()}")
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the child exited with {self.process.returncode}{self.tail()}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(
+                f"the child ignored SIGTERM for {timeout:.0f} s{self.tail()}"
+            ) from None
+        finally:
+            self._log_file.close()
+
+    def tail(self) -> str:
+        self._log_file.flush()
+        lines = self.log.read_text(errors="replace").splitlines()[-20:]
+        return ("; its log ends:\n" + "\n".join(lines)) if lines else ""
+
+
+def measure(
+    topics: common.Topics, competitor: Competitor, run: Run, timeout: float
+) -> dict[str, Any]:
+    """Run one competitor over the whole input and return its numbers."""
+    topics.create(run.output_topic)
+    cpu_before = common.cpu_children()
+    spawned = time.monotonic()
+    child = _Child(competitor.command(run), run.workdir / f"{run.group}.log")
+    try:
+        first = child.expect("first", timeout)
+        deadline = time.monotonic() + timeout
+        while (written := topics.end_offsets(run.output_topic)) < run.records:
+            child.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {written} of {run.records} outputs after {timeout} s")
+            time.sleep(_WATCH_INTERVAL_S)
+        done = time.monotonic()
+        cpu_done = common.cpu_of(child.process.pid)
+        produced = child.expect("produced", 10)
+    finally:
+        code = child.stop()
+    if code != 0:
+        raise RuntimeError(f"{competitor.name} exited with {code}{child.tail()}")
+    final = topics.end_offsets(run.output_topic)
+    topics.delete(run.output_topic)
+    wall = done - first["t"]
+    cpu = cpu_done - first["cpu"]
+    cpu_total = common.cpu_children() - cpu_before
+    inproc = produced["t"] - first["t"]
+    million = 1e6 / run.records
+    return {
+        "records_per_s": run.records / wall,
+        "cpu_s_per_M": cpu * million,
+        "cpu_total_s_per_M": cpu_total * million,
+        "inproc_records_per_s": produced["records"] / inproc if inproc > 0 else None,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cpu_total_s": cpu_total,
+        "startup_s": first["t"] - spawned,
+        "outputs": final,
+        "duplicates": final - run.records,
+    }
+
+
+# -- the whole benchmark ---------------------------------------------------------
+
+
+@contextmanager
+def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
+    if bootstrap:
+        yield bootstrap, "external"
+        return
+    from streamflow import devkit  # only when we own the broker
+
+    broker = devkit.KafkaBroker(heap="1g")
+    broker.start()
+    try:
+        yield broker.bootstrap_servers, "devkit (KRaft, 1 GB heap)"
+    finally:
+        broker.stop()
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    competitors = [COMPETITORS[name] for name in args.competitors]
+    with _broker(args.bootstrap) as (bootstrap, broker), tempfile.TemporaryDirectory() as tmp:
+        runs = _all_runs(args, competitors, bootstrap, Path(tmp))
+    return {
+        "benchmark": "passthrough",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "settings": {
+            "records": args.records,
+            "sizes": args.size,
+            "rounds": args.rounds,
+            "batch_size": args.batch_size,
+            "partitions": common.PARTITIONS,
+            "broker": broker,
+            "competitors": {c.name: c.description for c in competitors},
+            "order": "interleaved per round, reversed on odd rounds",
+        },
+        "environment": common.environment(),
+        "runs": runs,
+        "summary": report.summarise(runs),
+    }
+
+
+def _all_runs(
+    args: argparse.Namespace, competitors: list[Competitor], bootstrap: str, workdir: Path
+) -> list[dict[str, Any]]:
+    """Every measured run; the admin client (and its broker connection) dies on return."""
+    topics = common.Topics(bootstrap)
+    run_id = uuid.uuid4().hex[:6]
+    runs: list[dict[str, Any]] = []
+    try:
+        for size in args.size:
+            input_topic = f"bench.passthrough.in.{size}.{run_id}"
+            topics.create(input_topic)
+            started = time.monotonic()
+            encoded = common.prefill(bootstrap, input_topic, records=args.records, size=size)
+            _say(
+                f"size {size}: {args.records:,} records of {encoded} B prefilled "
+                f"in {time.monotonic() - started:.1f} s"
+            )
+            for round_ in range(args.rounds):
+                order = competitors if round_ % 2 == 0 else competitors[::-1]
+                for competitor in order:
+                    group = f"bench-{run_id}-{competitor.name}-{size}-r{round_}"
+                    run = Run(
+                        bootstrap=bootstrap,
+                        input_topic=input_topic,
+                        output_topic=f"{group}.out",
+                        group=group,
+                        records=args.records,
+                        batch_size=args.batch_size,
+                        workdir=workdir,
+                    )
+                    numbers = measure(topics, competitor, run, args.timeout)
+                    runs.append(
+                        {"competitor": competitor.name, "size": size, "encoded_size": encoded}
+                        | {"round": round_, **numbers}
+                    )
+                    _say(
+                        f"  round {round_} {competitor.name:<9} "
+                        f"{numbers['records_per_s']:>9,.0f} rec/s  "
+                        f"{numbers['cpu_s_per_M']:6.1f} CPU s/M"
+                    )
+            topics.delete(input_topic)
+    finally:
+        topics.delete_all()
+    return runs
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.passthrough", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--records", type=int, default=200_000, help="records per run")
+    parser.add_argument(
+        "--size", type=int, nargs="+", default=[100, 1000], help="encoded record sizes in bytes"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=500, help="records per consume()")
+    parser.add_argument(
+        "--competitors", nargs="+", default=list(COMPETITORS), choices=list(COMPETITORS)
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP"),
+        help="an existing broker (default: $STREAMFLOW_KAFKA_BOOTSTRAP, "
+        "else start the devkit broker)",
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = bench(args)
+    path = report.write(result, stem="passthrough")
+    print(report.markdown(result))
+    print(f"\nresults: {path.relative_to(common.REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Summaries, the Markdown table and the JSON file of a benchmark's runs.
+
+Throughput and CPU are summarised as median and range over rounds, because a
+handful of runs on a shared machine has outliers that a mean would smear in.
+Ratios to the baseline are paired by round (each run against the baseline run of
+the same round) and then the median is taken, so slow drift cancels out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+BASELINE = "hand"
+
+_METRICS = ("records_per_s", "cpu_s_per_M", "cpu_total_s_per_M", "inproc_records_per_s")
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median and range of each metric, and each competitor's ratio to the baseline."""
+    rows: list[dict[str, Any]] = []
+    for size in sorted({r["size"] for r in runs}):
+        sized = [r for r in runs if r["size"] == size]
+        base = {r["round"]: r for r in sized if r["competitor"] == BASELINE}
+        for name in dict.fromkeys(r["competitor"] for r in sized):
+            mine = [r for r in sized if r["competitor"] == name]
+            row: dict[str, Any] = {"size": size, "competitor": name}
+            for metric in _METRICS:
+                values = [r[metric] for r in mine if r[metric] is not None]
+                if values:
+                    row[metric] = {
+                        "median": statistics.median(values),
+                        "min": min(values),
+                        "max": max(values),
+                    }
+            if base and name != BASELINE:
+                # Paired by round: each ratio compares runs made minutes apart.
+                speed = [r["records_per_s"] / base[r["round"]]["records_per_s"] for r in mine]
+                cpu = [r["cpu_s_per_M"] / base[r["round"]]["cpu_s_per_M"] for r in mine]
+                row["throughput_ratio"] = statistics.median(speed)
+                row["cpu_ratio"] = statistics.median(cpu)
+            rows.append(row)
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    def cell(row: dict[str, Any], metric: str, fmt: str) -> str:
+        stats = row.get(metric)
+        if not stats:
+            return "-"
+        return f"{stats['median']:{fmt}} ({stats['min']:{fmt}}-{stats['max']:{fmt}})"
+
+    settings = result["settings"]
+    lines = [
+        f"N = {settings['records']:,} records, {settings['rounds']} rounds, "
+        f"batch {settings['batch_size']}, {settings['partitions']} partitions; "
+        "median (min-max)",
+        "",
+        "| size | competitor | records/s | CPU s / M records | CPU s / M incl. start-up "
+        "| in-process records/s | throughput ratio | CPU ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["summary"]:
+        ratio = f"{row['throughput_ratio']:.2f}" if "throughput_ratio" in row else "1"
+        cpu_ratio = f"{row['cpu_ratio']:.2f}" if "cpu_ratio" in row else "1"
+        lines.append(
+            f"| {row['size']} B | {row['competitor']} | {cell(row, 'records_per_s', ',.0f')} "
+            f"| {cell(row, 'cpu_s_per_M', '.1f')} | {cell(row, 'cpu_total_s_per_M', '.1f')} "
+            f"| {cell(row, 'inproc_records_per_s', ',.0f')} | {ratio} | {cpu_ratio} |"
+        )
+    lines.append("")
+    lines.append(f"Ratios are streamflow / {BASELINE}, paired by round (median).")
+    return "\n".join(lines)
+
+
+def write(result: dict[str, Any], *, stem: str) -> Path:
+    """``results/<stem>-<date>.json``, never overwriting an earlier run of the same day."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stem = f"{stem}-{dt.date.today().isoformat()}"
+    path, n = RESULTS_DIR / f"{stem}.json", 1
+    while path.exists():  # keep earlier runs of the same day
+        n += 1
+        path = RESULTS_DIR / f"{stem}-{n}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path

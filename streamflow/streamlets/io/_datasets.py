@@ -1,0 +1,194 @@
+"""Reading records from JSONL and CSV files, once or following appends (``tail -f``).
+
+The generator (a dataset) and the file ingress (a feed) read files the same
+way, so they share this module. Reading is split in three steps, each
+testable alone:
+
+1. *lines*: a file's lines, or, when following, every line appended to it,
+   across truncation (``copytruncate``) and rotation (a new file at the path);
+2. *rows*: each line parsed as JSON, or CSV rows (cells typed by the schema),
+   tagged with their line number;
+3. *records*: each row coerced and validated by a :class:`RecordConverter`;
+   a bad one is logged with its line number, counted and skipped, because one
+   bad line in a large file should not stop a pipeline.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from streamflow.schema.codecs import DecodeError
+from streamflow.schema.store import Schema
+from streamflow.streamlets.io import _cells, _records
+
+__all__ = [
+    "FORMATS",
+    "Row",
+    "RowReader",
+    "file_format",
+    "generations",
+    "rows",
+]
+
+#: Accepted ``format`` parameter values; ``auto`` picks by file extension.
+FORMATS = ("auto", "jsonl", "csv")
+_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
+
+Sleep = Callable[[float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One parsed line (or CSV row): a JSON-like document, or why it could not be parsed."""
+
+    line: int
+    doc: Any = None
+    error: str = ""
+
+
+def file_format(path: str | Path, declared: str = "auto") -> str:
+    """``jsonl`` or ``csv``: the declared format, else the one the extension names."""
+    if declared != "auto":
+        return declared
+    suffix = Path(path).suffix.lower()
+    found = _EXTENSIONS.get(suffix)
+    if found is None:
+        known = ", ".join(sorted(_EXTENSIONS))
+        raise ValueError(
+            f"cannot tell the format of {str(path)!r} from its extension ({known}): "
+            "set the format parameter to jsonl or csv"
+        )
+    return found
+
+
+def generations(
+    path: str | Path, *, follow: bool = False, poll: float = 0.5, sleep: Sleep = time.sleep
+) -> Iterator[Iterator[str]]:
+    """The lines of each successive file at ``path``: one file, or (following) each new one.
+
+    A consumer must finish one generation's lines before asking for the next.
+    """
+    if not follow:
+        with open(path, encoding="utf-8", newline="") as handle:
+            yield iter(handle)
+        return
+    while True:
+        handle = _wait_open(Path(path), poll=poll, sleep=sleep)
+        with handle:
+            yield _tail(handle, Path(path), poll=poll, sleep=sleep)
+
+
+def _wait_open(path: Path, *, poll: float, sleep: Sleep) -> IO[str]:
+    while True:
+        try:
+            return open(path, encoding="utf-8", newline="")
+        except FileNotFoundError:
+            sleep(poll)
+
+
+def _tail(handle: IO[str], path: Path, *, poll: float, sleep: Sleep) -> Iterator[str]:
+    """Complete lines as they are appended; ends when the file is truncated or replaced."""
+    pending = ""
+    while True:
+        chunk = handle.readline()
+        if chunk:
+            pending += chunk
+            if pending.endswith("\n"):
+                yield pending
+                pending = ""
+            continue
+        if _replaced(handle, path):
+            return
+        sleep(poll)
+
+
+def _replaced(handle: IO[str], path: Path) -> bool:
+    """Truncated below what we read, or a different file now at the path."""
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return False  # rotated away, nothing new yet: keep reading the old file
+    opened = os.fstat(handle.fileno())
+    return current.st_ino != opened.st_ino or current.st_size < handle.tell()
+
+
+def rows(lines: Iterable[str], *, fmt: str, schema: Schema) -> Iterator[Row]:
+    """The rows of one generation of lines, in the given format."""
+    if fmt == "csv":
+        return _csv_rows(lines, _cells.CsvCoercer(schema))
+    return _jsonl_rows(lines)
+
+
+def _jsonl_rows(lines: Iterable[str]) -> Iterator[Row]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield Row(number, json.loads(line))
+        except json.JSONDecodeError as exc:
+            yield Row(number, error=f"not valid JSON: {exc.msg} (column {exc.colno})")
+
+
+def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer) -> Iterator[Row]:
+    reader = csv.DictReader(lines, restkey=_EXTRA, restval=_MISSING)
+    try:
+        for cells in reader:
+            yield _csv_row(reader.line_num, cells, width=len(reader.fieldnames or ()), coercer=coercer)
+    except csv.Error as exc:
+        yield Row(reader.line_num, error=f"not valid CSV: {exc}")
+
+
+_EXTRA = "\x00extra"
+_MISSING = "\x00missing"
+
+
+def _csv_row(number: int, cells: dict[str, Any], *, width: int, coercer: _cells.CsvCoercer) -> Row:
+    if _EXTRA in cells or _MISSING in cells.values():
+        extra = len(cells.pop(_EXTRA, ()))
+        missing = sum(1 for value in cells.values() if value == _MISSING)
+        count = width - missing + extra
+        return Row(number, error=f"the row has {count} cells, the header names {width}")
+    return Row(number, coercer.row(cells))
+
+
+class RowReader:
+    """Rows to records of the schema; counts and logs the rows it skips."""
+
+    def __init__(
+        self, converter: _records.RecordConverter, *, logger: logging.Logger, source: str
+    ) -> None:
+        self.converter = converter
+        self.logger = logger
+        self.source = source
+        self.records_read = 0
+        self.rows_skipped = 0
+
+    def records(self, parsed: Iterable[Row]) -> Iterator[dict[str, Any]]:
+        for row in parsed:
+            record = self._record(row)
+            if record is not None:
+                self.records_read += 1
+                yield record
+
+    def _record(self, row: Row) -> dict[str, Any] | None:
+        if row.error:
+            return self._skip(row.line, row.error)
+        try:
+            return self.converter.convert(row.doc)
+        except DecodeError as exc:
+            return self._skip(row.line, str(exc))
+
+    def _skip(self, line: int, reason: str) -> None:
+        self.rows_skipped += 1
+        self.logger.warning(
+            "%s:%d: skipped: %s (%d skipped so far)", self.source, line, reason, self.rows_skipped
+        )
+        return None
