@@ -26,8 +26,8 @@ __all__ = [
     "PortDescriptor",
     "StreamletDescriptor",
     "describe",
-    "is_dns_label",
     "ensure_on_path",
+    "is_dns_label",
     "load_streamlet_class",
 ]
 
@@ -174,7 +174,8 @@ def load_streamlet_class(class_path: str) -> type[Streamlet]:
     target = getattr(module, attr, None)
     if target is None:
         candidates = [
-            n for n, v in vars(module).items()
+            n
+            for n, v in vars(module).items()
             if inspect.isclass(v) and issubclass(v, Streamlet) and v is not Streamlet
         ]
         hint = f"streamlets in {module_name}: {', '.join(sorted(candidates))}" if candidates else ""

@@ -32,7 +32,9 @@ class Port:
 
     kind: ClassVar[str] = "port"
 
-    def __init__(self, name: str | None = None, schema: str | None = None, *, description: str = "") -> None:
+    def __init__(
+        self, name: str | None = None, schema: str | None = None, *, description: str = ""
+    ) -> None:
         self.name: str = name or ""
         self.schema: str = schema or ""
         self.description = description
@@ -87,7 +89,7 @@ class Outlet(Port):
         self,
         value: dict[str, Any],
         *,
-        key: str | None | _KeepKey = KEEP_KEY,
+        key: str | _KeepKey | None = KEEP_KEY,
         headers: dict[str, str] | None = None,
     ) -> Emit:
         """An output for this outlet: ``return self.scores({"score": 0.9})``."""
@@ -100,5 +102,5 @@ class Emit:
 
     outlet: str
     value: dict[str, Any]
-    key: str | None | _KeepKey = KEEP_KEY
+    key: str | _KeepKey | None = KEEP_KEY
     headers: dict[str, str] | None = None

@@ -32,7 +32,7 @@ __all__ = ["Context", "EmitError", "Emitter", "Output", "Record", "Shape", "Stre
 Output = None | dict[str, Any] | Emit | Iterable[dict[str, Any] | Emit]
 
 
-class Shape(str, enum.Enum):
+class Shape(enum.StrEnum):
     """What a streamlet looks like from its data ports (control inlets aside)."""
 
     INGRESS = "ingress"
@@ -106,11 +106,11 @@ class Streamlet:
         self._config: dict[str, Any] = dict(config or {})
         self.context = Context(config=self._config)
 
-    def setup(self, context: Context) -> None | Awaitable[None]:
+    def setup(self, context: Context) -> Awaitable[None] | None:
         """Called once before any record; open clients and load resources here."""
         return None
 
-    def teardown(self) -> None | Awaitable[None]:
+    def teardown(self) -> Awaitable[None] | None:
         """Called once at shutdown, after the last batch is committed."""
         return None
 

@@ -17,7 +17,7 @@ from streamflow.blueprint.model import (
     StreamletSpec,
     TopicSpec,
 )
-from streamflow.blueprint.paths import find_project_root, project_schema_dir
+from streamflow.blueprint.paths import find_project_root, project_schema_dir, project_schema_dirs
 from streamflow.blueprint.problems import Position, Problem, Severity, has_errors
 from streamflow.blueprint.verify import (
     BlueprintError,
@@ -49,6 +49,7 @@ __all__ = [
     "has_errors",
     "load_application",
     "project_schema_dir",
+    "project_schema_dirs",
     "to_dot",
     "to_mermaid",
     "to_text",

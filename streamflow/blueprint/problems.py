@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["Position", "Problem", "Severity", "has_errors"]
 
 
-class Severity(str, enum.Enum):
+class Severity(enum.StrEnum):
     ERROR = "error"
     WARNING = "warning"
 

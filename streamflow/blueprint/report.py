@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from streamflow.blueprint.problems import Position, Problem, Severity
 from streamflow.blueprint.yamlload import Node
 
-__all__ = ["Reporter", "did_you_mean"]
+__all__ = ["Reporter", "closest", "did_you_mean"]
 
 
 class Reporter:
@@ -43,7 +43,13 @@ class Reporter:
         self.problems.extend(problems)
 
 
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``word``, if any is close enough to be a likely typo."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """A hint naming the closest candidate, or an empty string."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean `{close[0]}`?" if close else ""
+    match = closest(word, candidates)
+    return f"did you mean `{match}`?" if match else ""

@@ -15,7 +15,7 @@ from typing import Any
 
 from streamflow.api.descriptor import is_dns_label
 from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, KafkaSpec, PortRef
-from streamflow.blueprint.report import Reporter, did_you_mean
+from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.yamlload import Node
 
 __all__ = [
@@ -170,6 +170,8 @@ def _streamlets(report: Reporter, node: Node) -> dict[str, StreamletDraft]:
             )
         draft = StreamletDraft(name=name, key=key)
         what = f"streamlet {name!r}"
+        if value.is_null:  # `source:` with nothing under it: a streamlet without a class
+            value = Node("map", value.line, value.column)
         if _fields(
             report, value, what=what, allowed=STREAMLET_FIELDS, required=("class",), key=key
         ):
@@ -251,8 +253,10 @@ def _fields(
     if node.kind != "map":
         report.error("wrong-type", f"{what} must be a mapping, got {node.describe()}", node)
         return False
+    misspelt: set[str] = set()
     for text, field_key, _ in node.fields():
         if text not in allowed:
+            misspelt.add(closest(text, allowed) or "")
             report.error(
                 "unknown-field",
                 f"unknown field {text!r} in {what}",
@@ -261,7 +265,8 @@ def _fields(
             )
     for name in required:
         value = node.get(name)
-        if value is None or value.is_null:
+        # A misspelt required field is reported once, as the unknown field with its hint.
+        if (value is None or value.is_null) and name not in misspelt:
             report.error("missing-field", f"{what} needs a {name!r} field", key or node)
     return True
 

@@ -141,13 +141,7 @@ def _verify(
     if draft is None:
         return VerifyResult(None, report.problems)
     name = draft.name
-    python_paths = [base_dir, *_existing(draft.python_paths, base_dir=base_dir, report=report)]
-    schema_paths = _existing(draft.schemas, base_dir=base_dir, report=report)
-    project_schemas = search_paths.project_schema_dir(start=base_dir)
-    if project_schemas is not None:
-        schema_paths.append(project_schemas)
-    python_paths = search_paths.unique_paths(python_paths)
-    schema_paths = search_paths.unique_paths(schema_paths)
+    python_paths, schema_paths = _search_paths(draft, base_dir=base_dir, report=report)
     descriptors, configs = _check(draft, python_paths, schema_paths, overrides or {}, report)
     problems = _sorted(report.problems, first_file=filename)
     if has_errors(problems):
@@ -202,6 +196,20 @@ def _check(
     )
     verify_schemas.check_compatibility(topics, descriptors=descriptors, store=store, report=report)
     return descriptors, configs
+
+
+def _search_paths(
+    draft: BlueprintDraft, *, base_dir: Path, report: Reporter
+) -> tuple[list[Path], list[Path]]:
+    """Absolute Python and schema search paths: the blueprint's own, then the defaults.
+
+    The blueprint's directory always comes first on the Python path, so
+    ``module:Class`` finds a module next to the blueprint.
+    """
+    python = [base_dir, *_existing(draft.python_paths, base_dir=base_dir, report=report)]
+    schemas = _existing(draft.schemas, base_dir=base_dir, report=report)
+    schemas += search_paths.project_schema_dirs(start=base_dir)
+    return search_paths.unique_paths(python), search_paths.unique_paths(schemas)
 
 
 def _existing(entries: list[tuple[str, Node]], *, base_dir: Path, report: Reporter) -> list[Path]:

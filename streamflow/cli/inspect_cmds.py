@@ -109,8 +109,8 @@ def _print_verify_text(result: VerifyResult, *, file: Path) -> None:
     if app is not None:
         counts = output.problem_counts(result.problems)
         out.print(
-            f"✓ {app.name}: {_plural(len(app.streamlets), 'streamlet')}, "
-            f"{_plural(len(app.topics), 'topic')}, {counts}",
+            f"✓ {app.name}: {output.plural(len(app.streamlets), 'streamlet')}, "
+            f"{output.plural(len(app.topics), 'topic')}, {counts}",
             style="green",
             markup=False,
         )
@@ -205,8 +205,7 @@ def _import_hint() -> str:
 
 
 def _schema_store(extra: list[Path]) -> SchemaStore:
-    project = search_paths.project_schema_dir(start=Path.cwd())
-    return SchemaStore([*([project] if project else []), *extra])
+    return SchemaStore([*search_paths.project_schema_dirs(start=Path.cwd()), *extra])
 
 
 def _with_fingerprints(data: dict[str, Any], store: SchemaStore) -> dict[str, Any]:
@@ -228,8 +227,9 @@ def _print_descriptor_table(data: dict[str, Any]) -> None:
     ports = Table("port", "kind", "schema", "fingerprint", title="Ports", title_justify="left")
     for group in ("inlets", "control_inlets", "outlets"):
         for port in data[group]:
+            fingerprint = port["fingerprint"] or "not found"
             ports.add_row(
-                port["name"], port["kind"], port["schema"], port["fingerprint"] or "not found"
+                *output.plain_cells(port["name"], port["kind"], port["schema"], fingerprint)
             )
     out.print(ports)
     if data["params"]:
@@ -238,9 +238,6 @@ def _print_descriptor_table(data: dict[str, Any]) -> None:
         )
         for param in data["params"]:
             default = "(required)" if param["required"] else repr(param["default"])
-            params.add_row(param["name"], param["type"], default, param["description"])
+            cells = (param["name"], param["type"], default, param["description"])
+            params.add_row(*output.plain_cells(*cells))
         out.print(params)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -29,6 +29,8 @@ __all__ = [
     "console",
     "error_console",
     "fail",
+    "plain_cells",
+    "plural",
     "print_data",
     "print_problems",
     "problem_counts",
@@ -67,6 +69,11 @@ def problem_text(problem: Problem) -> Text:
     return text
 
 
+def plain_cells(*values: object) -> list[Text]:
+    """Table cells shown as written: text from users or classes is never rich markup."""
+    return [Text(str(value)) for value in values]
+
+
 def print_problems(problems: Sequence[Problem], *, to: Console) -> None:
     for problem in problems:
         to.print(problem_text(problem))
@@ -76,7 +83,7 @@ def problem_counts(problems: Sequence[Problem]) -> str:
     """``2 errors, 1 warning``; ``0 problems`` when there are none."""
     errors = sum(p.severity is Severity.ERROR for p in problems)
     warnings = len(problems) - errors
-    parts = [_plural(n, noun) for n, noun in ((errors, "error"), (warnings, "warning")) if n]
+    parts = [plural(n, noun) for n, noun in ((errors, "error"), (warnings, "warning")) if n]
     return ", ".join(parts) or "0 problems"
 
 
@@ -86,6 +93,8 @@ def print_data(data: Any, *, fmt: str) -> None:
         buffer = io.StringIO()
         yaml = YAML(typ="safe", pure=True)
         yaml.default_flow_style = False
+        # Keep the order the data was built in (ruamel annotates this attribute as None).
+        yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
         yaml.dump(data, buffer)
         sys.stdout.write(buffer.getvalue())
     else:
@@ -107,5 +116,5 @@ def fail(
     raise typer.Exit(exit_code)
 
 
-def _plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -26,7 +26,8 @@ def collect(settings: list[str], conf: Path | None) -> dict[str, Any]:
         target, sep, value = setting.partition("=")
         if not sep or "." not in target:
             raise OverrideError(
-                f"--set {setting!r}: expected streamlet.param=value, e.g. --set scorer.threshold=0.7"
+                f"--set {setting!r}: expected streamlet.param=value, "
+                "e.g. --set scorer.threshold=0.7"
             )
         out[target.strip()] = value
     return out

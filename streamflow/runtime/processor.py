@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -280,13 +280,7 @@ class Processor:
         result = method(records)
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
-        results = list(result) if result is not None else []
-        if len(results) != len(records):
-            raise ValueError(
-                f"process_batch returned {len(results)} results for {len(records)} records; "
-                "it must return one result per input, in order"
-            )
-        return results
+        return self._router.batch_results(result, len(records))
 
     def _async_record_logic(
         self, method: Callable[..., Any], records: list[Record]
@@ -324,7 +318,11 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
     append = results.append
     for record in records:
         try:
-            append(method(record))
+            result = method(record)
+            if isinstance(result, Generator):
+                # run a generator's body now, so its exceptions count as the logic's
+                result = list(result)
+            append(result)
         except Exception as exc:
             append(exc)
     return results

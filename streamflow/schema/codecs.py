@@ -123,7 +123,8 @@ class SingleObjectCodec:
         if writer is None:
             raise DecodeError(
                 f"unknown writer schema fingerprint {number:016x}; expected "
-                f"{self.schema.name} ({self.schema.fingerprint_hex})"
+                f"{self.schema.name} ({self.schema.fingerprint_hex}). If it is an older "
+                "version, put that version under a history/ directory on the schema paths"
             )
         self._writers[fingerprint] = writer.parsed
         return writer.parsed

@@ -48,6 +48,7 @@ from streamflow.api.outputs import RoutedOutput
 from streamflow.api.streamlet import Context, Record, Streamlet
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import SchemaStore
+from streamflow.testkit import logic as logic_mod
 from streamflow.testkit.ports import HarnessError, PortCodec, port_codecs
 
 __all__ = ["DeadLetter", "StreamletHarness"]
@@ -114,6 +115,12 @@ class StreamletHarness:
         self._offsets: dict[str, int] = {}
         self._clock_ms = _EPOCH_MS
         self._loop = asyncio.new_event_loop()
+        self._logic = logic_mod.LogicCaller(
+            streamlet=self.streamlet,
+            descriptor=self.descriptor,
+            router=self._router,
+            loop=self._loop,
+        )
         self._source: Iterator[Any] | AsyncIterator[Any] | None = None
         self._state = "new"
 
@@ -192,7 +199,7 @@ class StreamletHarness:
             if record is None:
                 continue
             try:
-                result = self._materialise(
+                result = logic_mod.materialise(
                     aio.call_maybe_async(self.streamlet.on_control, inlet, record, loop=self._loop)
                 )
             except Exception as exc:
@@ -251,7 +258,7 @@ class StreamletHarness:
                 item = aio.next_item(self._source, loop=self._loop, timeout=timeout)
             except aio.SourceExhausted:
                 break
-            produced += self._emit(self._materialise(item), input_key=None)
+            produced += self._emit(logic_mod.materialise(item), input_key=None)
         return produced
 
     # -- outputs -------------------------------------------------------------
@@ -285,7 +292,7 @@ class StreamletHarness:
     def _run_batch(self, batch: list[_Pending]) -> list[RoutedOutput]:
         decoded = [(p, self._decode(p, kind="decode")) for p in batch]
         good = [(p, r) for p, r in decoded if r is not None]
-        results = self._call_logic([r for _, r in good]) if good else []
+        results = self._logic([r for _, r in good]) if good else []
         produced: list[RoutedOutput] = []
         for (pending, record), result in zip(good, results, strict=True):
             if isinstance(result, BaseException):
@@ -293,51 +300,6 @@ class StreamletHarness:
             else:
                 produced += self._emit(result, input_key=record.key)
         return produced
-
-    def _call_logic(self, records: list[Record]) -> list[Any]:
-        """One result (or the exception it raised) per record."""
-        method = getattr(self.streamlet, self.descriptor.logic)
-        if self.descriptor.logic == "process_batch":
-            return self._call_batch(method, records)
-        if self.descriptor.is_async:
-            return self._loop.run_until_complete(_gather(method, records))
-        return [self._call_one(method, record) for record in records]
-
-    def _call_one(self, method: Any, record: Record) -> Any:
-        try:
-            return self._materialise(method(record))
-        except Exception as exc:
-            return exc
-
-    def _call_batch(self, method: Any, records: list[Record]) -> list[Any]:
-        try:
-            return self._batch_once(method, records)
-        except outputs.OutputError:
-            raise
-        except Exception as exc:
-            if len(records) == 1:
-                return [exc]
-        # Isolate the poison record(s): re-run one by one, so the rest still flows.
-        isolated: list[Any] = []
-        for record in records:
-            try:
-                isolated += self._batch_once(method, [record])
-            except outputs.OutputError:
-                raise
-            except Exception as exc:
-                isolated.append(exc)
-        return isolated
-
-    def _batch_once(self, method: Any, records: list[Record]) -> list[Any]:
-        result = aio.call_maybe_async(method, records, loop=self._loop)
-        results = self._router.batch_results(result, len(records))
-        return [self._materialise(r) for r in results]
-
-    def _materialise(self, result: Any) -> Any:
-        """Run a returned generator now, so its exceptions count as the logic's."""
-        if isinstance(result, Iterator):
-            return list(result)
-        return result
 
     def _emit(self, result: Any, *, input_key: str | None) -> list[RoutedOutput]:
         routed = self._router.route(result, input_key=input_key)
@@ -424,11 +386,3 @@ class StreamletHarness:
     def _tick(self, timestamp_ms: int | None) -> int:
         self._clock_ms += 1
         return self._clock_ms if timestamp_ms is None else timestamp_ms
-
-
-async def _gather(method: Any, records: list[Record]) -> list[Any]:
-    async def one(record: Record) -> Any:
-        result = await method(record)
-        return list(result) if isinstance(result, Iterator) else result
-
-    return list(await asyncio.gather(*(one(r) for r in records), return_exceptions=True))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from streamflow.blueprint import Application, build_graph, load_application, to_dot, to_mermaid, to_text
+from streamflow.blueprint import (
+    Application,
+    build_graph,
+    load_application,
+    to_dot,
+    to_mermaid,
+    to_text,
+)
 from streamflow.blueprint import graph as graphs
 from tests.blueprint.bp_helpers import EXAMPLE, verify
 
@@ -104,7 +111,8 @@ def test_dot(wine: Application) -> None:
 
 def test_dot_control_edges_are_dashed(controlled: Application) -> None:
     text = to_dot(build_graph(controlled))
-    assert '"topic:models" -> "streamlet:ctl" [label="model\\nstreamflow.ml.ModelDescriptor", style=dashed];' in text
+    edge = '"topic:models" -> "streamlet:ctl" [label="model\\nstreamflow.ml.ModelDescriptor"'
+    assert f"{edge}, style=dashed];" in text
 
 
 def test_render_by_format_name(wine: Application) -> None:

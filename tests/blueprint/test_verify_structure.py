@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.blueprint.bp_helpers import only, verify, where
-
 from streamflow.blueprint import Severity
+from tests.blueprint.bp_helpers import only, verify, where
 
 
 def test_invalid_yaml_is_a_problem_with_the_parser_position() -> None:
@@ -294,3 +293,9 @@ def test_topic_and_kafka_config_values_become_strings() -> None:
 def test_problems_are_errors_unless_said_otherwise() -> None:
     result = verify("name: app\nstreamlets: {}\n")
     assert all(p.severity is Severity.ERROR for p in result.problems)
+
+
+def test_a_streamlet_with_nothing_under_it_is_missing_its_class() -> None:
+    result = verify("name: app\nstreamlets:\n  source:\n")
+    problem = only(result, "missing-field")
+    assert where(problem) == (3, 3)

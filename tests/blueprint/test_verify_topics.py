@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.blueprint.bp_helpers import only, verify, where
-
 from streamflow.blueprint import Severity
+from tests.blueprint.bp_helpers import only, verify, where
 
 STREAMLETS = """\
 name: app
@@ -20,7 +19,9 @@ topics:
 
 
 def test_a_good_topic_is_valid() -> None:
-    result = verify(STREAMLETS + "  readings:\n    producers: [source.out]\n    consumers: [sink.in]\n")
+    result = verify(
+        STREAMLETS + "  readings:\n    producers: [source.out]\n    consumers: [sink.in]\n"
+    )
     assert result.problems == []
     assert result.application is not None
 
@@ -54,7 +55,8 @@ def test_producer_not_outlet() -> None:
 
 def test_consumer_not_inlet() -> None:
     result = verify(
-        STREAMLETS + "  readings:\n    producers: [source.out]\n    consumers: [sink.in, source.out]\n"
+        STREAMLETS
+        + "  readings:\n    producers: [source.out]\n    consumers: [sink.in, source.out]\n"
     )
     problem = only(result, "consumer-not-inlet")
     assert where(problem) == (11, 26)

@@ -38,10 +38,12 @@ def test_verify_an_invalid_blueprint_lists_problems_and_exits_1() -> None:
     result = invoke("verify", BROKEN)
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert f"{BROKEN}:4:5: error[unknown-field]: unknown field 'clas' in streamlet 'source'" in lines
+    assert (
+        f"{BROKEN}:4:5: error[unknown-field]: unknown field 'clas' in streamlet 'source'" in lines
+    )
     assert "  hint: did you mean `class`?" in lines
     assert any(":6:12: error[class-not-found]: streamlet other:" in line for line in lines)
-    assert lines[-1] == "✗ broken: 3 errors"
+    assert lines[-1] == "✗ broken: 2 errors"
 
 
 def test_verify_json_output() -> None:
@@ -51,8 +53,9 @@ def test_verify_json_output() -> None:
     assert data["valid"] is False
     assert data["application"] == "broken"
     first = data["problems"][0]
-    assert first["code"] == "missing-field"
-    assert (first["line"], first["column"], first["severity"]) == (3, 3, "error")
+    assert first["code"] == "unknown-field"
+    assert (first["line"], first["column"], first["severity"]) == (4, 5, "error")
+    assert first["hint"] == "did you mean `class`?"
 
 
 def test_verify_json_of_a_valid_blueprint() -> None:

@@ -11,7 +11,9 @@ def _applied(bootstrap: str, topic: str, want: set[tuple[int, int]]) -> list:  #
     codec = support.codec("tests.runtime.Applied")
 
     def done(records: list) -> bool:  # type: ignore[type-arg]
-        seen = {(v["replica"], v["version"]) for v in map(codec.decode, (m.value() for m in records))}
+        seen = {
+            (v["replica"], v["version"]) for v in map(codec.decode, (m.value() for m in records))
+        }
         return want <= seen
 
     return [codec.decode(m.value()) for m in support.consume_until(bootstrap, topic, done)]
@@ -33,21 +35,26 @@ def test_every_replica_applies_every_control_record_and_late_replicas_catch_up(
     factor = support.codec("tests.runtime.Factor")
     factor_topic = support.topic(app, "factor")
     applied_topic = support.topic(app, "applied")
-    support.produce(kafka_bootstrap, factor_topic,
-                    [("f", factor.encode({"version": 1, "factor": 2.0}))])
+    support.produce(
+        kafka_bootstrap, factor_topic, [("f", factor.encode({"version": 1, "factor": 2.0}))]
+    )
     with support.replicas(app, tmp_path) as running:
         running.start("ctl", 0)
         running.start("ctl", 1)
         _applied(kafka_bootstrap, applied_topic, {(0, 1), (1, 1)})
-        support.produce(kafka_bootstrap, factor_topic,
-                        [("f", factor.encode({"version": v, "factor": float(v)})) for v in (2, 3)])
+        support.produce(
+            kafka_bootstrap,
+            factor_topic,
+            [("f", factor.encode({"version": v, "factor": float(v)})) for v in (2, 3)],
+        )
         _applied(kafka_bootstrap, applied_topic, {(r, v) for r in (0, 1) for v in (1, 2, 3)})
 
         support.produce(kafka_bootstrap, support.topic(app, "in"), support.readings(200))
         running.start("ctl", 2)  # a replica that starts later
         records = _applied(kafka_bootstrap, applied_topic, {(2, 3)})
-        out = support.consume_until(kafka_bootstrap, support.topic(app, "out"),
-                                    support.count_at_least(200))
+        out = support.consume_until(
+            kafka_bootstrap, support.topic(app, "out"), support.count_at_least(200)
+        )
         log = running.log()
 
     late = [r for r in records if r["replica"] == 2]

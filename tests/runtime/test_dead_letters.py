@@ -47,8 +47,13 @@ def test_bad_records_are_dead_lettered_and_good_ones_flow(
     by_key = {m.key().decode(): dict(m.headers()) for m in dead}
     assert set(by_key) == {"r7", "r150", "r299", "g1", "g2", "g3", "w1"}
     for headers in by_key.values():
-        for name in ("streamflow-error", "streamflow-error-type", "streamflow-source-topic",
-                     "streamflow-source-partition", "streamflow-source-offset"):
+        for name in (
+            "streamflow-error",
+            "streamflow-error-type",
+            "streamflow-source-topic",
+            "streamflow-source-partition",
+            "streamflow-source-offset",
+        ):
             assert name in headers
         assert headers["streamflow-source-topic"] == support.topic(app, "in").encode()
     assert by_key["g1"]["streamflow-error-type"] == b"DecodeError"
@@ -72,7 +77,9 @@ def test_sigterm_finishes_the_batch_commits_and_exits_zero(
     support.produce(kafka_bootstrap, support.topic(app, "in"), support.readings(500))
     with support.replicas(app, tmp_path) as running:
         replica = running.start("scale")
-        support.consume_until(kafka_bootstrap, support.topic(app, "out"), support.count_at_least(500))
+        support.consume_until(
+            kafka_bootstrap, support.topic(app, "out"), support.count_at_least(500)
+        )
         assert replica.process is not None
         os.kill(replica.process.pid, signal.SIGTERM)
         assert replica.process.wait(30) == 0, running.log()

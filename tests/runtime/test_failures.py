@@ -66,8 +66,10 @@ def test_broker_restart_mid_run_loses_nothing(
     bootstrap = kafka_broker.bootstrap_servers
     app = support.make_app(
         bootstrap,
-        streamlets={"count": {"class": "apps:Count", "config": {"count": 20_000}},
-                    "scale": {"class": "apps:Scale"}},
+        streamlets={
+            "count": {"class": "apps:Count", "config": {"count": 20_000}},
+            "scale": {"class": "apps:Scale"},
+        },
         topics={
             "in": {"producers": ["count.out"], "consumers": ["scale.in"], "partitions": 2},
             "out": {"producers": ["scale.out"], "partitions": 2},

@@ -99,7 +99,8 @@ def test_an_unknown_fingerprint_is_a_decode_error_naming_both(versions: Path) ->
         reader.decode(data)
     assert str(error.value) == (
         "unknown writer schema fingerprint 0123456789abcdef; "
-        f"expected iot.Reading ({reader.schema.fingerprint_hex})"
+        f"expected iot.Reading ({reader.schema.fingerprint_hex}). If it is an older version, "
+        "put that version under a history/ directory on the schema paths"
     )
 
 
