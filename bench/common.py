@@ -223,7 +223,7 @@ def environment() -> dict[str, Any]:
     """Versions and machine facts stored next to the results."""
     return {
         "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
         "fastavro": fastavro.__version__,
         "cores": os.cpu_count(),

@@ -29,7 +29,14 @@ import sys
 from io import BytesIO
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from fastavro import schemaless_reader, schemaless_writer
 
 from bench import common
@@ -128,13 +135,22 @@ def main(argv: list[str] | None = None) -> int:
             if batches % args.flush_every == 0:
                 flush_and_store()
         flush_and_store()
-        consumer.commit(asynchronous=False)
+        _commit(consumer)
     except _Failed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         consumer.close()
     return 0
+
+
+def _commit(consumer: Consumer) -> None:
+    """A final synchronous commit; "nothing to commit" is fine (auto-commit got there)."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
 
 
 def _produce(producer: Producer, topic: str, value: bytes, key: bytes | None, headers: Any) -> None:

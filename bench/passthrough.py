@@ -16,6 +16,8 @@ Why it is built this way:
 * CPU is the child's own user + system time (all threads) over that same window: its
   own figure at the first batch, /proc at completion. Start-up and shutdown CPU are
   reported separately as ``cpu_total`` (``RUSAGE_CHILDREN`` around the whole run).
+* Before each run the page cache is synced, so the previous run's writeback does not
+  land in this one; the broker's disk is shared, its dirty pages need not be.
 * Competitors are interleaved round by round, with the order reversed on every other
   round (A B C, C B A, ...), so drift of a busy machine hits all of them alike.
 """
@@ -171,7 +173,8 @@ class _Child:
             self._log_file.close()
 
     def tail(self) -> str:
-        self._log_file.flush()
+        if not self._log_file.closed:
+            self._log_file.flush()
         lines = self.log.read_text(errors="replace").splitlines()[-20:]
         return ("; its log ends:\n" + "\n".join(lines)) if lines else ""
 
@@ -181,6 +184,8 @@ def measure(
 ) -> dict[str, Any]:
     """Run one competitor over the whole input and return its numbers."""
     topics.create(run.output_topic)
+    # Write back the previous run's dirty pages now, not in the middle of this run.
+    os.sync()
     cpu_before = common.cpu_children()
     spawned = time.monotonic()
     child = _Child(competitor.command(run), run.workdir / f"{run.group}.log")

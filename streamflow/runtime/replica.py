@@ -73,6 +73,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         config=config,
         logger=logging.getLogger(f"streamflow.streamlet.{streamlet_name}"),
     )
+    context.extras["schema_store"] = store  # generic built-ins find their schemas here
     streamlet.context = context
     metrics = Metrics(app=app.name, streamlet=streamlet_name, replica=options.replica)
     health = HealthState()

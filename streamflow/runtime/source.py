@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from streamflow.api import aio
@@ -58,22 +60,28 @@ class SourceRunner:
 
     def run(self) -> None:
         self.health.set_ready(True)
-        source = getattr(self.streamlet, "source")()  # noqa: B009 - declared by subclasses
-        items = aio.iterate_source(source, loop=self.loop)
+        source = aio.open_source(getattr(self.streamlet, "source")())  # noqa: B009
+        puller = _Puller(source, loop=self.loop)
         count = 0
         chunk_started = time.monotonic()
         self.delivery.begin_batch()
-        for item in items:
-            self.emit(item)
-            count += 1
-            if count % _CHUNK == 0 or time.monotonic() - chunk_started > _CHUNK_SECONDS:
-                self.delivery.end_batch({})
-                self.health.turned()
-                if self.stop.is_set():
-                    return
-                self.delivery.begin_batch()
-                chunk_started = time.monotonic()
-        self.delivery.end_batch({})
+        try:
+            while not self.stop.is_set():
+                item = puller.get(timeout=_CHUNK_SECONDS)
+                if item is _EXHAUSTED:
+                    break
+                if item is not _NOTHING:
+                    self.emit(item)
+                    count += 1
+                if count % _CHUNK == 0 or time.monotonic() - chunk_started > _CHUNK_SECONDS:
+                    self.delivery.end_batch({})
+                    self.health.turned()
+                    self.delivery.begin_batch()
+                    chunk_started = time.monotonic()
+        finally:
+            self.delivery.end_batch({})
+        if self.stop.is_set():
+            return
         log.info("source finished after %d items; idling until stopped", count)
         while not self.stop.wait(0.5):
             self.health.turned()
@@ -93,3 +101,61 @@ class SourceRunner:
             key = out.key.encode() if out.key is not None else None
             self.delivery.produce(binding.topic, data, key, headers)
         self.delivery.poll()
+
+
+_NOTHING = object()
+_EXHAUSTED = object()
+
+
+class _Puller:
+    """Takes items from a source without ever blocking the loop past a timeout.
+
+    A sync generator may block (following a file, pacing a rate), so it runs
+    on a thread that fills a small bounded queue: memory stays bounded, and the
+    loop still sees a stop request within one timeout. An async generator runs
+    on the replica's event loop; its pending ``anext`` is kept across timeouts
+    rather than cancelled, since cancelling would close the generator.
+    """
+
+    def __init__(self, source: Any, *, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._async = isinstance(source, AsyncIterator)
+        self._source = source
+        self._pending: asyncio.Future[Any] | None = None
+        self._queue: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=_CHUNK)
+        if not self._async:
+            threading.Thread(target=self._pump, daemon=True, name="source").start()
+
+    def _pump(self) -> None:
+        try:
+            for item in self._source:
+                self._queue.put((True, item))
+        except BaseException as exc:  # surfaced on the loop's thread
+            self._queue.put((False, exc))
+            return
+        self._queue.put((False, None))
+
+    def get(self, *, timeout: float) -> Any:
+        if self._async:
+            return self._get_async(timeout)
+        try:
+            ok, item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return _NOTHING
+        if ok:
+            return item
+        if item is not None:
+            raise item
+        return _EXHAUSTED
+
+    def _get_async(self, timeout: float) -> Any:
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(anext(self._source), loop=self.loop)
+        done, _ = self.loop.run_until_complete(asyncio.wait({self._pending}, timeout=timeout))
+        if not done:
+            return _NOTHING
+        pending, self._pending = self._pending, None
+        try:
+            return pending.result()
+        except StopAsyncIteration:
+            return _EXHAUSTED

@@ -106,6 +106,7 @@ class StreamletHarness:
             config=self.config,
             logger=logging.getLogger(f"streamflow.streamlet.{name or streamlet.__name__}"),
         )
+        self.context.extras["schema_store"] = self.store  # as the runtime does
         self.streamlet.context = self.context
         self.batch_size = batch_size
         self.dead_letters: list[DeadLetter] = []

@@ -15,6 +15,7 @@ project's ``schemas/`` directory (found from the working directory) are searched
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Self, cast
@@ -36,7 +37,9 @@ class SchemaBound:
     generic_port: ClassVar[str] = "out"
 
     @classmethod
-    def for_schema(cls, schema: str, *, name: str | None = None, module: str | None = None) -> type[Self]:
+    def for_schema(
+        cls, schema: str, *, name: str | None = None, module: str | None = None
+    ) -> type[Self]:
         """A subclass of this streamlet whose generic port carries ``schema``.
 
         Assign the result to a module-level name (``WineFeed = Generator.for_schema(...)``)
@@ -51,7 +54,7 @@ class SchemaBound:
             cls.generic_port: _rebound(port, schema),
             "__module__": module or _caller_module(),
             "__qualname__": class_name,
-            "__doc__": cls.__doc__,
+            "__doc__": f"{_summary(cls)}\n\nBound to the schema {schema}.",
         }
         return cast(type[Self], type(class_name, (cls,), namespace))
 
@@ -109,6 +112,11 @@ def _rebound(port: Port, schema: str) -> Port:
     if isinstance(port, Outlet):
         return Outlet(port.name, schema, key=port.key, description=port.description)
     return type(port)(port.name, schema, description=port.description)
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) or cls.__name__
+    return doc.split("\n\n", 1)[0]
 
 
 def _caller_module() -> str:

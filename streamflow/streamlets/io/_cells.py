@@ -20,7 +20,7 @@ Conventions, for cells that text cannot type on its own:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from streamflow.schema import validate
@@ -64,9 +64,9 @@ class CsvCoercer:
 
     def _field(self, field: dict[str, Any], text: str) -> Any:
         node = self._resolve(field["type"])
-        if text == "" and not isinstance(node, list) and _kind(node) != "string":
-            if "default" in field:
-                return _OMIT
+        omittable = not isinstance(node, list) and _kind(node) != "string" and "default" in field
+        if text == "" and omittable:
+            return _OMIT
         try:
             return self._convert(node, text)
         except ValueError:
@@ -144,7 +144,7 @@ def _json(text: str) -> Any:
         raise ValueError(f"not JSON: {exc}") from None
 
 
-_CONVERTERS: dict[str, Any] = {
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
     "int": _integer,
     "long": _integer,
     "float": _floating,

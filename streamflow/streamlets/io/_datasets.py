@@ -77,8 +77,8 @@ def generations(
     A consumer must finish one generation's lines before asking for the next.
     """
     if not follow:
-        with open(path, encoding="utf-8", newline="") as handle:
-            yield iter(handle)
+        with open(path, encoding="utf-8", newline="") as whole:
+            yield iter(whole)
         return
     while True:
         handle = _wait_open(Path(path), poll=poll, sleep=sleep)
@@ -106,6 +106,8 @@ def _tail(handle: IO[str], path: Path, *, poll: float, sleep: Sleep) -> Iterator
                 pending = ""
             continue
         if _replaced(handle, path):
+            if pending:  # the old file's last line, never ended with a newline
+                yield pending
             return
         sleep(poll)
 
@@ -141,7 +143,9 @@ def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer) -> Iterator[Row]
     reader = csv.DictReader(lines, restkey=_EXTRA, restval=_MISSING)
     try:
         for cells in reader:
-            yield _csv_row(reader.line_num, cells, width=len(reader.fieldnames or ()), coercer=coercer)
+            yield _csv_row(
+                reader.line_num, cells, width=len(reader.fieldnames or ()), coercer=coercer
+            )
     except csv.Error as exc:
         yield Row(reader.line_num, error=f"not valid CSV: {exc}")
 
@@ -180,11 +184,13 @@ class RowReader:
 
     def _record(self, row: Row) -> dict[str, Any] | None:
         if row.error:
-            return self._skip(row.line, row.error)
+            self._skip(row.line, row.error)
+            return None
         try:
             return self.converter.convert(row.doc)
         except DecodeError as exc:
-            return self._skip(row.line, str(exc))
+            self._skip(row.line, str(exc))
+            return None
 
     def _skip(self, line: int, reason: str) -> None:
         self.rows_skipped += 1

@@ -86,7 +86,7 @@ def problems_of(error: DecodeError, *, index: int | None = None) -> list[Problem
 def _problem(item: str, index: int | None) -> Problem:
     path, sep, message = item.partition(": ")
     if sep and path and " " not in path:
-        return Problem(message, "" if path == "value" else path, index)
+        return Problem(message, path, index)
     return Problem(item, "", index)
 
 

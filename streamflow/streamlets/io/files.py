@@ -70,7 +70,9 @@ class FileIngress(_binding.SchemaBound, Streamlet):
             raise ValueError(f"{self.path!r} is not a file (set follow to wait for it)")
 
     def source(self) -> Iterator[Emit]:
-        self.reader = _datasets.RowReader(self.converter, logger=self.context.logger, source=self.path)
+        self.reader = _datasets.RowReader(
+            self.converter, logger=self.context.logger, source=self.path
+        )
         files = _datasets.generations(
             self.path,
             follow=self.follow,
@@ -116,7 +118,8 @@ class FileEgress(_binding.SchemaBound, Streamlet):
         self.bound_schema_name()
         self.file_path = _expand(self.path, context)
         self.file_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = open(self.file_path, "a", encoding="utf-8")
+        # Open for the streamlet's lifetime; teardown() closes it.
+        self._file: IO[str] | None = open(self.file_path, "a", encoding="utf-8")  # noqa: SIM115
 
     def process_batch(self, records: Sequence[Record]) -> list[None]:
         if self._file is None:

@@ -42,7 +42,9 @@ class Generator(_binding.SchemaBound, Streamlet):
     format = params.Choice(
         _datasets.FORMATS, default="auto", description="the dataset's format; auto: by extension"
     )
-    rate = params.Float(default=0.0, min=0.0, description="records per second; 0: as fast as possible")
+    rate = params.Float(
+        default=0.0, min=0.0, description="records per second; 0: as fast as possible"
+    )
     count = params.Int(default=0, min=0, description="stop after this many records; 0: no limit")
     loop = params.Bool(default=False, description="start the dataset again at its end")
     key_field = params.Str(default="", description="key each record by this field; empty: unkeyed")

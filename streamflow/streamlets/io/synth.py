@@ -80,7 +80,10 @@ class Synthesiser:
         if kind == "array":
             return [self.value(node["items"], depth=depth + 1) for _ in self._items(depth)]
         if kind == "map":
-            return {self._word(): self.value(node["values"], depth=depth + 1) for _ in self._items(depth)}
+            return {
+                self._word(): self.value(node["values"], depth=depth + 1)
+                for _ in self._items(depth)
+            }
         return self._primitive(str(kind))
 
     def _union(self, branches: list[Any], depth: int) -> Any:
