@@ -5,6 +5,7 @@ through its subpackages.
 """
 
 from streamflow.api import (
+    Backpressure,
     Context,
     ControlInlet,
     Emit,
@@ -19,6 +20,7 @@ from streamflow.api import (
 )
 
 __all__ = [
+    "Backpressure",
     "Context",
     "ControlInlet",
     "Emit",

@@ -14,9 +14,18 @@ from streamflow.api.descriptor import (
     load_streamlet_class,
 )
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port
-from streamflow.api.streamlet import Context, EmitError, Emitter, Record, Shape, Streamlet
+from streamflow.api.streamlet import (
+    Backpressure,
+    Context,
+    EmitError,
+    Emitter,
+    Record,
+    Shape,
+    Streamlet,
+)
 
 __all__ = [
+    "Backpressure",
     "Context",
     "ControlInlet",
     "DeclarationError",

@@ -27,7 +27,16 @@ from typing import Any, ClassVar, Protocol
 
 from streamflow.api.ports import Emit
 
-__all__ = ["Context", "EmitError", "Emitter", "Output", "Record", "Shape", "Streamlet"]
+__all__ = [
+    "Backpressure",
+    "Context",
+    "EmitError",
+    "Emitter",
+    "Output",
+    "Record",
+    "Shape",
+    "Streamlet",
+]
 
 Output = None | dict[str, Any] | Emit | Iterable[dict[str, Any] | Emit]
 
@@ -53,6 +62,20 @@ class Shape(enum.StrEnum):
         if inlets == 1:
             return cls.FAN_OUT
         return cls.FAN_IN if outlets == 1 else cls.FAN_IN_OUT
+
+
+class Backpressure(Exception):
+    """Raised by logic when a dependency is down: retry the whole batch later.
+
+    Nothing of the batch is written or committed; the runtime rewinds to its
+    first record, keeps polling control inlets (so a new model can still
+    arrive), and tries again after ``retry_after`` seconds. Records are
+    neither dropped nor dead-lettered while a model server is unreachable.
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EmitError(Exception):
@@ -116,6 +139,10 @@ class Streamlet:
 
     def on_control(self, inlet: str, record: Record) -> Output | Awaitable[Output]:
         """Apply one control record. Runs between data batches, never inside one."""
+        return None
+
+    def between_batches(self) -> Output | Awaitable[Output]:
+        """Called before every batch: apply state prepared off the hot path (a loaded model)."""
         return None
 
     def accepts_data(self) -> bool:

@@ -18,7 +18,7 @@ import typer
 
 import streamflow
 from streamflow.blueprint import BlueprintError
-from streamflow.cli import inspect_cmds, output, run_cmds, streamlet_cmds, tail_cmds
+from streamflow.cli import inspect_cmds, model_cmds, output, run_cmds, streamlet_cmds, tail_cmds
 
 __all__ = ["COMMAND_MODULES", "app", "main"]
 
@@ -32,7 +32,13 @@ app = typer.Typer(
 )
 
 # Each module has register(app). Add new command modules here (run, tail, streamlet, deploy, ...).
-COMMAND_MODULES: tuple[ModuleType, ...] = (inspect_cmds, run_cmds, streamlet_cmds, tail_cmds)
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    inspect_cmds,
+    run_cmds,
+    streamlet_cmds,
+    tail_cmds,
+    model_cmds,
+)
 
 
 def _show_version(value: bool) -> None:

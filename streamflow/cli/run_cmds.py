@@ -147,6 +147,7 @@ def _start(
                 streamlet=name,
                 replica=index,
                 health_port=port,
+                cwd=str(Path(app.source).parent) if app.source else None,
                 command=replica_command(
                     app_spec=spec,
                     streamlet=name,

@@ -16,7 +16,7 @@ __all__ = ["app_dir", "home", "read_json", "write_json"]
 
 
 def home() -> Path:
-    return Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow")
+    return Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow").resolve()
 
 
 def app_dir(name: str) -> Path:

@@ -13,16 +13,14 @@ import datetime as dt
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
 from confluent_kafka import Consumer, Message, TopicPartition
 from rich.text import Text
 
-from streamflow.blueprint import BlueprintError, load_application
 from streamflow.blueprint.model import Application
-from streamflow.cli import output, state
+from streamflow.cli import apps, output
 from streamflow.schema import DecodeError, SchemaStore, SingleObjectCodec
 from streamflow.schema.codecs import MAGIC
 
@@ -46,7 +44,7 @@ def tail(
     """Decode and print records from a topic of an application."""
     if fmt not in ("text", "json"):
         output.fail(f"unknown output format {fmt!r}: use text or json", exit_code=output.EXIT_USAGE)
-    app, bootstrap = _resolve(target, bootstrap_servers)
+    app, bootstrap = apps.resolve(target, bootstrap_servers)
     if topic not in app.topics and topic not in _dlq_topics(app):
         known = ", ".join([*app.topics, *_dlq_topics(app)])
         output.fail(f"application {app.name!r} has no topic {topic!r} (topics: {known})")
@@ -70,30 +68,6 @@ def tail(
 
 def _dlq_topics(app: Application) -> list[str]:
     return [app.dlq_topic(s) for s in app.streamlets]
-
-
-def _resolve(target: str, explicit: str | None) -> tuple[Application, str]:
-    path = Path(target)
-    runtime: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            app = load_application(path)
-        except BlueprintError as exc:
-            output.print_problems(exc.problems, to=output.error_console())
-            raise typer.Exit(output.EXIT_INVALID) from None
-        runtime_file = state.app_dir(app.name) / "runtime.json"
-    else:
-        spec = state.app_dir(target) / "app.json"
-        if not spec.is_file():
-            output.fail(f"{target!r} is neither a blueprint file nor a running application")
-        app = Application.from_dict(state.read_json(spec))
-        runtime_file = spec.parent / "runtime.json"
-    if runtime_file.is_file():
-        runtime = state.read_json(runtime_file)
-    bootstrap = explicit or app.kafka.bootstrap or runtime.get("bootstrap")
-    if not bootstrap:
-        output.fail(f"where is Kafka for {app.name!r}? pass --bootstrap-servers")
-    return app, str(bootstrap)
 
 
 def _assign_last(consumer: Consumer, topic: str, n: int) -> None:

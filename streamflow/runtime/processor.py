@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Record, Streamlet
+from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime import dlq
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
@@ -72,6 +72,8 @@ class Processor:
         self.batch_timeout = batch_timeout
         self._accepting = True
         self._assigned_once = False
+        self._backoff_until = 0.0
+        self._backoff_reason = ""
         self._logic = self._choose_logic()
         self._router = outputs_mod.OutputRouter(descriptor)
         self._in = {
@@ -92,6 +94,7 @@ class Processor:
             self.health.turned()
             if self.control is not None:
                 self.control.poll(apply=self.apply_control, reject=self.reject_control)
+            self._side_outputs(self.streamlet.between_batches(), input_key=None)
             self._gate()
             messages = self.consumer.consume(self.batch_size, self.batch_timeout)
             self.delivery.poll()
@@ -115,7 +118,7 @@ class Processor:
 
     def _gate(self) -> None:
         """Hold data while the streamlet cannot take it (e.g. no model loaded yet)."""
-        accepting = self.streamlet.accepts_data()
+        accepting = self.streamlet.accepts_data() and time.monotonic() >= self._backoff_until
         if accepting != self._accepting or getattr(self, "_pending_pause", False):
             self._pending_pause = False
             assignment = self.consumer.assignment()
@@ -140,7 +143,11 @@ class Processor:
         if not self._assigned_once:
             reasons.append("waiting for a partition assignment")
         if not self._accepting:
-            reasons.append("the streamlet is not accepting data yet")
+            reasons.append(
+                f"backing off: {self._backoff_reason}"
+                if time.monotonic() < self._backoff_until
+                else "the streamlet is not accepting data yet (e.g. no model loaded)"
+            )
         self.health.set_ready(not reasons, reasons)
 
     # -- one batch -----------------------------------------------------------
@@ -189,13 +196,25 @@ class Processor:
                     ),
                 )
             )
-        results = self._logic([record for _, record in good]) if good else []
+        try:
+            results = self._logic([record for _, record in good]) if good else []
+        except Backpressure as exc:
+            self._back_off(messages, exc)
+            return
         self.delivery.begin_batch()
         produced = self._produce_results(good, results, dead)
         for msg, inlet, failure, kind in dead:
             self._dead_letter(msg, inlet, failure, kind)
         self.delivery.end_batch(offsets)
         self._count(counts, produced, started, len(messages))
+
+    def _back_off(self, messages: list[Message], exc: Backpressure) -> None:
+        """Retry the whole batch later: nothing of it was written, nothing is committed."""
+        self._rewind(messages)
+        self._backoff_until = time.monotonic() + exc.retry_after
+        self._backoff_reason = str(exc)
+        self.metrics.port(self.metrics.errors, "*", kind="backpressure").inc()
+        log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
 
     def _produce_results(
         self, good: list[tuple[Message, Record]], results: Sequence[Any], dead: list[_Dead]
@@ -263,6 +282,8 @@ class Processor:
     def _batch_logic(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
         try:
             return self._checked_batch(method, records)
+        except Backpressure:
+            raise
         except Exception as exc:
             if len(records) == 1:
                 return [exc]
@@ -272,6 +293,8 @@ class Processor:
             for record in records:
                 try:
                     out.extend(self._checked_batch(method, [record]))
+                except Backpressure:
+                    raise
                 except Exception as single:
                     out.append(single)
             return out
@@ -288,23 +311,33 @@ class Processor:
         async def all_records() -> list[Any]:
             return await asyncio.gather(*(method(r) for r in records), return_exceptions=True)
 
-        return self.loop.run_until_complete(all_records())
+        results = self.loop.run_until_complete(all_records())
+        for result in results:
+            if isinstance(result, Backpressure):
+                raise result
+        return results
 
     # -- control -------------------------------------------------------------
 
     def apply_control(self, record: Record) -> None:
-        result = self.streamlet.on_control(record.inlet, record)
+        self._side_outputs(self.streamlet.on_control(record.inlet, record), input_key=record.key)
+
+    def _side_outputs(self, result: Any, *, input_key: str | None) -> None:
+        """Outputs that belong to no data batch: control reactions, model swaps."""
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
-        for out in self._router.route(result, input_key=record.key):
+        self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
+        if result is None:
+            return
+        for out in self._router.route(result, input_key=input_key):
             binding = self.bindings.outlets[out.outlet]
             data = binding.codec.encode(out.value)
             self._out[out.outlet].inc()
             if binding.topic is not None:
                 headers: Headers = [("streamflow-schema", binding.schema_header)]
+                headers += [(k, v.encode()) for k, v in out.headers.items()]
                 key = out.key.encode() if out.key is not None else None
                 self.delivery.produce_unbatched(binding.topic, data, key, headers)
-        self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
 
     def reject_control(self, msg: Message, inlet: str, error: Exception) -> None:
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
@@ -323,6 +356,8 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
                 # run a generator's body now, so its exceptions count as the logic's
                 result = list(result)
             append(result)
+        except Backpressure:
+            raise
         except Exception as exc:
             append(exc)
     return results

@@ -225,14 +225,22 @@ class StreamletHarness:
         if not self.descriptor.inlets:
             raise HarnessError(f"{self.descriptor.class_path} has no inlets; use run_source()")
         self.setup()
-        produced: list[RoutedOutput] = []
+        produced = self.between_batches()
         while self._pending and self.streamlet.accepts_data():
             batch, self._pending = (
                 self._pending[: self.batch_size],
                 self._pending[self.batch_size :],
             )
             produced += self._run_batch(batch)
+            produced += self.between_batches()
         return produced
+
+    def between_batches(self) -> list[RoutedOutput]:
+        """Run the streamlet's between-batches hook (a model swap, say), as the runtime
+        does before every batch; the outputs it produced."""
+        self.setup()
+        result = aio.call_maybe_async(self.streamlet.between_batches, loop=self._loop)
+        return self._emit(result, input_key=None)
 
     def process(
         self, value: Any, *, inlet: str | None = None, key: str | None = None

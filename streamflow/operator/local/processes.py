@@ -76,6 +76,7 @@ class ReplicaProcess:
     command: list[str]
     health_port: int
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # the blueprint's directory: relative paths in config resolve there
     process: subprocess.Popen[str] | None = None
     restarts: int = 0
     started_at: float = 0.0
@@ -125,6 +126,7 @@ class ProcessGroup:
             text=True,
             bufsize=1,
             env={**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"},
+            cwd=replica.cwd,
             start_new_session=True,  # Ctrl-C reaches us first; we stop replicas in order
         )
         replica.started_at = time.monotonic()

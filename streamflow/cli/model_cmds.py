@@ -1,0 +1,385 @@
+"""``streamflow model push`` and ``model status``: models for a running application.
+
+``push`` packs the artifact (a SavedModel directory as a deterministic tar.gz,
+or a ``.keras`` file), or names a model-server URL, computes the sha256, and
+produces a ``ModelDescriptor`` keyed by model name to the compacted topic
+bound to the streamlet's control inlet. Then it follows the streamlet's
+status topic until every replica reports ``serving``, ``failed`` or
+``rejected`` for that version, or the timeout passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, cast
+
+import typer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from rich.table import Table
+
+from streamflow.blueprint.model import Application
+from streamflow.cli import apps, output
+from streamflow.schema import SchemaStore, SingleObjectCodec
+from streamflow.streamlets.serving.artifacts import pack_directory
+
+__all__ = ["register"]
+
+model_app = typer.Typer(
+    help="Push models to a running application and see what serves.", no_args_is_help=True
+)
+
+DESCRIPTOR = "streamflow.ml.ModelDescriptor"
+STATUS = "streamflow.ml.ModelStatus"
+_FINAL = {"serving", "failed", "rejected"}
+_PROTOCOLS = {"v1": "TF_SERVING", "v2": "OPEN_INFERENCE_V2"}
+
+
+@model_app.command("push")
+def push(
+    target: Annotated[str, typer.Argument(help="A blueprint file, or the name of a running app.")],
+    streamlet: Annotated[str, typer.Argument(help="The serving streamlet to update.")],
+    saved_model: Annotated[
+        Path | None,
+        typer.Option(help="A TensorFlow SavedModel directory.", exists=True, file_okay=False),
+    ] = None,
+    keras: Annotated[
+        Path | None, typer.Option(help="A Keras 3 .keras file.", exists=True, dir_okay=False)
+    ] = None,
+    url: Annotated[str | None, typer.Option(help="A model server's base URL.")] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(help="The server's protocol: v1 (TF Serving/KServe) or v2 (Open Inference)."),
+    ] = "v2",
+    version: Annotated[
+        int | None, typer.Option(help="The version (default: the newest on the topic + 1).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The model name (default: the one already served).")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="A descriptor parameter key=value (repeatable)."),
+    ] = None,
+    by_reference: Annotated[
+        bool,
+        typer.Option(
+            "--by-reference", help="Send a file:// location instead of the artifact bytes."
+        ),
+    ] = False,
+    description: Annotated[str, typer.Option(help="A note stored with the descriptor.")] = "",
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for every replica's status (0: don't wait).")
+    ] = 120.0,
+    bootstrap_servers: Annotated[
+        str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
+    ] = None,
+) -> None:
+    """Push a new model version to a serving streamlet and wait until it serves."""
+    sources = [s for s in (saved_model, keras, url) if s is not None]
+    if len(sources) != 1:
+        output.fail(
+            "give exactly one of --saved-model, --keras or --url", exit_code=output.EXIT_USAGE
+        )
+    if protocol not in _PROTOCOLS:
+        output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
+    app, bootstrap = apps.resolve(target, bootstrap_servers)
+    control_topic, status_topic = _topics(app, streamlet)
+    store = SchemaStore(app.schema_paths)
+    history = _read_all(
+        bootstrap, control_topic, SingleObjectCodec(store.get(DESCRIPTOR), store=store)
+    )
+    model_name = name or (
+        history[-1]["name"] if history else (keras or saved_model or Path("model")).stem
+    )
+    newest = max((d["version"] for d in history if d["name"] == model_name), default=0)
+    chosen = version if version is not None else newest + 1
+    descriptor = _descriptor(
+        model_name,
+        chosen,
+        saved_model=saved_model,
+        keras=keras,
+        url=url,
+        kind_for_url=_PROTOCOLS[protocol],
+        params=_params(param or []),
+        by_reference=by_reference,
+        description=description,
+    )
+    status_start = _end_offsets(bootstrap, status_topic) if status_topic else {}
+    _produce(
+        bootstrap,
+        control_topic,
+        model_name,
+        SingleObjectCodec(store.get(DESCRIPTOR), store=store).encode(descriptor),
+    )
+    size = len(descriptor["data"] or b"")
+    output.console().print(
+        f"pushed [bold]{model_name}:{chosen}[/] ({descriptor['kind']}"
+        f"{f', {size:,} bytes' if size else ''}) to {control_topic}"
+    )
+    if timeout <= 0 or status_topic is None:
+        return
+    statuses = _await_status(
+        app, streamlet, bootstrap, status_topic, status_start, store, model_name, chosen, timeout
+    )
+    _print_status_table(statuses)
+    bad = [s for s in statuses.values() if s["state"] != "serving"]
+    if bad or len(statuses) < app.streamlets[streamlet].replicas:
+        raise typer.Exit(output.EXIT_INVALID)
+
+
+@model_app.command("status")
+def status(
+    target: Annotated[str, typer.Argument(help="A blueprint file, or the name of a running app.")],
+    streamlet: Annotated[str | None, typer.Argument(help="Only this serving streamlet.")] = None,
+    fmt: Annotated[str, typer.Option("-o", "--output", help="table, json or yaml.")] = "table",
+    bootstrap_servers: Annotated[
+        str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
+    ] = None,
+) -> None:
+    """Show the model and version each replica serves, and the latest event of each."""
+    app, bootstrap = apps.resolve(target, bootstrap_servers)
+    store = SchemaStore(app.schema_paths)
+    codec = SingleObjectCodec(store.get(STATUS), store=store)
+    latest: dict[str, dict[str, Any]] = {}
+    for name in [streamlet] if streamlet else _serving_streamlets(app):
+        _, status_topic = _topics(app, name)
+        if status_topic is None:
+            continue
+        for record in _read_all(bootstrap, status_topic, codec):
+            previous = latest.get(record["replica"])
+            if record["state"] == "serving" or previous is None or previous["state"] != "serving":
+                latest[record["replica"]] = record
+            else:
+                latest[record["replica"]] = {
+                    **previous,
+                    "last_event": f"{record['state']} v{record['version']}: {record['message']}",
+                }
+    if fmt != "table":
+        output.print_data(list(latest.values()), fmt=fmt)
+        return
+    if not latest:
+        output.console().print("no model status yet")
+        return
+    _print_status_table(latest)
+
+
+def _serving_streamlets(app: Application) -> list[str]:
+    return [
+        n
+        for n in app.streamlets
+        if any(p.schema == DESCRIPTOR for p in app.descriptor(n).control_inlets)
+    ]
+
+
+def _topics(app: Application, streamlet: str) -> tuple[str, str | None]:
+    if streamlet not in app.streamlets:
+        output.fail(
+            f"application {app.name!r} has no streamlet {streamlet!r}",
+            hint=f"streamlets: {', '.join(app.streamlets)}",
+        )
+    descriptor = app.descriptor(streamlet)
+    control = next((p for p in descriptor.control_inlets if p.schema == DESCRIPTOR), None)
+    if control is None:
+        output.fail(
+            f"{streamlet!r} has no control inlet for {DESCRIPTOR}; it does not serve models"
+        )
+    topic = app.topic_for(streamlet, control.name)
+    if topic is None:
+        output.fail(f"{streamlet}.{control.name} is not connected to a topic in the blueprint")
+    status_port = next((p for p in descriptor.outlets if p.schema == STATUS), None)
+    status_topic = app.topic_for(streamlet, status_port.name) if status_port else None
+    return topic.name, status_topic.name if status_topic else None
+
+
+def _params(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            output.fail(f"--param {pair!r}: expected key=value", exit_code=output.EXIT_USAGE)
+        out[key] = value
+    return out
+
+
+def _descriptor(
+    name: str,
+    version: int,
+    *,
+    saved_model: Path | None,
+    keras: Path | None,
+    url: str | None,
+    kind_for_url: str,
+    params: dict[str, str],
+    by_reference: bool,
+    description: str,
+) -> dict[str, Any]:
+    data: bytes | None = None
+    location: str | None = None
+    if url is not None:
+        kind, location = kind_for_url, url
+    else:
+        kind = "KERAS" if keras is not None else "TF_SAVED_MODEL"
+        artifact = keras or saved_model
+        assert artifact is not None
+        data = artifact.read_bytes() if keras is not None else pack_directory(artifact)
+        if by_reference:
+            location = artifact.resolve().as_uri()
+    return {
+        "name": name,
+        "version": version,
+        "kind": kind,
+        "data": None if by_reference else data,
+        "location": location,
+        "sha256": hashlib.sha256(data).hexdigest()
+        if data is not None and not (by_reference and saved_model)
+        else None,
+        "parameters": params,
+        "description": description,
+        "created_at": dt.datetime.now(dt.UTC),
+    }
+
+
+def _produce(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "message.max.bytes": 16 * 1024 * 1024,
+            "enable.idempotence": True,
+        }
+    )
+    errors: list[str] = []
+    producer.produce(
+        topic,
+        value,
+        key.encode(),
+        headers=[("streamflow-schema", DESCRIPTOR.encode())],
+        on_delivery=lambda err, _msg: errors.append(err.str()) if err else None,
+    )
+    if producer.flush(30) or errors:
+        output.fail(
+            f"could not write the descriptor to {topic}: {errors[0] if errors else 'timed out'}"
+        )
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"streamflow-cli-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = _consumer(bootstrap)
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        }
+    finally:
+        consumer.close()
+
+
+def _read_all(bootstrap: str, topic: str, codec: SingleObjectCodec) -> list[dict[str, Any]]:
+    """Every decodable record of a (small, compacted) topic, oldest first."""
+    consumer = _consumer(bootstrap)
+    records: list[tuple[int, dict[str, Any]]] = []
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in meta.partitions
+        }
+        pending = {p for p, (low, high) in ends.items() if high > low}
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        deadline = time.monotonic() + 30
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.5):
+                if msg.error() is not None or msg.value() is None:
+                    continue
+                with contextlib.suppress(ValueError):  # not a descriptor: not ours to show
+                    records.append((msg.timestamp()[1], codec.decode(msg.value())))  # type: ignore[arg-type]
+                partition, offset = cast(int, msg.partition()), cast(int, msg.offset())
+                if offset + 1 >= ends[partition][1]:
+                    pending.discard(partition)
+            for tp in consumer.position(consumer.assignment()):
+                if tp.offset >= ends[tp.partition][1]:
+                    pending.discard(tp.partition)
+    finally:
+        consumer.close()
+    return [r for _, r in sorted(records, key=lambda item: item[0])]
+
+
+def _await_status(
+    app: Application,
+    streamlet: str,
+    bootstrap: str,
+    topic: str,
+    start: dict[int, int],
+    store: SchemaStore,
+    name: str,
+    version: int,
+    timeout: float,
+) -> dict[str, dict[str, Any]]:
+    codec = SingleObjectCodec(store.get(STATUS), store=store)
+    replicas = app.streamlets[streamlet].replicas
+    final: dict[str, dict[str, Any]] = {}
+    consumer = _consumer(bootstrap)
+    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    deadline = time.monotonic() + timeout
+    try:
+        with output.error_console().status(
+            f"waiting for {replicas} replica(s) to load {name}:{version}…"
+        ):
+            while len(final) < replicas and time.monotonic() < deadline:
+                for msg in consumer.consume(100, 0.5):
+                    if msg.error() is not None or msg.value() is None:
+                        continue
+                    record = codec.decode(msg.value())  # type: ignore[arg-type]
+                    if (
+                        record["model"] == name
+                        and record["version"] == version
+                        and record["state"] in _FINAL
+                    ):
+                        final[record["replica"]] = record
+    finally:
+        consumer.close()
+    if len(final) < replicas:
+        output.error_console().print(
+            f"[yellow]warning[/]: {len(final)} of {replicas} replica(s) reported "
+            f"within {timeout:g}s"
+        )
+    return final
+
+
+def _print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
+    table = Table("replica", "model", "version", "state", "message", "time")
+    colours = {"serving": "green", "failed": "red", "rejected": "red", "loading": "yellow"}
+    for replica, s in sorted(statuses.items()):
+        state = s["state"]
+        when = (
+            s["time"].strftime("%H:%M:%S") if isinstance(s["time"], dt.datetime) else str(s["time"])
+        )
+        message = s["message"] + (f" (then {s['last_event']})" if s.get("last_event") else "")
+        table.add_row(
+            replica,
+            s["model"],
+            str(s["version"]),
+            f"[{colours.get(state, 'white')}]{state}[/]",
+            message,
+            when,
+        )
+    output.console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(model_app, name="model")

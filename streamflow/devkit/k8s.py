@@ -1,0 +1,349 @@
+"""A real Kubernetes control plane with simulated nodes, started by kwokctl from local binaries.
+
+Why real components rather than a fake API: the operator's correctness rests on
+the API server's semantics (admission, CRD validation, resourceVersions, watches)
+and on the controllers that act on what it writes (ReplicaSets recreating pods,
+EndpointSlices following Services). Only the kubelet is simulated: kwok marks
+pods Running and Ready on fake nodes, so a cluster fits on a 2-core machine next
+to a Kafka broker and needs no container runtime.
+
+Design choices, each for a reason:
+
+* The binaries come from `tools/k8s/build` (Go modules pinned in the repo), never
+  from a download at run time: kwokctl is given an explicit path for each one,
+  so it has nothing to fetch, and it runs with `KWOK_WORKDIR` inside our own
+  work dir, so it reads and writes nothing under `~/.kwok` or `~/.kube`.
+* Each cluster gets a unique name and a free apiserver port, so parallel test
+  sessions (or a developer's own kwok cluster) never collide.
+* The kube-apiserver is trimmed (no API priority and fairness, no profiling,
+  small watch caches): the tests need its semantics, not its throughput.
+* Readiness is a condition polled until a deadline (`/readyz`, then every node
+  Ready, then the `default` ServiceAccount that pod admission needs), never a
+  fixed sleep. A failed start quotes the tail of each component's log.
+* kwokctl runs the components as detached processes; `stop()` asks kwokctl to
+  delete the cluster and then kills any pid it left behind, and an atexit hook
+  stops clusters a careless session forgot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from streamflow.devkit.kafka import DevkitError
+
+__all__ = ["KUBE_BINARIES", "KubeCluster", "find_k8s_bin", "find_kubectl"]
+
+KUBE_BINARIES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "kwok",
+    "kwokctl",
+)
+
+_BUILD_HINT = "Run `tools/k8s/build` (about 11 minutes on 2 cores the first time)."
+_BIN_ENV = "STREAMFLOW_K8S_BIN"
+_KUBECTL_ENV = "STREAMFLOW_KUBECTL"
+_BIN_RELATIVE = Path("tools") / "k8s" / "bin"
+_HOST = "127.0.0.1"
+_POLL_INTERVAL_S = 0.25
+_KWOKCTL_TIMEOUT_S = 60.0
+
+# `component=flag=value` for kwokctl's --extra-args: what the tests don't need.
+_LEAN_ARGS = (
+    "kube-apiserver=enable-priority-and-fairness=false",
+    "kube-apiserver=profiling=false",
+    "kube-apiserver=default-watch-cache-size=10",
+    "kube-controller-manager=profiling=false",
+    "kube-scheduler=profiling=false",
+)
+
+
+def find_k8s_bin(*, bin_dir: Path | None = None) -> Path:
+    """Where the control-plane binaries are: `bin_dir`, `$STREAMFLOW_K8S_BIN`, or `tools/k8s/bin`.
+
+    The last is searched upwards from the current directory and from this package.
+    """
+    explicit = bin_dir or (Path(env) if (env := os.environ.get(_BIN_ENV)) else None)
+    if explicit is not None:
+        return _checked_bin(explicit.expanduser())
+    starts = (Path.cwd(), Path(__file__).resolve().parent)
+    for start in starts:
+        for folder in (start, *start.parents):
+            if (folder / _BIN_RELATIVE).is_dir():
+                return _checked_bin(folder / _BIN_RELATIVE)
+    raise DevkitError(
+        f"No Kubernetes binaries found: {_BIN_RELATIVE} is not above {starts[0]} or the "
+        f"streamflow package, and ${_BIN_ENV} is not set. {_BUILD_HINT}"
+    )
+
+
+def _checked_bin(folder: Path) -> Path:
+    missing = [name for name in KUBE_BINARIES if not os.access(folder / name, os.X_OK)]
+    if missing:
+        raise DevkitError(
+            f"{folder} lacks the Kubernetes binaries {', '.join(missing)}. {_BUILD_HINT}"
+        )
+    return folder.resolve()
+
+
+def find_kubectl() -> Path:
+    """The `kubectl` of `$STREAMFLOW_KUBECTL`, else the one on PATH."""
+    if explicit := os.environ.get(_KUBECTL_ENV):
+        if not os.access(explicit, os.X_OK):
+            raise DevkitError(f"${_KUBECTL_ENV} is {explicit}, which is not an executable.")
+        return Path(explicit)
+    if found := shutil.which("kubectl"):
+        return Path(found)
+    raise DevkitError("No `kubectl` on PATH: install it (apt-get install kubernetes-client).")
+
+
+class KubeCluster:
+    """A kwok cluster: real etcd, apiserver, controller-manager and scheduler; fake nodes."""
+
+    def __init__(
+        self,
+        *,
+        bin_dir: Path | None = None,
+        name: str | None = None,
+        work_dir: Path | None = None,
+        nodes: int = 2,
+        keep: bool = False,
+    ) -> None:
+        self._bin_dir = bin_dir
+        self._name = name or f"streamflow-{uuid.uuid4().hex[:8]}"
+        self._given_work_dir = work_dir
+        self._nodes = nodes
+        self._keep = keep
+        self._work_dir: Path | None = None
+        self._bin: Path | None = None
+        self._kubectl: Path | None = None
+        self._port: int | None = None
+
+    def __repr__(self) -> str:
+        where = self.server if self._port else "not started"
+        return f"KubeCluster({self._name}, {where})"
+
+    def __enter__(self) -> KubeCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def name(self) -> str:
+        """The kwokctl cluster name (unique unless given)."""
+        return self._name
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (client certificates) of the running cluster."""
+        return self._cluster_dir / "kubeconfig.yaml"
+
+    @property
+    def server(self) -> str:
+        """The apiserver's URL."""
+        if self._port is None:
+            raise DevkitError("The Kubernetes cluster has not been started.")
+        return f"https://{_HOST}:{self._port}"
+
+    @property
+    def work_dir(self) -> Path | None:
+        """The folder that holds kwokctl's work dir (config, pki, etcd data, logs), once started."""
+        return self._work_dir
+
+    def start(self, *, timeout: float = 120.0) -> None:
+        """Create the cluster and its nodes, and wait until pods can be scheduled and run."""
+        if self._port is not None:
+            return
+        deadline = time.monotonic() + timeout
+        self._bin = find_k8s_bin(bin_dir=self._bin_dir)
+        self._kubectl = find_kubectl()
+        self._work_dir = self._prepare_work_dir()
+        self._port = _free_port()
+        _running.add(self)
+        try:
+            self._kwokctl(*self._create_args(), timeout=timeout, what="create the cluster")
+            self._wait_for(deadline, "the apiserver to be ready", self._apiserver_ready)
+            self._kwokctl("scale", "node", "--replicas", str(self._nodes), what="add nodes")
+            self._wait_for(deadline, f"{self._nodes} Ready nodes", self._nodes_ready)
+            self._wait_for(deadline, "the default ServiceAccount", self._default_account)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Delete the cluster, kill anything left over and remove the work dir. Idempotent."""
+        _running.discard(self)
+        if self._port is None:
+            return
+        with contextlib.suppress(DevkitError):
+            self._kwokctl("delete", "cluster", "--kubeconfig", "", what="delete the cluster")
+        self._kill_leftovers()
+        if self._work_dir is not None and self._given_work_dir is None and not self._keep:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        self._work_dir = None
+        self._port = None
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; with `check`, a failure raises DevkitError."""
+        if self._kubectl is None or self._port is None:
+            raise DevkitError("The Kubernetes cluster has not been started.")
+        command = [str(self._kubectl), f"--kubeconfig={self.kubeconfig}", *args]
+        try:
+            result = subprocess.run(
+                command, input=input, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as error:
+            raise DevkitError(f"`kubectl {' '.join(args)}` ran past {timeout} s.") from error
+        if check and result.returncode != 0:
+            raise DevkitError(
+                f"`kubectl {' '.join(args)}` failed (exit {result.returncode}):\n"
+                f"{result.stderr.strip() or result.stdout.strip()}"
+            )
+        return result
+
+    @property
+    def _kwok_dir(self) -> Path:
+        if self._work_dir is None:
+            raise DevkitError("The Kubernetes cluster has not been started.")
+        return self._work_dir / "kwok"
+
+    @property
+    def _cluster_dir(self) -> Path:
+        return self._kwok_dir / "clusters" / self._name
+
+    def _prepare_work_dir(self) -> Path:
+        if self._given_work_dir is not None:
+            self._given_work_dir.mkdir(parents=True, exist_ok=True)
+            return self._given_work_dir.resolve()
+        return Path(tempfile.mkdtemp(prefix="streamflow-k8s-"))
+
+    def _create_args(self) -> list[str]:
+        assert self._bin is not None and self._port is not None
+        binaries = {
+            "kube-apiserver-binary": "kube-apiserver",
+            "kube-controller-manager-binary": "kube-controller-manager",
+            "kube-scheduler-binary": "kube-scheduler",
+            "etcd-binary": "etcd",
+            "kwok-controller-binary": "kwok",
+        }
+        return [
+            "create",
+            "cluster",
+            "--runtime=binary",
+            f"--kube-apiserver-port={self._port}",
+            "--kubeconfig=",  # leave ~/.kube/config alone
+            "--quiet-pull",
+            *(f"--{flag}={self._bin / binary}" for flag, binary in binaries.items()),
+            *(f"--extra-args={arg}" for arg in _LEAN_ARGS),
+        ]
+
+    def _kwokctl(self, *args: str, what: str, timeout: float = _KWOKCTL_TIMEOUT_S) -> None:
+        assert self._bin is not None and self._kubectl is not None
+        command = [str(self._bin / "kwokctl"), f"--name={self._name}", *args]
+        env = {
+            **os.environ,
+            "KWOK_WORKDIR": str(self._kwok_dir),
+            "KWOK_KUBECTL_BINARY": str(self._kubectl),
+        }
+        log = self._kwok_dir.parent / "kwokctl.log"
+        self._kwok_dir.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            try:
+                code = subprocess.run(
+                    command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+                ).returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        if code != 0:
+            outcome = f"exit {code}" if code is not None else f"still running after {timeout} s"
+            raise DevkitError(f"kwokctl could not {what} ({outcome}).{self._tails()}")
+
+    def _wait_for(self, deadline: float, what: str, condition: Callable[[], bool]) -> None:
+        while not condition():
+            if time.monotonic() >= deadline:
+                raise DevkitError(f"Timed out waiting for {what}.{self._tails()}")
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _apiserver_ready(self) -> bool:
+        return self._succeeds("get", "--raw=/readyz")
+
+    def _nodes_ready(self) -> bool:
+        template = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'
+        result = self.kubectl("get", "nodes", f"-o=jsonpath={template}", check=False)
+        statuses = result.stdout.split()
+        return result.returncode == 0 and statuses.count("True") >= self._nodes
+
+    def _default_account(self) -> bool:
+        return self._succeeds("get", "serviceaccount", "default", "--namespace=default")
+
+    def _succeeds(self, *args: str) -> bool:
+        try:
+            return self.kubectl(*args, check=False, timeout=10.0).returncode == 0
+        except DevkitError:  # a hung request counts as not yet
+            return False
+
+    def _tails(self) -> str:
+        if self._work_dir is None:
+            return ""
+        logs = [self._work_dir / "kwokctl.log"]
+        with contextlib.suppress(OSError):
+            logs += sorted((self._cluster_dir / "logs").glob("*.log"))
+        text = "\n".join(part for path in logs if (part := _tail(path)))
+        return f" Work dir: {self._work_dir}\n{text}"
+
+    def _kill_leftovers(self) -> None:
+        """Kill components kwokctl failed to stop, by the pids it recorded."""
+        with contextlib.suppress(OSError):
+            for pid_file in (self._cluster_dir / "pids").glob("*.pid"):
+                with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+                    os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((_HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def _tail(path: Path, *, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"--- {path.name} (last {lines} lines) ---\n{tail}" if tail else ""
+
+
+_running: set[KubeCluster] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop clusters a crashed or careless session left running, so none outlives Python."""
+    for cluster in list(_running):
+        cluster.stop()
