@@ -186,6 +186,7 @@ def measure(
     topics.create(run.output_topic)
     # Write back the previous run's dirty pages now, not in the middle of this run.
     os.sync()
+    load_before = os.getloadavg()[0]
     cpu_before = common.cpu_children()
     spawned = time.monotonic()
     child = _Child(competitor.command(run), run.workdir / f"{run.group}.log")
@@ -220,6 +221,9 @@ def measure(
         "cpu_s": cpu,
         "cpu_total_s": cpu_total,
         "startup_s": first["t"] - spawned,
+        # Other work on the machine shows here; compare with the core count.
+        "loadavg_1m_before": load_before,
+        "loadavg_1m_after": os.getloadavg()[0],
         "outputs": final,
         "duplicates": final - run.records,
     }

@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 from streamflow import devkit
 
+pytest_plugins = ["tests.model_fixtures"]
+
 BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
 
 

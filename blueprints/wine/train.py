@@ -28,14 +28,14 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up banner quiet
 
-import keras  # noqa: E402 (after the environment that TensorFlow reads at import)
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
 __all__ = [
     "CLASSES",
@@ -49,6 +49,7 @@ __all__ = [
     "sample_rows",
     "split",
     "train_model",
+    "write_samples",
 ]
 
 
@@ -81,9 +82,12 @@ OUTPUT_NAME = "probabilities"
 _SPLIT_SEED = 7  # the train/test split is the same for every version
 
 
-@dataclass(frozen=True)
-class Version:
-    """What distinguishes one model version from another."""
+class Version(NamedTuple):
+    """What distinguishes one model version from another.
+
+    A NamedTuple, not a dataclass: tests load this file by path, and dataclasses
+    need the module registered in sys.modules while the class is built.
+    """
 
     seed: int
     hidden: tuple[int, ...]
@@ -129,7 +133,7 @@ def split(frame: WineFrame, *, test_fraction: float = 0.25) -> tuple[WineFrame, 
 
 
 def train_model(version: int = 1, epochs: int = 60) -> keras.Model:
-    """Train one version of the classifier on the training split; raw features in, probabilities out."""
+    """Train one version on the training split: raw features in, class probabilities out."""
     spec = VERSIONS[version]
     keras.utils.set_random_seed(spec.seed)
     train, _ = split(load_wine_frame())
@@ -160,8 +164,11 @@ def export(model: keras.Model, *, out: Path, version: int) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     keras_file = out / f"wine-v{version}.keras"
     saved_model = out / f"wine-v{version}"
-    model.save(keras_file)
-    model.export(str(saved_model), format="tf_saved_model", verbose=False)
+    with warnings.catch_warnings():
+        # Keras 3.15 saves variables through np.array(), which NumPy 2 flags as deprecated.
+        warnings.filterwarnings("ignore", "__array__ implementation", DeprecationWarning)
+        model.save(keras_file)
+        model.export(str(saved_model), format="tf_saved_model", verbose=False)
     return keras_file, saved_model
 
 
@@ -187,10 +194,10 @@ def _shortest(value: np.float32) -> float:
     return float(np.format_float_positional(np.float32(value), trim="-"))
 
 
-def _write_samples(out: Path) -> Path:
-    path = out / "wine-sample.jsonl"
-    rows = sample_rows(load_wine_frame())
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+def write_samples(path: Path) -> Path:
+    """Write `sample_rows()` as JSON lines, the input of the model-serving examples."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in sample_rows(load_wine_frame())))
     return path
 
 
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({len(test.y)} wines), {time.perf_counter() - started:.1f} s -> "
             f"{keras_file}, {saved_model}/"
         )
-    print(f"samples -> {_write_samples(args.out)}")
+    print(f"samples -> {write_samples(args.out / 'wine-sample.jsonl')}")
     return 0
 
 

@@ -69,12 +69,16 @@ def run(
 ) -> None:
     """Run an application locally until Ctrl-C."""
     try:
+        duration = overrides_mod.duration_seconds(run_for) if run_for else None
+    except overrides_mod.OverrideError as exc:
+        console.print(f"error: --for {run_for!r}: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    try:
         overrides = overrides_mod.collect(set_ or [], conf)
         app = load_application(blueprint, overrides=overrides)
     except (BlueprintError, overrides_mod.OverrideError) as exc:
         console.print(str(exc), markup=False)
         raise typer.Exit(1) from None
-    duration = overrides_mod.duration_seconds(run_for) if run_for else None
     with _kafka(app, bootstrap_servers) as bootstrap:
         _create_topics(app, bootstrap)
         spec_file = state.app_dir(app.name) / "app.json"

@@ -196,8 +196,12 @@ class KubeCluster:
         _running.discard(self)
         if self._port is None:
             return
+        # kwokctl removes its context from the kubeconfig it is given, and rejects "":
+        # name the cluster's own, which the deletion removes anyway.
         with contextlib.suppress(DevkitError):
-            self._kwokctl("delete", "cluster", "--kubeconfig", "", what="delete the cluster")
+            self._kwokctl(
+                "delete", "cluster", f"--kubeconfig={self.kubeconfig}", what="delete the cluster"
+            )
         self._kill_leftovers()
         if self._work_dir is not None and self._given_work_dir is None and not self._keep:
             shutil.rmtree(self._work_dir, ignore_errors=True)

@@ -108,10 +108,16 @@ class ServeRunner:
         )
 
     def run(self) -> None:
-        poller = threading.Thread(target=self._poll, daemon=True)
+        # Polling goes on until serve() has returned, not just until the stop request:
+        # requests still in flight during the graceful shutdown wait on delivery callbacks.
+        served = threading.Event()
+        poller = threading.Thread(target=self._poll, args=(served,), daemon=True)
         poller.start()
-        self.loop.run_until_complete(self._serve())
-        poller.join(timeout=5)
+        try:
+            self.loop.run_until_complete(self._serve())
+        finally:
+            served.set()
+            poller.join(timeout=35)
 
     async def _serve(self) -> None:
         task = asyncio.ensure_future(getattr(self.streamlet, "serve")(self.emitter))  # noqa: B009
@@ -124,7 +130,7 @@ class ServeRunner:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    def _poll(self) -> None:
-        while not self.stop.is_set():
+    def _poll(self, served: threading.Event) -> None:
+        while not served.is_set():
             self.producer.poll(0.1)
         self.producer.flush(30)

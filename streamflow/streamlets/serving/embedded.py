@@ -10,6 +10,7 @@ one traced graph instead of retracing per size.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -55,6 +56,7 @@ def load_embedded(
     *, kind: str, artifact: Path, parameters: Mapping[str, str], cache_dir: Path
 ) -> EmbeddedModel:
     with _TF_LOCK:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
         import tensorflow as tf
 
         if kind == "KERAS":

@@ -1,0 +1,191 @@
+"""The kwok cluster's control plane is real: controllers, scheduler and CRDs all act.
+
+kwok fakes only the kubelet, so each test checks something a fake API server
+would not do on its own: a ReplicaSet replacing a deleted pod, the scheduler
+binding pods to nodes, EndpointSlices following a Service, a CRD being served.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamflow.devkit import DevkitError, KubeCluster
+from tests.k8s_fixtures import Kubectl
+
+_WAIT_S = 60.0
+
+
+def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = _WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.25)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false")
+
+
+def deployment(name: str, *, replicas: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    # kwok never pulls the image: any reference will do.
+                    "spec": {"containers": [{"name": "main", "image": "example.invalid/app:1"}]},
+                },
+            },
+        }
+    )
+
+
+def running_ready_pods(kubectl: Kubectl, namespace: str, app: str) -> dict[str, dict[str, Any]]:
+    listing = json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"app={app}", "-o=json"))
+    return {
+        pod["metadata"]["name"]: pod
+        for pod in listing["items"]
+        if "deletionTimestamp" not in pod["metadata"]
+        and pod["status"].get("phase") == "Running"
+        and any(
+            condition["type"] == "Ready" and condition["status"] == "True"
+            for condition in pod["status"].get("conditions", [])
+        )
+    }
+
+
+@pytest.fixture
+def web(kubectl: Kubectl, namespace: str) -> str:
+    """A 2-replica Deployment `web` in `namespace`, rolled out."""
+    kubectl("apply", "-n", namespace, "-f", "-", input=deployment("web", replicas=2))
+    kubectl("rollout", "status", "-n", namespace, "deployment/web", f"--timeout={_WAIT_S:.0f}s")
+    return "web"
+
+
+def test_deployment_pods_are_scheduled_and_become_running_and_ready(
+    kubectl: Kubectl, namespace: str, web: str
+) -> None:
+    pods = running_ready_pods(kubectl, namespace, web)
+    assert len(pods) == 2
+    nodes = set(kubectl("get", "nodes", "-o=jsonpath={.items[*].metadata.name}").split())
+    assert {pod["spec"]["nodeName"] for pod in pods.values()} <= nodes
+    assert all(pod["status"].get("podIP") for pod in pods.values())
+
+
+def test_a_deleted_pod_is_replaced_by_the_replicaset(
+    kubectl: Kubectl, namespace: str, web: str
+) -> None:
+    victim = sorted(running_ready_pods(kubectl, namespace, web))[0]
+    kubectl("delete", "pod", "-n", namespace, victim, "--wait=false")
+
+    def replaced() -> bool:
+        pods = running_ready_pods(kubectl, namespace, web)
+        return len(pods) == 2 and victim not in pods
+
+    wait_until(replaced, what=f"a Running, Ready replacement for pod {victim}")
+
+
+def test_a_service_gets_a_cluster_ip_and_endpoints_for_ready_pods(
+    kubectl: Kubectl, namespace: str, web: str
+) -> None:
+    kubectl("expose", "deployment", web, "-n", namespace, "--port=80", "--target-port=8080")
+    cluster_ip = kubectl("get", "service", web, "-n", namespace, "-o=jsonpath={.spec.clusterIP}")
+    assert cluster_ip and cluster_ip != "None"
+
+    def ready_endpoints() -> int:
+        slices = json.loads(
+            kubectl(
+                "get", "endpointslices", "-n", namespace,
+                "-l", f"kubernetes.io/service-name={web}", "-o=json",
+            )
+        )  # fmt: skip
+        return sum(
+            1
+            for item in slices["items"]
+            for endpoint in item.get("endpoints") or []
+            if endpoint.get("conditions", {}).get("ready")
+        )
+
+    wait_until(lambda: ready_endpoints() == 2, what="2 ready endpoints in the EndpointSlices")
+
+
+_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.streamflow.dev"},
+    "spec": {
+        "group": "test.streamflow.dev",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["size"],
+                                "properties": {"size": {"type": "integer", "minimum": 1}},
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def widget(name: str, size: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "test.streamflow.dev/v1",
+            "kind": "Widget",
+            "metadata": {"name": name},
+            "spec": {"size": size},
+        }
+    )
+
+
+def test_a_crd_is_served_and_validates_its_custom_resources(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-f", "-", input=json.dumps(_CRD))
+    kubectl(
+        "wait", "--for=condition=Established", f"--timeout={_WAIT_S:.0f}s",
+        "crd/widgets.test.streamflow.dev",
+    )  # fmt: skip
+
+    kubectl("apply", "-n", namespace, "-f", "-", input=widget("small", 3))
+    stored = json.loads(kubectl("get", "widget", "small", "-n", namespace, "-o=json"))
+    assert stored["spec"] == {"size": 3}
+    assert stored["metadata"]["uid"]
+
+    with pytest.raises(DevkitError, match=r"spec\.size"):
+        kubectl("apply", "-n", namespace, "-f", "-", input=widget("empty", 0))
+
+
+def test_missing_binaries_say_how_to_build_them(tmp_path: Path) -> None:
+    with pytest.raises(DevkitError, match=r"tools/k8s/build") as caught:
+        KubeCluster(bin_dir=tmp_path).start()
+    assert "kube-apiserver" in str(caught.value)
