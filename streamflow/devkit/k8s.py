@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -37,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -63,6 +64,13 @@ _POLL_INTERVAL_S = 0.25
 _KWOKCTL_TIMEOUT_S = 60.0
 
 # `component=flag=value` for kwokctl's --extra-args: what the tests don't need.
+_OTHER_PORTS = (
+    "etcd-port",
+    "kube-controller-manager-port",
+    "kube-scheduler-port",
+    "controller-port",  # the kwok controller's
+)
+
 _LEAN_ARGS = (
     "kube-apiserver=enable-priority-and-fairness=false",
     "kube-apiserver=profiling=false",
@@ -182,9 +190,11 @@ class KubeCluster:
         self._port = _free_port()
         _running.add(self)
         try:
-            self._kwokctl(*self._create_args(), timeout=timeout, what="create the cluster")
+            self._write_config()
+            self._kwokctl(*self._create_args(), what="create the cluster", deadline=deadline)
             self._wait_for(deadline, "the apiserver to be ready", self._apiserver_ready)
-            self._kwokctl("scale", "node", "--replicas", str(self._nodes), what="add nodes")
+            scale = ("scale", "node", f"--replicas={self._nodes}")
+            self._kwokctl(*scale, what="add nodes", deadline=deadline)
             self._wait_for(deadline, f"{self._nodes} Ready nodes", self._nodes_ready)
             self._wait_for(deadline, "the default ServiceAccount", self._default_account)
         except BaseException:
@@ -198,10 +208,10 @@ class KubeCluster:
             return
         # kwokctl removes its context from the kubeconfig it is given, and rejects "":
         # name the cluster's own, which the deletion removes anyway.
+        delete = ("delete", "cluster", f"--kubeconfig={self.kubeconfig}")
+        deadline = time.monotonic() + _KWOKCTL_TIMEOUT_S
         with contextlib.suppress(DevkitError):
-            self._kwokctl(
-                "delete", "cluster", f"--kubeconfig={self.kubeconfig}", what="delete the cluster"
-            )
+            self._kwokctl(*delete, what="delete the cluster", deadline=deadline, watch=False)
         self._kill_leftovers()
         if self._work_dir is not None and self._given_work_dir is None and not self._keep:
             shutil.rmtree(self._work_dir, ignore_errors=True)
@@ -244,6 +254,19 @@ class KubeCluster:
             return self._given_work_dir.resolve()
         return Path(tempfile.mkdtemp(prefix="streamflow-k8s-"))
 
+    def _write_config(self) -> None:
+        """Bind every component to loopback (kwokctl's default is 0.0.0.0, and etcd has no auth).
+
+        kwokctl has no flags for these; it reads `$KWOK_WORKDIR/kwok.yaml` on every call.
+        """
+        self._kwok_dir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": {"bindAddress": _HOST, "etcdPeerPort": _free_port()},
+        }
+        (self._kwok_dir / "kwok.yaml").write_text(json.dumps(config, indent=2) + "\n")
+
     def _create_args(self) -> list[str]:
         assert self._bin is not None and self._port is not None
         binaries = {
@@ -258,13 +281,17 @@ class KubeCluster:
             "cluster",
             "--runtime=binary",
             f"--kube-apiserver-port={self._port}",
+            # Ports of our own choosing: kwokctl counts down from 32765, so clusters
+            # started at the same moment in separate work dirs could pick the same.
+            *(f"--{flag}={_free_port()}" for flag in _OTHER_PORTS),
             "--kubeconfig=",  # leave ~/.kube/config alone
             "--quiet-pull",
             *(f"--{flag}={self._bin / binary}" for flag, binary in binaries.items()),
             *(f"--extra-args={arg}" for arg in _LEAN_ARGS),
         ]
 
-    def _kwokctl(self, *args: str, what: str, timeout: float = _KWOKCTL_TIMEOUT_S) -> None:
+    def _kwokctl(self, *args: str, what: str, deadline: float, watch: bool = True) -> None:
+        """Run kwokctl to completion; with `watch`, fail as soon as a component dies."""
         assert self._bin is not None and self._kubectl is not None
         command = [str(self._bin / "kwokctl"), f"--name={self._name}", *args]
         env = {
@@ -272,23 +299,33 @@ class KubeCluster:
             "KWOK_WORKDIR": str(self._kwok_dir),
             "KWOK_KUBECTL_BINARY": str(self._kubectl),
         }
-        log = self._kwok_dir.parent / "kwokctl.log"
         self._kwok_dir.mkdir(parents=True, exist_ok=True)
-        with log.open("a") as out:
-            out.write(f"$ {' '.join(command)}\n")
-            out.flush()
-            try:
-                code = subprocess.run(
-                    command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
-                ).returncode
-            except subprocess.TimeoutExpired:
-                code = None
-        if code != 0:
-            outcome = f"exit {code}" if code is not None else f"still running after {timeout} s"
-            raise DevkitError(f"kwokctl could not {what} ({outcome}).{self._tails()}")
+        with (self._kwok_dir.parent / "kwokctl.log").open("a") as log:
+            log.write(f"$ {' '.join(command)}\n")
+            log.flush()
+            process = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            finished = lambda: process.poll() is not None  # noqa: E731
+            self._wait_for(deadline, f"kwokctl to {what}", finished, watch=watch)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if process.returncode != 0:
+            raise DevkitError(
+                f"kwokctl could not {what} (exit {process.returncode}).{self._tails()}"
+            )
 
-    def _wait_for(self, deadline: float, what: str, condition: Callable[[], bool]) -> None:
+    def _wait_for(
+        self, deadline: float, what: str, condition: Callable[[], bool], *, watch: bool = True
+    ) -> None:
         while not condition():
+            if watch and (dead := self._dead_components()):
+                raise DevkitError(
+                    f"{', '.join(dead)} exited while waiting for {what}.{self._tails(first=dead)}"
+                )
             if time.monotonic() >= deadline:
                 raise DevkitError(f"Timed out waiting for {what}.{self._tails()}")
             time.sleep(_POLL_INTERVAL_S)
@@ -311,21 +348,51 @@ class KubeCluster:
         except DevkitError:  # a hung request counts as not yet
             return False
 
-    def _tails(self) -> str:
+    def _tails(self, *, first: Sequence[str] = ()) -> str:
+        """The logs' last lines, those of the components in `first` first."""
         if self._work_dir is None:
             return ""
-        logs = [self._work_dir / "kwokctl.log"]
+        logs_dir = self._cluster_dir / "logs"
+        logs = [logs_dir / f"{name}.log" for name in first]
         with contextlib.suppress(OSError):
-            logs += sorted((self._cluster_dir / "logs").glob("*.log"))
+            logs += [path for path in sorted(logs_dir.glob("*.log")) if path not in logs]
+        logs.append(self._work_dir / "kwokctl.log")
         text = "\n".join(part for path in logs if (part := _tail(path)))
-        return f" Work dir: {self._work_dir}\n{text}"
+        kept = self._keep or self._given_work_dir is not None
+        return f" Logs in {self._work_dir}:\n{text}" if kept else f"\n{text}"
+
+    def _components(self) -> dict[str, int]:
+        """Component name -> pid, from the pid files kwokctl writes."""
+        pids: dict[str, int] = {}
+        with contextlib.suppress(OSError):
+            for pid_file in (self._cluster_dir / "pids").glob("*.pid"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids[pid_file.stem] = int(pid_file.read_text().strip())
+        return pids
+
+    def _dead_components(self) -> list[str]:
+        return sorted(name for name, pid in self._components().items() if not _alive(pid))
 
     def _kill_leftovers(self) -> None:
         """Kill components kwokctl failed to stop, by the pids it recorded."""
-        with contextlib.suppress(OSError):
-            for pid_file in (self._cluster_dir / "pids").glob("*.pid"):
-                with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-                    os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+        for pid in self._components().values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs; a zombie (dead, not yet reaped by kwokctl) counts as dead."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel whether the pid exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def _free_port() -> int:

@@ -33,6 +33,8 @@ def make_app(
     streamlets: dict[str, dict[str, Any]],
     topics: dict[str, dict[str, Any]],
     kafka_config: dict[str, str] | None = None,
+    schema_paths: list[Path] | None = None,
+    python_paths: list[Path] | None = None,
 ) -> Application:
     """An application with unique topic names, its topics created."""
     suffix = uuid.uuid4().hex[:8]
@@ -40,8 +42,8 @@ def make_app(
     app = Application.from_dict(
         {
             "name": f"t{suffix}",
-            "schema_paths": [str(HERE / "schemas")],
-            "python_paths": [str(HERE)],
+            "schema_paths": [str(p) for p in schema_paths or [HERE / "schemas"]],
+            "python_paths": [str(p) for p in python_paths or [HERE]],
             "kafka": {"bootstrap": bootstrap, "config": kafka_config or {}},
             "streamlets": streamlets,
             "topics": renamed,

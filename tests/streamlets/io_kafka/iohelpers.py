@@ -32,15 +32,15 @@ from tests.runtime.support import (
 
 __all__ = [
     "EVENT",
-    "Application",
     "HERE",
+    "Application",
     "Replicas",
     "bound_port",
     "codec",
     "committed",
     "consume_until",
-    "create_topics",
     "count_at_least",
+    "create_topics",
     "event",
     "jsonl",
     "make_app",
@@ -124,7 +124,9 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 def bound_port(running: Replicas, replica: str) -> int | None:
     """The port a replica's HTTP ingress logged as bound, once it has."""
     for line in list(running.lines):
-        if line.startswith(f"{replica}| ") and (m := re.search(r"listening on http://\S+:(\d+)", line)):
+        if line.startswith(f"{replica}| ") and (
+            m := re.search(r"listening on http://\S+:(\d+)", line)
+        ):
             return int(m.group(1))
     return None
 
@@ -191,6 +193,9 @@ def committed(consumer: Consumer, topic_name: str, partition: int = 0) -> int:
 
 
 _COORDINATOR_MOVING = frozenset(
-    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-     KafkaError.COORDINATOR_NOT_AVAILABLE}
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
 )

@@ -28,7 +28,10 @@ def test_a_killed_file_egress_never_commits_past_the_file_and_loses_nothing(
     app = h.make_app(
         kafka_bootstrap,
         streamlets={
-            "sink": {"class": "ioapps:SlowEventSink", "config": {"path": str(out), "pause": "250ms"}}
+            "sink": {
+                "class": "ioapps:SlowEventSink",
+                "config": {"path": str(out), "pause": "250ms"},
+            }
         },
         topics={"events": {"consumers": ["sink.in"]}},  # one partition: offset == seq
     )

@@ -49,7 +49,12 @@ def test_lines_appended_to_a_followed_file_arrive_in_order_and_a_bad_line_is_ski
         h.wait(running, lambda: len(seqs()) >= 5, timeout=30, message="the 2 lines appended")
         with feed.open("a") as f:  # line 6 is not JSON; line 7 misses a required field
             f.write(_lines(5) + "{not json\n" + '{"seq": 99}\n' + _lines(6, 7))
-        h.wait(running, lambda: len(seqs()) >= 8, timeout=30, message="the good lines around the bad ones")
+        h.wait(
+            running,
+            lambda: len(seqs()) >= 8,
+            timeout=30,
+            message="the good lines around the bad ones",
+        )
         log = running.log()
 
     records = h.read_topic(kafka_bootstrap, events)

@@ -105,7 +105,12 @@ def test_sigterm_answers_the_request_in_flight_then_exits_cleanly(
             assert _read_head(sock).startswith(b"HTTP/1.1 100")
             os.kill(process.pid, signal.SIGTERM)
             # Shutting down stops the listener first: wait for that, then finish the request.
-            h.wait(running, lambda: not h.port_accepts(port), timeout=10, message="the listener to close")
+            h.wait(
+                running,
+                lambda: not h.port_accepts(port),
+                timeout=10,
+                message="the listener to close",
+            )
             assert process.poll() is None, "the replica exited with a request in flight"
             sock.sendall(body)
             head, answer = _read_response(sock)
