@@ -29,7 +29,11 @@ def kube_cluster() -> Iterator[devkit.KubeCluster]:
     try:
         cluster.start()
     except devkit.DevkitError as error:
-        pytest.fail(str(error), pytrace=False)
+        failure = str(error)
+    else:
+        failure = None
+    if failure is not None:  # outside `except`, so pytest shows the message once
+        pytest.fail(failure, pytrace=False)
     yield cluster
     cluster.stop()
 

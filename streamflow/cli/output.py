@@ -9,6 +9,8 @@ traceback. Exit codes are a contract: 0 success, 1 invalid input, 2 usage.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import io
 import json
 import sys
@@ -89,6 +91,7 @@ def problem_counts(problems: Sequence[Problem]) -> str:
 
 def print_data(data: Any, *, fmt: str) -> None:
     """Write ``data`` as JSON or YAML on stdout, plainly (no colour, no wrapping)."""
+    data = json.loads(json.dumps(data, default=_plain))  # datetimes, bytes: as JSON shows them
     if fmt == "yaml":
         buffer = io.StringIO()
         yaml = YAML(typ="safe", pure=True)
@@ -100,6 +103,14 @@ def print_data(data: Any, *, fmt: str) -> None:
     else:
         sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
 
 
 def fail(

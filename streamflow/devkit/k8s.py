@@ -20,9 +20,11 @@ Design choices, each for a reason:
 * Readiness is a condition polled until a deadline (`/readyz`, then every node
   Ready, then the `default` ServiceAccount that pod admission needs), never a
   fixed sleep. A failed start quotes the tail of each component's log.
-* kwokctl runs the components as detached processes; `stop()` asks kwokctl to
-  delete the cluster and then kills any pid it left behind, and an atexit hook
-  stops clusters a careless session forgot.
+* kwokctl runs the components as detached processes, so we watch their pids:
+  a component that dies while the cluster starts fails the start at once, with
+  its log first. `stop()` asks kwokctl to delete the cluster, kills any pid it
+  left behind and waits until all are gone; an atexit hook stops clusters a
+  careless session forgot.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ _BIN_RELATIVE = Path("tools") / "k8s" / "bin"
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.25
 _KWOKCTL_TIMEOUT_S = 60.0
+_STOP_WAIT_S = 10.0
 
 # `component=flag=value` for kwokctl's --extra-args: what the tests don't need.
 _OTHER_PORTS = (
@@ -206,13 +209,14 @@ class KubeCluster:
         _running.discard(self)
         if self._port is None:
             return
+        pids = list(self._components().values())  # the deletion removes the pid files
         # kwokctl removes its context from the kubeconfig it is given, and rejects "":
         # name the cluster's own, which the deletion removes anyway.
         delete = ("delete", "cluster", f"--kubeconfig={self.kubeconfig}")
         deadline = time.monotonic() + _KWOKCTL_TIMEOUT_S
         with contextlib.suppress(DevkitError):
             self._kwokctl(*delete, what="delete the cluster", deadline=deadline, watch=False)
-        self._kill_leftovers()
+        _kill_and_wait(pids)
         if self._work_dir is not None and self._given_work_dir is None and not self._keep:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         self._work_dir = None
@@ -373,11 +377,19 @@ class KubeCluster:
     def _dead_components(self) -> list[str]:
         return sorted(name for name, pid in self._components().items() if not _alive(pid))
 
-    def _kill_leftovers(self) -> None:
-        """Kill components kwokctl failed to stop, by the pids it recorded."""
-        for pid in self._components().values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+
+def _kill_and_wait(pids: Sequence[int]) -> None:
+    """SIGKILL what kwokctl left running (it SIGKILLs them itself), then wait until all are gone.
+
+    Waiting means that when `stop()` returns, the ports and the memory are free again.
+    """
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _STOP_WAIT_S
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.devkit import DevkitError, KubeCluster
+from streamflow.devkit import KUBE_BINARIES, DevkitError, KubeCluster, find_k8s_bin
 from tests.k8s_fixtures import Kubectl
 
 _WAIT_S = 60.0
@@ -183,6 +183,46 @@ def test_a_crd_is_served_and_validates_its_custom_resources(
 
     with pytest.raises(DevkitError, match=r"spec\.size"):
         kubectl("apply", "-n", namespace, "-f", "-", input=widget("empty", 0))
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")  # a zombie has exited; only its parent's reaping remains
+
+
+def test_stop_ends_every_component_and_removes_the_work_dir() -> None:
+    with KubeCluster(nodes=1) as cluster:
+        work_dir = cluster.work_dir
+        assert work_dir is not None
+        pid_files = list(work_dir.glob("kwok/clusters/*/pids/*.pid"))
+        pids = [int(path.read_text()) for path in pid_files]
+        names = {path.stem for path in pid_files}
+        assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} <= names
+    assert not work_dir.exists()
+    assert not [pid for pid in pids if running(pid)], "components outlived stop()"
+    cluster.stop()  # idempotent
+
+
+def test_a_component_that_dies_fails_the_start_fast_and_quotes_its_log(tmp_path: Path) -> None:
+    real = find_k8s_bin()
+    for name in KUBE_BINARIES:
+        (tmp_path / name).symlink_to(real / name)
+    broken = tmp_path / "kube-apiserver"
+    broken.unlink()
+    # kwokctl asks for --version first, then starts it.
+    broken.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo "Kubernetes v1.36.3" && exit 0\n'
+        'echo "apiserver refuses on purpose" >&2\nexit 3\n'
+    )
+    broken.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(DevkitError, match="kube-apiserver exited") as caught:
+        KubeCluster(bin_dir=tmp_path).start(timeout=60)
+    assert time.monotonic() - started < 30
+    assert "apiserver refuses on purpose" in str(caught.value)
 
 
 def test_missing_binaries_say_how_to_build_them(tmp_path: Path) -> None:
