@@ -202,6 +202,13 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def report(event: str, **fields: Any) -> None:
     """One line for the driver: when (monotonic) and how much CPU, plus ``fields``."""
     line = json.dumps({"event": event, "t": time.monotonic(), "cpu": cpu_self(), **fields})

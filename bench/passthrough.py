@@ -192,6 +192,7 @@ def measure(
     child = _Child(competitor.command(run), run.workdir / f"{run.group}.log")
     try:
         first = child.expect("first", timeout)
+        busy_first, ticks_first = common.machine_ticks()
         deadline = time.monotonic() + timeout
         while (written := topics.end_offsets(run.output_topic)) < run.records:
             child.check_alive()
@@ -200,6 +201,7 @@ def measure(
             time.sleep(_WATCH_INTERVAL_S)
         done = time.monotonic()
         cpu_done = common.cpu_of(child.process.pid)
+        busy_done, ticks_done = common.machine_ticks()
         produced = child.expect("produced", 10)
     finally:
         code = child.stop()
@@ -221,7 +223,8 @@ def measure(
         "cpu_s": cpu,
         "cpu_total_s": cpu_total,
         "startup_s": first["t"] - spawned,
-        # Other work on the machine shows here; compare with the core count.
+        # Other work on the machine shows here: the broker, the driver, anything else.
+        "machine_busy": (busy_done - busy_first) / max(1, ticks_done - ticks_first),
         "loadavg_1m_before": load_before,
         "loadavg_1m_after": os.getloadavg()[0],
         "outputs": final,

@@ -72,9 +72,26 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {cell(row, 'cpu_s_per_M', '.1f')} | {cell(row, 'cpu_total_s_per_M', '.1f')} "
             f"| {cell(row, 'inproc_records_per_s', ',.0f')} | {ratio} | {cpu_ratio} |"
         )
-    lines.append("")
-    lines.append(f"Ratios are streamflow / {BASELINE}, paired by round (median).")
+    lines += [
+        "",
+        f"Throughput ratio: records/s over {BASELINE}'s (higher is better). CPU ratio: CPU per "
+        f"record over {BASELINE}'s (lower is better). Both paired by round, then the median.",
+        _machine_note(result),
+    ]
     return "\n".join(lines)
+
+
+def _machine_note(result: dict[str, Any]) -> str:
+    """How busy the machine was: a competitor bound by a saturated machine measures that."""
+    runs = result["runs"]
+    busy = [r["machine_busy"] for r in runs if "machine_busy" in r]
+    load = [r["loadavg_1m_after"] for r in runs if "loadavg_1m_after" in r]
+    if not busy or not load:
+        return ""
+    return (
+        f"Machine ({result['environment']['cores']} cores) busy during runs: "
+        f"{min(busy):.0%}-{max(busy):.0%}; 1-min load average {min(load):.1f}-{max(load):.1f}."
+    )
 
 
 def write(result: dict[str, Any], *, stem: str) -> Path:
