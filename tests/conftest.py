@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamflow import devkit
 
-pytest_plugins = ["tests.model_fixtures"]
+pytest_plugins = ["tests.model_fixtures", "tests.k8s_fixtures"]
 
 BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
 

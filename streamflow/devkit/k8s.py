@@ -4,8 +4,10 @@ Why real components rather than a fake API: the operator's correctness rests on
 the API server's semantics (admission, CRD validation, resourceVersions, watches)
 and on the controllers that act on what it writes (ReplicaSets recreating pods,
 EndpointSlices following Services). Only the kubelet is simulated: kwok marks
-pods Running and Ready on fake nodes, so a cluster fits on a 2-core machine next
-to a Kafka broker and needs no container runtime.
+pods Running and Ready on fake nodes (with pod IPs), so a cluster fits on a
+2-core machine next to a Kafka broker and needs no container runtime. Nothing
+runs in those pods and there is no kube-proxy: a Service gets its ClusterIP and
+EndpointSlices, but no traffic reaches a pod.
 
 Design choices, each for a reason:
 
@@ -13,8 +15,9 @@ Design choices, each for a reason:
   from a download at run time: kwokctl is given an explicit path for each one,
   so it has nothing to fetch, and it runs with `KWOK_WORKDIR` inside our own
   work dir, so it reads and writes nothing under `~/.kwok` or `~/.kube`.
-* Each cluster gets a unique name and a free apiserver port, so parallel test
-  sessions (or a developer's own kwok cluster) never collide.
+* Each cluster gets a unique name and free loopback ports for every component,
+  so parallel test sessions (or a developer's own kwok cluster) never collide,
+  and nothing listens beyond 127.0.0.1.
 * The kube-apiserver is trimmed (no API priority and fairness, no profiling,
   small watch caches): the tests need its semantics, not its throughput.
 * Readiness is a condition polled until a deadline (`/readyz`, then every node
@@ -57,7 +60,7 @@ KUBE_BINARIES = (
     "kwokctl",
 )
 
-_BUILD_HINT = "Run `tools/k8s/build` (about 11 minutes on 2 cores the first time)."
+_BUILD_HINT = "Run `tools/k8s/build` (about 9 minutes on 2 cores the first time)."
 _BIN_ENV = "STREAMFLOW_K8S_BIN"
 _KUBECTL_ENV = "STREAMFLOW_KUBECTL"
 _BIN_RELATIVE = Path("tools") / "k8s" / "bin"
@@ -65,8 +68,8 @@ _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.25
 _KWOKCTL_TIMEOUT_S = 60.0
 _STOP_WAIT_S = 10.0
+_PROC = Path("/proc")
 
-# `component=flag=value` for kwokctl's --extra-args: what the tests don't need.
 _OTHER_PORTS = (
     "etcd-port",
     "kube-controller-manager-port",
@@ -74,6 +77,7 @@ _OTHER_PORTS = (
     "controller-port",  # the kwok controller's
 )
 
+# `component=flag=value` for kwokctl's --extra-args: what the tests don't need.
 _LEAN_ARGS = (
     "kube-apiserver=enable-priority-and-fairness=false",
     "kube-apiserver=profiling=false",
@@ -311,8 +315,8 @@ class KubeCluster:
                 command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
         try:
-            finished = lambda: process.poll() is not None  # noqa: E731
-            self._wait_for(deadline, f"kwokctl to {what}", finished, watch=watch)
+            done = f"kwokctl to {what}"
+            self._wait_for(deadline, done, lambda: process.poll() is not None, watch=watch)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -394,16 +398,18 @@ def _kill_and_wait(pids: Sequence[int]) -> None:
 
 def _alive(pid: int) -> bool:
     """Whether `pid` runs; a zombie (dead, not yet reaped by kwokctl) counts as dead."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no procfs: ask the kernel whether the pid exists at all
+    if not _PROC.is_dir():  # no procfs: all we can ask is whether the pid exists
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
+        except PermissionError:
+            return True
         return True
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 

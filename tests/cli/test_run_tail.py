@@ -310,22 +310,26 @@ def test_run_for_prints_the_start_panel_runs_the_pipeline_and_stops(
     assert not [pid for pid in project.replica_pids() if alive(pid, "streamlet")]
 
 
-def test_run_with_set_then_ctrl_c_stops_everything_cleanly(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    project = make_project(tmp_path, count=20)
-    log = tmp_path / "run.log"
+def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, list[int]]:
+    """``streamflow run`` until every record is in the file, then Ctrl-C; its output and pids.
+
+    Checks on the way that the replicas were running before the SIGINT, and that
+    the run exited 0 after it.
+    """
+    log = project.root / "run.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(STREAMFLOW), "run", str(project.blueprint), "-b", kafka_bootstrap,
-             "--set", "scale.factor=-1.5"],
-            cwd=project.root, env=project.env(), stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [str(STREAMFLOW), "run", str(project.blueprint), *args],
+            cwd=project.root,
+            env=project.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for(
-            lambda: len(project.written()) >= 20,
+            lambda: len(project.written()) >= project.count,
             timeout=40,
-            message="20 records in the file",
+            message=f"{project.count} records in the file",
             process=process,
             log=log,
         )
@@ -336,31 +340,42 @@ def test_run_with_set_then_ctrl_c_stops_everything_cleanly(
     finally:
         if process.poll() is None:
             process.kill()
-    output = log.read_text()
+            process.wait()
+    return ANSI.sub("", log.read_text()), pids
+
+
+def test_run_with_set_then_ctrl_c_stops_everything_cleanly(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path, count=20)
+    output, pids = run_until_written_then_ctrl_c(
+        project, "-b", kafka_bootstrap, "--set", "scale.factor=-1.5"
+    )
     assert "stopping replicas" in output and output.rstrip().endswith("streamflow: stopped")
     assert not [pid for pid in pids if alive(pid, "streamlet")], output
     expected = project.expected_values()
-    assert {r["id"]: r["value"] for r in project.written()} == {
-        k: v * -1.5 for k, v in expected.items()
-    }
+    written = project.written()
+    assert len(written) == 20, output
+    assert {r["id"]: r["value"] for r in written} == {k: v * -1.5 for k, v in expected.items()}
 
 
-def test_run_starts_and_stops_an_embedded_broker_when_given_no_kafka(tmp_path: Path) -> None:
+def test_run_starts_an_embedded_broker_when_given_no_kafka_and_stops_it(tmp_path: Path) -> None:
     project = make_project(tmp_path, count=10)
-    result = project.cli("run", str(project.blueprint), "--for", "15s", timeout=90)
-    log = ANSI.sub("", result.stderr + result.stdout)
-    assert result.returncode == 0, log
-    ready = re.search(r"embedded Kafka ready at (127\.0\.0\.1:(\d+))", log)
-    assert ready, log
-    assert f"Kafka: {ready.group(1)}" in log
-    assert "stopping the embedded broker" in log and log.rstrip().endswith("streamflow: stopped")
-    assert len(project.written()) == 10, log
-    # the broker is gone: no process of its work dir (under TMPDIR), the dir removed, the port shut
+    output, pids = run_until_written_then_ctrl_c(project)  # no -b, no $STREAMFLOW_KAFKA_BOOTSTRAP
+    ready = re.search(r"embedded Kafka ready at (127\.0\.0\.1:(\d+))", output)
+    assert ready, output
+    assert f"Kafka: {ready.group(1)}" in output
+    assert "stopping the embedded broker" in output
+    assert output.rstrip().endswith("streamflow: stopped")
+    assert len(project.written()) == 10, output
+    # the broker is gone: no process of its work dir (under TMPDIR), the dir removed, the port
+    # shut; and no replica either (their command lines name the app spec under STREAMFLOW_HOME)
     assert processes_mentioning(str(project.tmp)) == []
+    assert processes_mentioning(str(project.root)) == []
     assert list(project.tmp.glob("streamflow-kafka-*")) == []
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", int(ready.group(2))), timeout=2).close()
-    assert not [pid for pid in project.replica_pids() if alive(pid, "streamlet")]
+    assert not [pid for pid in pids if alive(pid, "streamlet")]
 
 
 def test_run_of_an_invalid_blueprint_lists_the_problems_and_starts_nothing(
@@ -420,6 +435,7 @@ RECORD_LINE = re.compile(r"^(\d+)@(\d+) key=(\S+) (.*)$")
 
 
 def _tail(run: FinishedRun, topic: str, *args: str) -> subprocess.CompletedProcess[str]:
+    assert run.result.returncode == 0, f"the run that fills the topics failed:\n{run.log}"
     return run.project.cli("tail", str(run.project.blueprint), topic, "-b", run.bootstrap, *args)
 
 

@@ -77,6 +77,7 @@ class ReplicaProcess:
     health_port: int
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None  # the blueprint's directory: relative paths in config resolve there
+    fingerprint: str = ""  # the planner's fingerprint of the spec it was started with
     process: subprocess.Popen[str] | None = None
     restarts: int = 0
     started_at: float = 0.0
@@ -112,11 +113,16 @@ class ProcessGroup:
             self.replicas[replica.name] = replica
         self._spawn(replica)
 
-    def remove(self, name: str, *, timeout: float = 30.0) -> None:
+    def remove(self, *names: str, timeout: float = 30.0) -> None:
+        """Stop these replicas together (SIGTERM: each finishes its batch and commits)."""
         with self._lock:
-            replica = self.replicas.pop(name, None)
-        if replica is not None:
-            _terminate([replica], timeout)
+            replicas = [r for name in names if (r := self.replicas.pop(name, None)) is not None]
+        _terminate(replicas, timeout)
+
+    def snapshot(self) -> list[ReplicaProcess]:
+        """The replicas now, for readers on another thread."""
+        with self._lock:
+            return list(self.replicas.values())
 
     def _spawn(self, replica: ReplicaProcess) -> None:
         replica.process = subprocess.Popen(
