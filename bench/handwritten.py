@@ -7,7 +7,7 @@ It does the same work per record as a streamflow passthrough processor, and no m
 3. encode: header + ``schemaless_writer`` into a fresh buffer;
 4. ``produce`` to the output topic with the input's key and the ``streamflow-schema``
    header (so the bytes on the wire match streamflow's), retrying on a full queue;
-5. ``poll(0)`` once per batch to serve delivery reports.
+5. ``poll(0)`` once per turn of the loop to serve (error-only) delivery reports.
 
 Delivery: at-least-once by *flush then store*. Offsets of consumed batches are kept
 in memory; every ``--flush-every`` batches (and at shutdown) the producer is flushed,
@@ -45,7 +45,86 @@ _HEADER_LEN = 10
 
 
 class _Failed(Exception):
-    pass
+    """An output was not delivered; no offset past it may be stored."""
+
+
+class Passthrough:
+    """The loop, its clients and its bookkeeping; ``run`` until SIGTERM or SIGINT."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stopping = False
+        self.errors: list[str] = []
+        client = {"bootstrap.servers": args.bootstrap, "client.id": f"{args.group}.0"}
+        self.consumer = Consumer({**client, "group.id": args.group, **common.CONSUMER_SETTINGS})
+        self.producer = Producer(
+            {
+                **client,
+                **common.PRODUCER_SETTINGS,
+                # Successful deliveries cost no Python call; failures land in on_delivery.
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
+            }
+        )
+        self.parsed, self.header = common.load_schema()
+        self.pending: dict[tuple[Any, Any], int] = {}  # (topic, partition) -> next offset
+        self.seen = 0
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.errors.append(err.str())
+
+    def stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.args.input])
+        batches = 0
+        try:
+            while not self.stopping:
+                messages = self.consumer.consume(self.args.batch_size, 0.1)
+                if messages:
+                    self.passthrough(messages)
+                    batches += 1
+                    if batches % self.args.flush_every == 0:
+                        self.flush_and_store()
+                self.producer.poll(0)
+            self.flush_and_store()
+            _commit(self.consumer)
+        finally:
+            self.consumer.close()
+
+    def passthrough(self, messages: list[Message]) -> None:
+        """Decode, re-encode and produce one batch; remember its offsets."""
+        if self.seen == 0:
+            common.report("first")
+        producer, parsed, header = self.producer, self.parsed, self.header
+        output, headers, pending = self.args.output, common.SCHEMA_HEADER, self.pending
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            source = BytesIO(msg.value())  # type: ignore[arg-type]  # no tombstones here
+            source.seek(_HEADER_LEN)
+            value: Any = schemaless_reader(source, parsed, None)
+            sink = BytesIO()
+            sink.write(header)
+            schemaless_writer(sink, parsed, value)
+            _produce(producer, output, sink.getvalue(), msg.key(), headers)
+            pending[(msg.topic(), msg.partition())] = msg.offset() + 1  # type: ignore[operator]
+        before, self.seen = self.seen, self.seen + len(messages)
+        if before < self.args.records <= self.seen:
+            common.report("produced", records=self.seen)
+
+    def flush_and_store(self) -> None:
+        """Every output so far is acknowledged once flush returns: only then store offsets."""
+        self.producer.flush()
+        if self.errors:
+            raise _Failed(f"an output was not delivered: {self.errors[0]}")
+        if self.pending:
+            self.consumer.store_offsets(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in self.pending.items()]
+            )
+            self.pending.clear()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,90 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--flush-every", type=int, default=20)
-    args = parser.parse_args(argv)
-
-    stopping = False
-
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    errors: list[str] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            errors.append(err.str())
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "client.id": f"{args.group}.0",
-            **common.CONSUMER_SETTINGS,
-        }
-    )
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "client.id": f"{args.group}.0",
-            **common.PRODUCER_SETTINGS,
-            "delivery.report.only.error": True,
-            "on_delivery": on_delivery,
-        }
-    )
-    parsed, header = common.load_schema()
-    headers = common.SCHEMA_HEADER
-    output = args.output
-    pending: dict[tuple[Any, Any], int] = {}
-    batches = 0
-    seen = 0
-
-    def flush_and_store() -> None:
-        producer.flush()
-        if errors:
-            raise _Failed(f"an output was not delivered: {errors[0]}")
-        if pending:
-            consumer.store_offsets(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in pending.items()]
-            )
-            pending.clear()
-
-    consumer.subscribe([args.input])
+    loop = Passthrough(parser.parse_args(argv))
+    signal.signal(signal.SIGTERM, loop.stop)
+    signal.signal(signal.SIGINT, loop.stop)
     try:
-        while not stopping:
-            messages = consumer.consume(args.batch_size, 0.1)
-            producer.poll(0)
-            if not messages:
-                continue
-            if seen == 0:
-                common.report("first")
-            for msg in messages:
-                if msg.error() is not None:
-                    continue
-                source = BytesIO(msg.value())  # type: ignore[arg-type]  # errors skipped
-                source.seek(_HEADER_LEN)
-                value: Any = schemaless_reader(source, parsed, None)
-                sink = BytesIO()
-                sink.write(header)
-                schemaless_writer(sink, parsed, value)
-                _produce(producer, output, sink.getvalue(), msg.key(), headers)
-                pending[(msg.topic(), msg.partition())] = msg.offset() + 1  # type: ignore[operator]
-            producer.poll(0)
-            before, seen = seen, seen + len(messages)
-            if before < args.records <= seen:
-                common.report("produced", records=seen)
-            batches += 1
-            if batches % args.flush_every == 0:
-                flush_and_store()
-        flush_and_store()
-        _commit(consumer)
+        loop.run()
     except _Failed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        consumer.close()
     return 0
 
 

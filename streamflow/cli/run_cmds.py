@@ -36,7 +36,7 @@ from streamflow.runtime.topics import TopicsError, ensure_topics
 
 __all__ = ["register"]
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 _COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan"]
 
 
@@ -171,8 +171,8 @@ def _printer(app: Application):  # type: ignore[no-untyped-def]
     width = max((len(n) for n in app.streamlets), default=8) + 3
 
     def print_line(replica: ReplicaProcess, line: str) -> None:
-        prefix = Text(f"{replica.name:<{width}}| ", style=colours.get(replica.streamlet, "white"))
-        console.print(prefix + Text(line), soft_wrap=True)
+        colour = colours.get(replica.streamlet, "white")
+        console.print(Text.assemble((f"{replica.name:<{width}}| ", colour), line), soft_wrap=True)
 
     return print_line
 

@@ -53,7 +53,7 @@ class LogFiles:
     def _open(self, replica: str) -> IO[str]:
         handle = self._files.get(replica)
         if handle is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(exist_ok=True)  # not its parent: a removed app stays removed
             handle = (self.directory / f"{replica}.log").open("a", encoding="utf-8")
             self._files[replica] = handle
         return handle

@@ -80,7 +80,8 @@ class ReplicaProcess:
     fingerprint: str = ""  # the planner's fingerprint of the spec it was started with
     process: subprocess.Popen[str] | None = None
     restarts: int = 0
-    started_at: float = 0.0
+    started_at: float = 0.0  # monotonic, for the backoff
+    started_wall: float = 0.0  # epoch seconds, for people
     next_start: float = 0.0
     backoff: float = _BACKOFF_START
     last_exit: int | None = None
@@ -136,6 +137,7 @@ class ProcessGroup:
             start_new_session=True,  # Ctrl-C reaches us first; we stop replicas in order
         )
         replica.started_at = time.monotonic()
+        replica.started_wall = time.time()
         threading.Thread(target=self._pump, args=(replica, replica.process), daemon=True).start()
 
     def _pump(self, replica: ReplicaProcess, process: subprocess.Popen[str]) -> None:

@@ -1,0 +1,390 @@
+"""``deploy``, ``undeploy``, ``list``, ``status``, ``scale``, ``configure``, ``configuration``, ``logs``.
+
+Each command picks a target (``--target local``, the default: replica
+processes on this machine under a supervisor daemon; or ``kubernetes``) and
+speaks only the :class:`~streamflow.operator.targets.Target` protocol, so the
+words, flags and output are the same on both. Changes are checked before they
+are applied: a wrong streamlet or a config value of the wrong type ends in a
+message and exit 1 with nothing changed; a malformed argument is a usage
+error (exit 2). Commands that change what runs wait, with a spinner and a
+timeout, until every replica is ready, unless told ``--no-wait``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from streamflow.blueprint import BlueprintError, load_application
+from streamflow.cli import deploy_views as views
+from streamflow.cli import output, state
+from streamflow.cli import overrides as overrides_mod
+from streamflow.operator import targets
+
+__all__ = ["register"]
+
+
+class Format(enum.StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class TargetKind(enum.StrEnum):
+    local = "local"
+    kubernetes = "kubernetes"
+
+
+TargetOpt = Annotated[
+    TargetKind,
+    typer.Option(
+        "--target", "-t", help="local (processes on this machine; the default) or kubernetes."
+    ),
+]
+KubeconfigOpt = Annotated[
+    str | None, typer.Option(help="kubernetes: the kubeconfig file (default: the usual one).")
+]
+ContextOpt = Annotated[
+    str | None, typer.Option(help="kubernetes: the kube context (default: the current one).")
+]
+NamespaceOpt = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="kubernetes: the namespace (default: the context's)."),
+]
+OutputOpt = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
+AppArg = Annotated[str, typer.Argument(help="The application's name.")]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait/--no-wait", help="Wait until every replica is ready.")
+]
+TimeoutOpt = Annotated[str, typer.Option("--timeout", help="How long to wait (e.g. 90s, 5m).")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="STREAMLET.PARAM=VALUE", help="A config value (repeatable; wins over --conf)."
+    ),
+]
+ConfOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="A YAML file of config values: {streamlet: {param: value}}.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+
+
+def deploy(
+    blueprint: Annotated[
+        Path, typer.Argument(help="The blueprint YAML file.", exists=True, dir_okay=False)
+    ],
+    set_: SetOpt = None,
+    conf: ConfOpt = None,
+    scale_: Annotated[
+        list[str] | None,
+        typer.Option("--scale", metavar="STREAMLET=N", help="Replicas of a streamlet (repeatable)."),
+    ] = None,
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap-servers",
+            "-b",
+            help="Kafka (default: the blueprint's, $STREAMFLOW_KAFKA_BOOTSTRAP, else embedded).",
+        ),
+    ] = None,
+    image: Annotated[str | None, typer.Option(help="kubernetes: the streamlets' image.")] = None,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = "120s",
+) -> None:
+    """Verify a blueprint and deploy its application (or update it when already deployed)."""
+    seconds = _seconds(timeout)
+    replicas = _counts(scale_ or [], option="--scale")
+    try:
+        app = load_application(blueprint, overrides=overrides_mod.collect(set_ or [], conf))
+    except overrides_mod.OverrideError as exc:
+        output.fail(str(exc))
+    except BlueprintError as exc:
+        output.print_problems(exc.problems, to=output.error_console())
+        raise typer.Exit(output.EXIT_INVALID) from None
+    chosen = _target(target, kubeconfig, context, namespace, image=image)
+    bootstrap = bootstrap_servers or app.kafka.bootstrap or os.environ.get(
+        "STREAMFLOW_KAFKA_BOOTSTRAP"
+    )
+    where = "" if bootstrap or target is not TargetKind.local else " and an embedded Kafka"
+    with output.error_console().status(f"deploying {app.name} (starting the supervisor{where})…"):
+        change = _attempt(lambda: chosen.deploy(targets.scaled(app, replicas), bootstrap=bootstrap))
+    views.print_warnings(change.warnings)
+    views.print_actions("deployed", change, target=chosen.kind)
+    _settle(chosen, app.name, wait=wait, timeout=seconds)
+
+
+def undeploy(
+    name: AppArg,
+    delete_topics: Annotated[
+        bool, typer.Option(help="Delete the application's topics too (kept by default).")
+    ] = False,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Stop every replica of an application and remove it; its topics stay unless asked."""
+    chosen = _target(target, kubeconfig, context, namespace)
+    with output.error_console().status(f"stopping {name} (each replica finishes its batch)…"):
+        deleted = _attempt(lambda: chosen.undeploy(name, delete_topics=delete_topics))
+    errors = output.error_console()
+    errors.print(f"undeployed {name} from {chosen.kind}", markup=False, highlight=False)
+    if delete_topics:
+        errors.print(f"deleted topics: {', '.join(deleted) or 'none'}", markup=False)
+    else:
+        errors.print("its topics are kept (--delete-topics deletes them)", markup=False)
+
+
+def list_(
+    fmt: OutputOpt = Format.table,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """The deployed applications, with their phase and ready replicas."""
+    chosen = _target(target, kubeconfig, context, namespace)
+    found = _attempt(chosen.list)
+    if fmt is not Format.table:
+        output.print_data([views.summary(s) for s in found], fmt=fmt.value)
+    else:
+        views.print_list(found)
+
+
+def status(
+    name: AppArg,
+    fmt: OutputOpt = Format.table,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Per streamlet: replicas ready and desired, restarts, consumer lag, the model served."""
+    chosen = _target(target, kubeconfig, context, namespace)
+    found = _attempt(lambda: chosen.status(name))
+    if fmt is not Format.table:
+        output.print_data(found.to_dict(), fmt=fmt.value)
+    else:
+        views.print_status(found)
+
+
+def scale(
+    name: AppArg,
+    counts: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="STREAMLET N | STREAMLET=N...", help="`scorer 3`, or `scorer=3 sink=0`."
+        ),
+    ],
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = "120s",
+) -> None:
+    """Set the number of replicas of one streamlet or several."""
+    seconds = _seconds(timeout)
+    if len(counts) == 2 and "=" not in counts[0] and "=" not in counts[1]:
+        counts = [f"{counts[0]}={counts[1]}"]
+    replicas = _counts(counts, option="scale")
+    if not replicas:
+        output.fail("say which streamlet to scale: STREAMLET N", exit_code=output.EXIT_USAGE)
+    chosen = _target(target, kubeconfig, context, namespace)
+    change = _attempt(lambda: chosen.scale(name, replicas))
+    views.print_warnings(change.warnings)
+    views.print_actions("scaled", change, target=chosen.kind)
+    _settle(chosen, name, wait=wait, timeout=seconds)
+
+
+def configure(
+    name: AppArg,
+    set_: SetOpt = None,
+    conf: ConfOpt = None,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = "120s",
+) -> None:
+    """Change config values; only the streamlets whose config changed restart."""
+    seconds = _seconds(timeout)
+    try:
+        settings = overrides_mod.collect(set_ or [], conf)
+    except overrides_mod.OverrideError as exc:
+        output.fail(str(exc))
+    if not settings:
+        output.fail("nothing to configure: give --set or --conf", exit_code=output.EXIT_USAGE)
+    chosen = _target(target, kubeconfig, context, namespace)
+    change = _attempt(lambda: chosen.configure(name, settings))
+    views.print_actions("configured", change, target=chosen.kind)
+    _settle(chosen, name, wait=wait, timeout=seconds)
+
+
+def configuration(
+    name: AppArg,
+    fmt: OutputOpt = Format.table,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """The effective config of every streamlet, defaults filled in."""
+    chosen = _target(target, kubeconfig, context, namespace)
+    found = _attempt(lambda: chosen.configuration(name))
+    if fmt is not Format.table:
+        output.print_data(found, fmt=fmt.value)
+    else:
+        views.print_configuration(found)
+
+
+def logs(
+    name: AppArg,
+    streamlet: Annotated[str, typer.Argument(help="The streamlet whose replicas' logs to show.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    replica: Annotated[
+        int | None, typer.Option(min=0, help="Only this replica (default: all, prefixed).")
+    ] = None,
+    tail: Annotated[
+        int | None, typer.Option(min=0, help="Only the last N lines of each replica.")
+    ] = None,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Print the logs of a streamlet's replicas; -f follows them until Ctrl-C."""
+    chosen = _target(target, kubeconfig, context, namespace)
+    lines = chosen.logs(name, streamlet, follow=follow, replica=replica, tail=tail)
+    try:
+        for line in _attempt(lambda: _first_and_rest(lines)):
+            typer.echo(line.text if replica is not None else f"{line.replica} | {line.text}")
+    except KeyboardInterrupt:
+        pass
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _target(
+    kind: TargetKind,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    *,
+    image: str | None = None,
+) -> targets.Target:
+    if kind is TargetKind.local:
+        ignored = [flag for flag, value in (("--kubeconfig", kubeconfig), ("--context", context),
+                   ("--namespace", namespace), ("--image", image)) if value]  # fmt: skip
+        if ignored:
+            views.print_warnings([f"{', '.join(ignored)}: only for --target kubernetes; ignored"])
+        return _attempt(lambda: targets.get_target("local", home=state.home()))
+    options: dict[str, Any] = {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}
+    if image:
+        options["image"] = image
+    return _attempt(lambda: targets.get_target("kubernetes", **options))
+
+
+def _attempt[T](call: Any) -> T:
+    """``call()``, with a TargetError turned into the user's message and exit 1."""
+    try:
+        return call()  # type: ignore[no-any-return]
+    except targets.TargetError as exc:
+        _fail(exc)
+
+
+def _fail(exc: targets.TargetError) -> NoReturn:
+    message = exc.message
+    if exc.problems:
+        message += ":\n" + "\n".join(f"  - {problem}" for problem in exc.problems)
+    output.fail(message, hint=exc.hint)
+
+
+def _first_and_rest(lines: Any) -> Any:
+    """Pull the first line now, so an unknown app or streamlet fails inside ``_attempt``."""
+    iterator = iter(lines)
+    try:
+        first = next(iterator)
+    except StopIteration:
+        return iter(())
+
+    def chained() -> Any:
+        yield first
+        yield from iterator
+
+    return chained()
+
+
+def _counts(pairs: list[str], *, option: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        try:
+            count = int(raw)
+        except ValueError:
+            count = -1 if raw.strip().lstrip("-").isdigit() else -2
+        if not sep or not name or count == -2:
+            output.fail(
+                f"{option} {pair!r}: expected STREAMLET=N with N a whole number, e.g. scorer=3",
+                exit_code=output.EXIT_USAGE,
+            )
+        if count < 0:
+            output.fail(
+                f"{option} {pair!r}: the number of replicas must be 0 or more",
+                exit_code=output.EXIT_USAGE,
+            )
+        out[name.strip()] = count
+    return out
+
+
+def _seconds(text: str) -> float:
+    try:
+        return overrides_mod.duration_seconds(text)
+    except overrides_mod.OverrideError as exc:
+        output.fail(f"--timeout {text!r}: {exc}", exit_code=output.EXIT_USAGE)
+
+
+def _settle(target: targets.Target, name: str, *, wait: bool, timeout: float) -> None:
+    """Wait until every replica is ready, then show the status; exit 1 if they are not."""
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout
+    with output.error_console().status(f"waiting for every replica of {name} to be ready…"):
+        while True:
+            found = _attempt(lambda: target.status(name))
+            if found.settled or found.phase == "Failed" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # polling the target's status
+    views.print_status(found)
+    if not found.settled:
+        late = found.not_ready() or [found.message]
+        output.fail(
+            f"{name} is not ready after {timeout:.0f}s: " + ", ".join(late),
+            hint=f"see `streamflow status {name}` and `streamflow logs {name} STREAMLET`",
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(deploy)
+    app.command()(undeploy)
+    app.command("list")(list_)
+    app.command()(status)
+    app.command(context_settings={"ignore_unknown_options": True})(scale)
+    app.command()(configure)
+    app.command()(configuration)
+    app.command()(logs)

@@ -1,0 +1,114 @@
+"""How deployed applications look: tables for people, plain data for scripts.
+
+Both targets answer with the same :class:`~streamflow.operator.targets.AppStatus`,
+so one set of views serves ``deploy``, ``status``, ``scale``, ``list`` and
+``configuration`` on either, and a user sees the same columns everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from streamflow.cli import output
+from streamflow.operator import targets
+
+__all__ = [
+    "print_actions",
+    "print_configuration",
+    "print_list",
+    "print_status",
+    "print_warnings",
+    "summary",
+]
+
+_PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Degraded": "bold yellow", "Failed": "red"}
+
+
+def print_status(status: targets.AppStatus) -> None:
+    console = output.console()
+    head = Text.assemble(
+        (status.name, "bold"),
+        f" on {status.target}: ",
+        (status.phase, _PHASE_STYLE.get(status.phase, "")),
+    )
+    if status.kafka:
+        head.append(f"   Kafka: {status.kafka}", style="dim")
+    console.print(head)
+    table = Table("streamlet", "ready", "restarts", "lag", "model", box=None, pad_edge=False)
+    for streamlet in status.streamlets:
+        table.add_row(
+            *output.plain_cells(
+                streamlet.name,
+                f"{streamlet.ready}/{streamlet.desired}",
+                streamlet.restarts,
+                "-" if streamlet.lag is None else streamlet.lag,
+                streamlet.model or "-",
+            )
+        )
+    console.print(table)
+    if status.message:
+        console.print(Text(status.message, style="dim"))
+
+
+def print_list(statuses: Sequence[targets.AppStatus]) -> None:
+    console = output.console()
+    if not statuses:
+        console.print("no applications deployed")
+        return
+    table = Table("app", "target", "phase", "ready", "streamlets", box=None, pad_edge=False)
+    for status in statuses:
+        ready = sum(s.ready for s in status.streamlets)
+        desired = sum(s.desired for s in status.streamlets)
+        table.add_row(
+            Text(status.name),
+            Text(status.target),
+            Text(status.phase, style=_PHASE_STYLE.get(status.phase, "")),
+            Text(f"{ready}/{desired}"),
+            Text(", ".join(f"{s.name} {s.ready}/{s.desired}" for s in status.streamlets)),
+        )
+    console.print(table)
+
+
+def summary(status: targets.AppStatus) -> dict[str, Any]:
+    """One line of ``list -o json``."""
+    return {
+        "name": status.name,
+        "target": status.target,
+        "phase": status.phase,
+        "message": status.message,
+        "ready": sum(s.ready for s in status.streamlets),
+        "desired": sum(s.desired for s in status.streamlets),
+        "streamlets": {s.name: {"ready": s.ready, "desired": s.desired} for s in status.streamlets},
+    }
+
+
+def print_configuration(config: Mapping[str, Mapping[str, Any]]) -> None:
+    table = Table("streamlet", "parameter", "value", box=None, pad_edge=False)
+    for streamlet, params in config.items():
+        if not params:
+            table.add_row(*output.plain_cells(streamlet, "-", "-"))
+        for name, value in params.items():
+            shown = value if isinstance(value, str) else json.dumps(value)
+            table.add_row(*output.plain_cells(streamlet, name, shown))
+    output.console().print(table)
+
+
+def print_actions(verb: str, change: targets.Change, *, target: str) -> None:
+    console = output.error_console()
+    if not change.actions:
+        console.print(Text(f"{change.app.name}: nothing to change on {target}"))
+        return
+    console.print(Text.assemble((f"{verb} ", "bold"), (change.app.name, "bold"), f" on {target}:"))
+    for action in change.actions:
+        console.print(Text(f"  {action.describe()}"))
+
+
+def print_warnings(warnings: Sequence[str]) -> None:
+    console = output.error_console()
+    for warning in warnings:
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", warning))

@@ -1,0 +1,79 @@
+"""Asking replicas how they are: ``/readyz`` and ``/metrics`` of each health port.
+
+``status`` needs what only a replica knows: whether it is ready (partitions
+assigned, control inlets caught up, a model loaded), how far behind it is, and
+which model it serves. Every replica already serves these over HTTP, the same
+endpoints a Kubernetes probe and Prometheus read, so the local target reads
+them too rather than inventing a side channel. Replicas are asked in parallel
+with short timeouts, so one that hangs slows ``status`` by at most that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["Probe", "probe", "probe_all"]
+
+_LAG = "streamflow_consumer_lag"
+_STATE = "streamflow_control_state"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one replica said; ``answered`` False when it did not answer at all."""
+
+    answered: bool = False
+    ready: bool = False
+    reasons: tuple[str, ...] = ()
+    lag: int | None = None
+    state: dict[str, str] = field(default_factory=dict)  # control state: name -> value
+
+
+def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
+    base = f"http://{host}:{port}"
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            ready = client.get(f"{base}/readyz")
+            metrics = client.get(f"{base}/metrics")
+    except httpx.HTTPError:
+        return Probe()
+    try:
+        body = ready.json()
+    except ValueError:
+        body = {}
+    reasons = tuple(str(r) for r in body.get("reasons", ())) if isinstance(body, dict) else ()
+    lag, state = _read_metrics(metrics.text) if metrics.status_code == 200 else (None, {})
+    return Probe(
+        answered=True, ready=ready.status_code == 200, reasons=reasons, lag=lag, state=state
+    )
+
+
+def probe_all(ports: Iterable[int], *, timeout: float = 1.0) -> dict[int, Probe]:
+    wanted = list(dict.fromkeys(ports))
+    if not wanted:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(wanted))) as pool:
+        found = pool.map(lambda port: probe(port, timeout=timeout), wanted)
+        return dict(zip(wanted, found, strict=True))
+
+
+def _read_metrics(text: str) -> tuple[int | None, dict[str, str]]:
+    """The summed consumer lag (None when not reported yet) and the current control state."""
+    lag: int | None = None
+    state: dict[str, str] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return None, {}
+    for family in families:
+        for sample in family.samples:
+            if sample.name == _LAG:
+                lag = (lag or 0) + int(sample.value)
+            elif sample.name == _STATE and sample.value == 1:
+                state[sample.labels.get("name", "")] = sample.labels.get("value", "")
+    return lag, state

@@ -1,0 +1,271 @@
+"""The local supervisor: applications as replica processes, kept as the planner says.
+
+One ``LocalSupervisor`` runs any number of applications, each in its own
+:class:`~streamflow.operator.local.processes.ProcessGroup`. ``apply(app)``
+compares the wanted state (``planner.desired_state``) with what it runs (its
+replica processes grouped by streamlet, each tagged with the fingerprint of
+the spec it started with) and carries out the planner's actions, so scaling
+and reconfiguring are the same operation as deploying, and applying the same
+spec twice does nothing. ``tick()`` restarts crashed replicas (with backoff)
+and writes ``status.json``.
+
+The same class serves ``streamflow run`` (in-process, one app, lines echoed to
+the terminal) and the daemon behind ``streamflow deploy`` (many apps, spec
+files watched). Every replica's output also goes to its own log file.
+
+Why the order of things:
+
+* The spec is written to ``applied.json`` *before* any replica starts, since a
+  replica reads ``--app-spec`` when it starts; a crashed replica restarted
+  later reads the spec that is current then.
+* A scale-down stops the highest indexes, so replica numbers stay dense and a
+  scale-up later reuses them. Stopping is SIGTERM: the replica finishes its
+  batch and commits, and Kafka hands its partitions to the others.
+* A roll stops every replica of the streamlet before starting the new ones, so
+  two configs never process the same stream at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamflow.blueprint.model import Application
+from streamflow.operator import planner
+from streamflow.operator.local import logfiles, processes, store
+
+__all__ = ["EventSink", "LocalSupervisor"]
+
+log = logging.getLogger("streamflow.operator.local")
+
+EventSink = Callable[[str, str], None]  # (app, message)
+
+
+@dataclass
+class _Running:
+    app: Application
+    bootstrap: str
+    folder: store.AppDir
+    group: processes.ProcessGroup
+    logs: logfiles.LogFiles
+    digest: str = ""
+    fingerprints: dict[str, str] = field(default_factory=dict)  # streamlets created, even at 0
+    last_status: dict[str, Any] | None = None
+
+
+class LocalSupervisor:
+    """Applications as replica processes on this machine. Safe to call from several threads."""
+
+    def __init__(
+        self,
+        *,
+        home: store.Home,
+        on_line: processes.LineSink | None = None,
+        on_event: EventSink | None = None,
+        log_format: str = "text",
+        stop_timeout: float = 30.0,
+        log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
+    ) -> None:
+        self._home = home
+        self._on_line = on_line
+        self._on_event = on_event or (lambda app, message: log.info("%s: %s", app, message))
+        self._log_format = log_format
+        self._stop_timeout = stop_timeout
+        self._log_max_bytes = log_max_bytes
+        self._apps: dict[str, _Running] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._apps)
+
+    def replicas(self, name: str) -> list[processes.ReplicaProcess]:
+        """The replica processes of an application, by streamlet and index."""
+        with self._lock:
+            running = self._apps.get(name)
+            found = running.group.snapshot() if running else []
+        return sorted(found, key=lambda r: (r.streamlet, r.replica))
+
+    def observed(self, name: str) -> dict[str, planner.StreamletState]:
+        with self._lock:
+            running = self._apps.get(name)
+            return self._observed(running) if running else {}
+
+    # -- changes ---------------------------------------------------------------
+
+    def apply(
+        self, app: Application, *, bootstrap: str, spec_digest: str | None = None
+    ) -> list[planner.Action]:
+        """Make what runs match ``app``; the actions it took (none when it already did)."""
+        with self._lock:
+            running = self._apps.get(app.name)
+            if running is not None and running.bootstrap != bootstrap:
+                self._event(app.name, f"Kafka is now at {bootstrap}; restarting every replica")
+                running.group.remove(*running.group.replicas, timeout=self._stop_timeout)
+                running.fingerprints.clear()
+            if running is None:
+                running = self._new(app, bootstrap)
+                self._apps[app.name] = running
+            running.app, running.bootstrap = app, bootstrap
+            running.digest = spec_digest or store.digest(app.to_dict())
+            store.write_json(running.folder.applied, app.to_dict())
+            actions = planner.plan(planner.desired_state(app), self._observed(running))
+            for action in actions:
+                self._event(app.name, action.describe())
+                self._execute(running, action)
+            self._write_status(running)
+            return actions
+
+    def remove(self, name: str) -> bool:
+        """Stop every replica of an application and forget it; False if it was not running."""
+        with self._lock:
+            running = self._apps.pop(name, None)
+        if running is None:
+            return False
+        running.group.stop(timeout=self._stop_timeout)
+        running.logs.close()
+        self._write_status(running)
+        self._event(name, "stopped")
+        return True
+
+    def stop(self) -> None:
+        """Stop everything."""
+        for name in self.names:
+            self.remove(name)
+
+    def tick(self) -> None:
+        """Restart replicas that exited (after their backoff) and record the status."""
+        with self._lock:
+            for running in list(self._apps.values()):
+                running.group.supervise_once()
+                self._write_status(running)
+
+    # -- internals -------------------------------------------------------------
+
+    def _new(self, app: Application, bootstrap: str) -> _Running:
+        folder = self._home.app(app.name)
+        logs = logfiles.LogFiles(folder.logs, max_bytes=self._log_max_bytes)
+        user_line = self._on_line
+
+        def on_line(replica: processes.ReplicaProcess, line: str) -> None:
+            logs.write(replica.name, line)
+            if user_line is not None:
+                user_line(replica, line)
+
+        group = processes.ProcessGroup(
+            on_line=on_line, on_event=lambda message: self._event(app.name, message)
+        )
+        return _Running(app=app, bootstrap=bootstrap, folder=folder, group=group, logs=logs)
+
+    def _event(self, app: str, message: str) -> None:
+        self._on_event(app, message)
+
+    @staticmethod
+    def _observed(running: _Running) -> dict[str, planner.StreamletState]:
+        counts: dict[str, int] = {}
+        for replica in running.group.snapshot():
+            counts[replica.streamlet] = counts.get(replica.streamlet, 0) + 1
+        return {
+            name: planner.StreamletState(name, counts.get(name, 0), fingerprint)
+            for name, fingerprint in running.fingerprints.items()
+        }
+
+    def _execute(self, running: _Running, action: planner.Action) -> None:
+        if isinstance(action, planner.Create):
+            running.fingerprints[action.streamlet] = action.fingerprint
+            self._start(running, action.streamlet, range(action.replicas))
+        elif isinstance(action, planner.Scale):
+            have = self._indexes(running, action.streamlet)
+            if action.replicas > len(have):
+                missing = [i for i in range(action.replicas) if i not in have]
+                self._start(running, action.streamlet, missing[: action.replicas - len(have)])
+            else:
+                self._stop(running, action.streamlet, have[action.replicas :])
+        elif isinstance(action, planner.Roll):
+            self._stop(running, action.streamlet, self._indexes(running, action.streamlet))
+            running.fingerprints[action.streamlet] = action.fingerprint
+            self._start(running, action.streamlet, range(action.replicas))
+        else:
+            self._stop(running, action.streamlet, self._indexes(running, action.streamlet))
+            running.fingerprints.pop(action.streamlet, None)
+
+    @staticmethod
+    def _indexes(running: _Running, streamlet: str) -> list[int]:
+        return sorted(r.replica for r in running.group.snapshot() if r.streamlet == streamlet)
+
+    def _start(self, running: _Running, streamlet: str, indexes: range | list[int]) -> None:
+        source = Path(running.app.source).parent if running.app.source else None
+        cwd = str(source) if source is not None and source.is_dir() else None
+        for index in indexes:
+            port = processes.free_port()
+            running.group.add(
+                processes.ReplicaProcess(
+                    streamlet=streamlet,
+                    replica=index,
+                    health_port=port,
+                    cwd=cwd,
+                    fingerprint=running.fingerprints[streamlet],
+                    command=processes.replica_command(
+                        app_spec=running.folder.applied,
+                        streamlet=streamlet,
+                        replica=index,
+                        bootstrap=running.bootstrap,
+                        health_port=port,
+                        log_format=self._log_format,
+                    ),
+                )
+            )
+
+    def _stop(self, running: _Running, streamlet: str, indexes: list[int]) -> None:
+        names = [f"{streamlet}-{i}" for i in indexes]
+        running.group.remove(*names, timeout=self._stop_timeout)
+        for name in names:
+            running.logs.close(name)
+
+    def _write_status(self, running: _Running) -> None:
+        status = _status(running)
+        if status == running.last_status:
+            return
+        try:
+            store.write_json(running.folder.status, status, create_dirs=False)
+        except FileNotFoundError:
+            return  # the application's folder was removed (undeploy): nothing to record
+        running.last_status = status
+
+
+def _status(running: _Running) -> dict[str, Any]:
+    replicas = sorted(running.group.snapshot(), key=lambda r: (r.streamlet, r.replica))
+    counts = {name: 0 for name in running.fingerprints}
+    for replica in replicas:
+        counts[replica.streamlet] = counts.get(replica.streamlet, 0) + 1
+    return {
+        "app": running.app.name,
+        "spec": running.digest,
+        "bootstrap": running.bootstrap,
+        "supervisor_pid": os.getpid(),
+        "streamlets": {
+            name: {"replicas": counts[name], "fingerprint": fingerprint}
+            for name, fingerprint in sorted(running.fingerprints.items())
+        },
+        "replicas": [
+            {
+                "name": r.name,
+                "streamlet": r.streamlet,
+                "index": r.replica,
+                "pid": r.pid,
+                "health_port": r.health_port,
+                "running": r.running,
+                "restarts": r.restarts,
+                "started_at": round(r.started_wall, 3),
+                "last_exit": r.last_exit,
+                "fingerprint": r.fingerprint,
+            }
+            for r in replicas
+        ],
+    }

@@ -1,0 +1,379 @@
+"""The local target: ``deploy``, ``scale``, ``status`` and friends against this machine.
+
+Each operation edits the desired spec (``apps/<app>/app.json``) under the CLI
+lock and leaves the doing to the daemon, which reconciles with the planner;
+reading operations combine the spec, the daemon's ``status.json`` and what
+each replica says on its health port. Validation happens before any file is
+written (:mod:`streamflow.operator.targets`), so a rejected change leaves
+everything as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from streamflow.blueprint.model import Application
+from streamflow.operator import planner, targets
+from streamflow.operator.local import control, logfiles, probe, store
+from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.topics import TopicsError, all_topics, ensure_topics
+
+__all__ = ["LocalTarget"]
+
+_STOP_TIMEOUT_S = 60.0
+
+
+class LocalTarget:
+    kind = "local"
+
+    def __init__(self, *, home: Path) -> None:
+        self.home = store.Home(home)
+
+    # -- changes -----------------------------------------------------------------
+
+    def deploy(self, app: Application, *, bootstrap: str | None) -> targets.Change:
+        folder = self.home.app(app.name)
+        _refuse_foreground(folder)
+        previous = self._spec(folder) if folder.is_local() else None
+        with self._lock():
+            self._ensure_daemon()
+            try:
+                address = bootstrap or self._embedded_kafka()
+                warnings = _create_topics(app, address)
+                store.write_json(folder.spec, app.to_dict())
+                store.write_json(
+                    folder.runtime,
+                    {
+                        "target": "local",
+                        "bootstrap": address,
+                        "embedded": bootstrap is None,
+                        "deployed_at": time.time(),
+                    },
+                )
+            finally:
+                if bootstrap is None:
+                    control.release_kafka_request(self.home)
+        return _change(app, previous, warnings)
+
+    def scale(self, name: str, replicas: Mapping[str, int]) -> targets.Change:
+        with self._lock():
+            app = self.application(name)
+            scaled = targets.scaled(app, replicas)
+            store.write_json(self.home.app(name).spec, scaled.to_dict())
+            self._ensure_daemon()
+        counted = [s for s, n in replicas.items() if n > 0]
+        return _change(scaled, app, targets.idle_replica_warnings(scaled, counted))
+
+    def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
+        with self._lock():
+            app = self.application(name)
+            configured = targets.reconfigured(app, settings)
+            store.write_json(self.home.app(name).spec, configured.to_dict())
+            self._ensure_daemon()
+        return _change(configured, app, [])
+
+    def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
+        app = self.application(name)
+        folder = self.home.app(name)
+        runtime = store.read_json(folder.runtime) or {}
+        pids = _replica_pids(folder)
+        with self._lock():  # first every replica stops (each commits), the app still known
+            stopped = app
+            for streamlet in app.streamlets:
+                stopped = stopped.with_replicas(streamlet, 0)
+            digest = store.write_json(folder.spec, stopped.to_dict())
+            daemon_up = control.daemon_info(self.home) is not None
+        if daemon_up:
+            _wait(lambda: _all_stopped(folder, digest), timeout=_STOP_TIMEOUT_S)
+        _stop_processes(pids, marker=str(folder.applied))
+        deleted = _delete_topics(app, str(runtime.get("bootstrap"))) if delete_topics else []
+        with self._lock():
+            shutil.rmtree(folder, ignore_errors=True)
+        return deleted
+
+    # -- reading -----------------------------------------------------------------
+
+    def application(self, name: str) -> Application:
+        folder = self.home.app(name)
+        data = self._spec(folder) if folder.is_local() else None
+        if data is None:
+            deployed = [n for n in self.home.app_names() if self.home.app(n).is_local()]
+            raise targets.TargetError(
+                f"no application {name!r} is deployed on the local target",
+                hint=f"deployed: {', '.join(deployed)}"
+                if deployed
+                else "deploy one with `streamflow deploy BLUEPRINT`",
+            )
+        return data
+
+    def configuration(self, name: str) -> dict[str, dict[str, Any]]:
+        return targets.effective_config(self.application(name))
+
+    def status(self, name: str) -> targets.AppStatus:
+        app = self.application(name)
+        folder = self.home.app(name)
+        recorded = store.read_json(folder.status) or {}
+        runtime = store.read_json(folder.runtime) or {}
+        up_to_date = recorded.get("spec") == store.digest(store.read_json(folder.spec))
+        rows = [r for r in recorded.get("replicas", ()) if r.get("streamlet") in app.streamlets]
+        alive = {r["name"]: bool(r.get("running")) and _exists(r.get("pid")) for r in rows}
+        answers = probe.probe_all(r["health_port"] for r in rows if alive[r["name"]])
+        streamlets = tuple(
+            _streamlet_status(name=s, desired=spec.replicas, rows=rows, alive=alive, probes=answers)
+            for s, spec in app.streamlets.items()
+        )
+        failure = str(recorded.get("error") or "")
+        if not failure and control.daemon_info(self.home) is None:
+            failure = "the local supervisor is not running; `streamflow scale` starts it again"
+        phase, message = targets.phase_of(streamlets, up_to_date=up_to_date, failure=failure)
+        return targets.AppStatus(
+            name=name,
+            target=self.kind,
+            phase=phase,
+            message=message,
+            up_to_date=up_to_date,
+            streamlets=streamlets,
+            kafka=runtime.get("bootstrap"),
+        )
+
+    def logs(
+        self,
+        name: str,
+        streamlet: str,
+        *,
+        follow: bool,
+        replica: int | None = None,
+        tail: int | None = None,
+    ) -> Iterator[targets.LogLine]:
+        folder = self.home.app(name)
+        app = self._spec(folder)  # a foreground `streamflow run` has logs too
+        if app is None:
+            app = self.application(name)  # raises with the list of deployed apps
+        if streamlet not in app.streamlets:
+            raise targets.TargetError(
+                f"application {name!r} has no streamlet {streamlet!r}",
+                hint=f"its streamlets: {', '.join(app.streamlets)}",
+            )
+
+        def discover() -> dict[str, Path]:
+            found = logfiles.replica_logs(folder.logs, streamlet)
+            if replica is None:
+                return found
+            return {k: v for k, v in found.items() if k == f"{streamlet}-{replica}"}
+
+        files = discover()
+        if replica is not None and not files and not follow:
+            raise targets.TargetError(
+                f"{streamlet}-{replica} has written no log",
+                hint=f"{streamlet} has {app.streamlets[streamlet].replicas} replica(s), from 0",
+            )
+        for replica_name, path in files.items():
+            for line in logfiles.last_lines(path, tail):
+                yield targets.LogLine(replica_name, line)
+        if follow:
+
+            def wait(interval: float) -> bool:
+                time.sleep(interval)  # the polling interval of `logs -f`
+                return not folder.path.exists()
+
+            for replica_name, line in logfiles.follow(discover, wait=wait):
+                yield targets.LogLine(replica_name, line)
+
+    def list(self) -> Sequence[targets.AppStatus]:
+        return [
+            self.status(name)
+            for name in self.home.app_names()
+            if self.home.app(name).is_local() and self.home.app(name).spec.exists()
+        ]
+
+    # -- internals ---------------------------------------------------------------
+
+    @staticmethod
+    def _spec(folder: store.AppDir) -> Application | None:
+        data = store.read_json(folder.spec)
+        if not isinstance(data, dict):
+            return None
+        try:
+            return Application.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        try:
+            with control.spec_lock(self.home):
+                yield
+        except control.DaemonError as exc:
+            raise targets.TargetError(str(exc)) from None
+
+    def _ensure_daemon(self) -> None:
+        try:
+            control.ensure_daemon(self.home)
+        except control.DaemonError as exc:
+            raise targets.TargetError(
+                str(exc), hint=f"the daemon's log: {self.home.daemon_log}"
+            ) from None
+
+    def _embedded_kafka(self) -> str:
+        try:
+            return control.embedded_kafka(self.home)
+        except control.DaemonError as exc:
+            raise targets.TargetError(
+                str(exc), hint="or give Kafka with --bootstrap-servers"
+            ) from None
+
+
+def _change(
+    app: Application, previous: Application | None, warnings: Sequence[str]
+) -> targets.Change:
+    before = planner.desired_state(previous) if previous is not None else {}
+    actions = planner.plan(planner.desired_state(app), before)
+    return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))
+
+
+def _refuse_foreground(folder: store.AppDir) -> None:
+    runtime = store.read_json(folder.runtime)
+    if isinstance(runtime, dict) and runtime.get("target") == "run":
+        owner = runtime.get("owner_pid")
+        if isinstance(owner, int) and _exists(owner):
+            raise targets.TargetError(
+                f"{folder.name!r} runs in the foreground (`streamflow run`, pid {owner})",
+                hint="stop that run (Ctrl-C) before deploying it",
+            )
+
+
+def _create_topics(app: Application, bootstrap: str) -> list[str]:
+    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    try:
+        return ensure_topics(admin, app).warnings
+    except TopicsError as exc:
+        raise targets.TargetError(str(exc)) from None
+    except KafkaException as exc:
+        raise targets.TargetError(
+            f"cannot reach Kafka at {bootstrap}: {exc}",
+            hint="check --bootstrap-servers, or leave it out to use an embedded broker",
+        ) from None
+
+
+def _delete_topics(app: Application, bootstrap: str) -> list[str]:
+    names = [t.name for t in all_topics(app) if t.managed]
+    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    deleted, problems = [], []
+    for topic, future in admin.delete_topics(names, operation_timeout=30).items():
+        try:
+            future.result(timeout=30)
+            deleted.append(topic)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != error.UNKNOWN_TOPIC_OR_PART:
+                problems.append(f"{topic}: {error.str()}")
+    if problems:
+        raise targets.TargetError("some topics could not be deleted", problems=problems)
+    return deleted
+
+
+def _streamlet_status(
+    *,
+    name: str,
+    desired: int,
+    rows: list[dict[str, Any]],
+    alive: dict[str, bool],
+    probes: dict[int, probe.Probe],
+) -> targets.StreamletStatus:
+    replicas = []
+    for row in (r for r in rows if r["streamlet"] == name):
+        running = alive[row["name"]]
+        answer = probes.get(row["health_port"], probe.Probe()) if running else probe.Probe()
+        replicas.append(
+            targets.ReplicaStatus(
+                name=row["name"],
+                streamlet=name,
+                index=int(row["index"]),
+                running=running,
+                ready=answer.ready,
+                restarts=int(row.get("restarts", 0)),
+                pid=row.get("pid"),
+                endpoint=f"http://127.0.0.1:{row['health_port']}",
+                reasons=answer.reasons,
+                lag=answer.lag,
+                model=answer.state.get("model"),
+                last_exit=row.get("last_exit"),
+            )
+        )
+    lags = [r.lag for r in replicas if r.lag is not None]
+    models = sorted({r.model for r in replicas if r.model})
+    return targets.StreamletStatus(
+        name=name,
+        desired=desired,
+        ready=sum(r.ready for r in replicas),
+        running=sum(r.running for r in replicas),
+        restarts=sum(r.restarts for r in replicas),
+        lag=sum(lags) if lags else None,
+        model=", ".join(models) or None,
+        replicas=tuple(replicas),
+    )
+
+
+def _replica_pids(folder: store.AppDir) -> list[int]:
+    status = store.read_json(folder.status) or {}
+    return [r["pid"] for r in status.get("replicas", ()) if isinstance(r.get("pid"), int)]
+
+
+def _all_stopped(folder: store.AppDir, digest: str) -> bool:
+    status = store.read_json(folder.status) or {}
+    return status.get("spec") == digest and not any(
+        r.get("running") and _exists(r.get("pid")) for r in status.get("replicas", ())
+    )
+
+
+def _stop_processes(pids: list[int], *, marker: str) -> None:
+    """SIGTERM the app's replicas that still run (no daemon, or a late one), then SIGKILL."""
+    mine = [pid for pid in pids if _cmdline_has(pid, marker)]
+    for pid in mine:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    if not _wait(lambda: not any(_cmdline_has(pid, marker) for pid in mine), timeout=30):
+        for pid in mine:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _wait(lambda: not any(_cmdline_has(pid, marker) for pid in mine), timeout=10)
+
+
+def _cmdline_has(pid: int, marker: str) -> bool:
+    """Whether ``pid`` is a live process whose command line mentions ``marker``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return _exists(pid) and not Path("/proc").is_dir()
+    return state != "Z" and marker.encode() in cmdline
+
+
+def _exists(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait(condition: Any, *, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)  # polling files and processes written by others
+    return True
