@@ -43,7 +43,8 @@ PARTITIONS = 4
 
 # The librdkafka settings the runtime uses (streamflow/runtime/clients.py at the time
 # of writing). The hand-written loop uses the same ones, so the comparison measures
-# the Python work around the clients, not a difference in batching or acks.
+# the Python work around the clients, not a difference in batching or acks. The driver
+# checks them against the runtime's (see passthrough.settings_drift).
 PRODUCER_SETTINGS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -60,6 +61,8 @@ CONSUMER_SETTINGS: dict[str, Any] = {
     "isolation.level": "read_committed",
     "partition.assignment.strategy": "cooperative-sticky",
     "fetch.wait.max.ms": 50,
+    "session.timeout.ms": 10_000,
+    "heartbeat.interval.ms": 2_000,
     "queued.max.messages.kbytes": 32_768,
 }
 

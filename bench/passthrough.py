@@ -63,6 +63,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Competitor:
+    """A named way to run the passthrough; ``command`` gives the child's argv after python."""
+
     name: str
     description: str
     command: Callable[[Run], list[str]]
@@ -105,11 +107,11 @@ COMPETITORS = {
     for c in (
         Competitor(
             "sf-batch",
-            "streamflow run_replica, process_batch passthrough",
+            "streamflow streamlet run, process_batch passthrough",
             _streamflow("PassBatch"),
         ),
         Competitor(
-            "sf-record", "streamflow run_replica, process passthrough", _streamflow("PassRecord")
+            "sf-record", "streamflow streamlet run, process passthrough", _streamflow("PassRecord")
         ),
         Competitor(BASELINE, "hand-written confluent-kafka + fastavro loop", _hand),
     )
@@ -235,6 +237,25 @@ def measure(
 # -- the whole benchmark ---------------------------------------------------------
 
 
+def settings_drift() -> list[str]:
+    """Client settings where the hand-written loop no longer matches the runtime.
+
+    The child must not import streamflow, so it carries a copy; this keeps the copy honest.
+    """
+    from streamflow.runtime import clients
+
+    drift = []
+    for role, ours in (
+        ("producer", common.PRODUCER_SETTINGS),
+        ("consumer", common.CONSUMER_SETTINGS),
+    ):
+        theirs = getattr(clients, f"_{role.upper()}_DEFAULTS", None)
+        if theirs is not None and theirs != ours:
+            keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+            drift.append(f"{role}: {', '.join(keys)}")
+    return drift
+
+
 @contextmanager
 def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
     if bootstrap:
@@ -252,6 +273,12 @@ def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     competitors = [COMPETITORS[name] for name in args.competitors]
+    drift = settings_drift()
+    if drift:
+        _say(
+            "warning: bench/common.py's client settings differ from the runtime's: "
+            + "; ".join(drift)
+        )
     with _broker(args.bootstrap) as (bootstrap, broker), tempfile.TemporaryDirectory() as tmp:
         runs = _all_runs(args, competitors, bootstrap, Path(tmp))
     return {
@@ -266,6 +293,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "broker": broker,
             "competitors": {c.name: c.description for c in competitors},
             "order": "interleaved per round, reversed on odd rounds",
+            "client_settings": {
+                "producer": common.PRODUCER_SETTINGS,
+                "consumer": common.CONSUMER_SETTINGS,
+            },
+            "client_settings_drift": drift,
         },
         "environment": common.environment(),
         "runs": runs,

@@ -1,28 +1,23 @@
-"""The streamflow competitor: one replica run through ``run_replica``, in its own process.
+"""The streamflow competitor: ``streamflow streamlet run`` (what a pod runs), timed.
 
-``streamflow/cli/main.py`` (the ``streamflow streamlet run`` entry point) does not
-exist yet, so this wrapper does what that command does: read the application spec
-(JSON), configure logging, install the SIGTERM handler and call ``run_replica``.
-Switch to the CLI once it exists; the driver only needs the reports below.
-
-To report when the first batch arrives and when the ``--records``-th input has been
-handed to the producer, the wrapper times ``Processor.process_batch`` by wrapping it
-on the class. That adds one Python call and a comparison per *batch*, not per record.
+The child runs the real command line, ``streamflow.cli.main`` with ``streamlet run
+--app-spec ... --streamlet ...``, in this process: logging set-up, signal handlers,
+health server, ``run_replica``. Before that it wraps ``Processor.process_batch`` on the
+class, so it can report when the first batch arrives and when the ``--records``-th input
+has been handed to the producer. That costs one Python call and a comparison per
+*batch*, not per record.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from confluent_kafka import Message
 
 from bench import common
-from streamflow.blueprint.model import Application
-from streamflow.runtime import logs, processor
-from streamflow.runtime.replica import ReplicaOptions, install_signal_handlers, run_replica
+from streamflow.cli import main as cli
+from streamflow.runtime import processor
 
 
 def _time_batches(records: int) -> None:
@@ -42,25 +37,23 @@ def _time_batches(records: int) -> None:
     processor.Processor.process_batch = timed  # type: ignore[method-assign]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--app-spec", type=Path, required=True)
+    parser.add_argument("--app-spec", required=True)
     parser.add_argument("--streamlet", required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     args = parser.parse_args(argv)
-
-    app = Application.from_dict(json.loads(args.app_spec.read_text()))
-    logs.configure_logging(
-        fmt="text", level="warning", app=app.name, streamlet=args.streamlet, replica=0
-    )
     _time_batches(args.records)
-    options = ReplicaOptions(bootstrap=args.bootstrap, batch_size=args.batch_size)
-    install_signal_handlers(options.stop)
-    run_replica(app, args.streamlet, options)
-    return 0
+    sys.argv = [
+        "streamflow",
+        *("streamlet", "run", "--app-spec", args.app_spec, "--streamlet", args.streamlet),
+        *("--bootstrap-servers", args.bootstrap, "--batch-size", str(args.batch_size)),
+        *("--health-port", "0", "--log-level", "warning"),
+    ]
+    cli.main()  # exits with the command's status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -90,9 +90,12 @@ class Emitter(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """One decoded input record and where it came from."""
+    """One decoded input record and where it came from. Treat it as read-only.
+
+    (Not a frozen dataclass: building a frozen one costs six times as much, and
+    one is built for every record on the hot path.)"""
 
     value: dict[str, Any]
     key: str | None = None
@@ -118,6 +121,17 @@ class Context:
     def set_state(self, name: str, value: str) -> None:
         """Publish a piece of control state (such as a model version) to metrics and health."""
         self.extras.setdefault("state", {})[name] = value
+
+    def count_skipped(self, reason: str, *, count: int = 1) -> None:
+        """Count records deliberately not handled (sampled out, shed over budget).
+
+        The runtime exports them as ``streamflow_records_skipped{reason}`` after each
+        batch (it takes the counts it exported out of ``extras["skipped"]``); under the
+        testkit they accumulate there, so a test can read the totals.
+        """
+        if count:
+            skipped = self.extras.setdefault("skipped", {})
+            skipped[reason] = skipped.get(reason, 0) + count
 
 
 class Streamlet:

@@ -1,4 +1,4 @@
-"""``deploy``, ``undeploy``, ``list``, ``status``, ``scale``, ``configure``, ``configuration``, ``logs``.
+"""Deployed applications: deploy, undeploy, list, status, scale, configure, configuration, logs.
 
 Each command picks a target (``--target local``, the default: replica
 processes on this machine under a supervisor daemon; or ``kubernetes``) and
@@ -15,8 +15,9 @@ from __future__ import annotations
 import enum
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -27,6 +28,8 @@ from streamflow.cli import overrides as overrides_mod
 from streamflow.operator import targets
 
 __all__ = ["register"]
+
+T = TypeVar("T")
 
 
 class Format(enum.StrEnum):
@@ -65,7 +68,9 @@ TimeoutOpt = Annotated[str, typer.Option("--timeout", help="How long to wait (e.
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", metavar="STREAMLET.PARAM=VALUE", help="A config value (repeatable; wins over --conf)."
+        "--set",
+        metavar="STREAMLET.PARAM=VALUE",
+        help="A config value (repeatable; wins over --conf).",
     ),
 ]
 ConfOpt = Annotated[
@@ -86,7 +91,9 @@ def deploy(
     conf: ConfOpt = None,
     scale_: Annotated[
         list[str] | None,
-        typer.Option("--scale", metavar="STREAMLET=N", help="Replicas of a streamlet (repeatable)."),
+        typer.Option(
+            "--scale", metavar="STREAMLET=N", help="Replicas of a streamlet (repeatable)."
+        ),
     ] = None,
     bootstrap_servers: Annotated[
         str | None,
@@ -115,8 +122,8 @@ def deploy(
         output.print_problems(exc.problems, to=output.error_console())
         raise typer.Exit(output.EXIT_INVALID) from None
     chosen = _target(target, kubeconfig, context, namespace, image=image)
-    bootstrap = bootstrap_servers or app.kafka.bootstrap or os.environ.get(
-        "STREAMFLOW_KAFKA_BOOTSTRAP"
+    bootstrap = (
+        bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
     )
     where = "" if bootstrap or target is not TargetKind.local else " and an embedded Kafka"
     with output.error_console().status(f"deploying {app.name} (starting the supervisor{where})…"):
@@ -255,7 +262,9 @@ def configuration(
 def logs(
     name: AppArg,
     streamlet: Annotated[str, typer.Argument(help="The streamlet whose replicas' logs to show.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
     replica: Annotated[
         int | None, typer.Option(min=0, help="Only this replica (default: all, prefixed).")
     ] = None,
@@ -300,10 +309,10 @@ def _target(
     return _attempt(lambda: targets.get_target("kubernetes", **options))
 
 
-def _attempt[T](call: Any) -> T:
+def _attempt(call: Callable[[], T]) -> T:
     """``call()``, with a TargetError turned into the user's message and exit 1."""
     try:
-        return call()  # type: ignore[no-any-return]
+        return call()
     except targets.TargetError as exc:
         _fail(exc)
 
@@ -315,7 +324,7 @@ def _fail(exc: targets.TargetError) -> NoReturn:
     output.fail(message, hint=exc.hint)
 
 
-def _first_and_rest(lines: Any) -> Any:
+def _first_and_rest(lines: Iterable[targets.LogLine]) -> Iterator[targets.LogLine]:
     """Pull the first line now, so an unknown app or streamlet fails inside ``_attempt``."""
     iterator = iter(lines)
     try:
@@ -323,7 +332,7 @@ def _first_and_rest(lines: Any) -> Any:
     except StopIteration:
         return iter(())
 
-    def chained() -> Any:
+    def chained() -> Iterator[targets.LogLine]:
         yield first
         yield from iterator
 
@@ -331,21 +340,22 @@ def _first_and_rest(lines: Any) -> Any:
 
 
 def _counts(pairs: list[str], *, option: str) -> dict[str, int]:
+    """``{streamlet: n}`` from ``streamlet=n`` pairs; a usage error (exit 2) for anything else."""
     out: dict[str, int] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         try:
-            count = int(raw)
+            count = int(raw) if sep and name.strip() else None
         except ValueError:
-            count = -1 if raw.strip().lstrip("-").isdigit() else -2
-        if not sep or not name or count == -2:
+            count = None
+        if count is None:
             output.fail(
                 f"{option} {pair!r}: expected STREAMLET=N with N a whole number, e.g. scorer=3",
                 exit_code=output.EXIT_USAGE,
             )
         if count < 0:
             output.fail(
-                f"{option} {pair!r}: the number of replicas must be 0 or more",
+                f"the number of replicas of {name.strip()!r} must be 0 or more, not {count}",
                 exit_code=output.EXIT_USAGE,
             )
         out[name.strip()] = count

@@ -18,7 +18,15 @@ import typer
 
 import streamflow
 from streamflow.blueprint import BlueprintError
-from streamflow.cli import inspect_cmds, model_cmds, output, run_cmds, streamlet_cmds, tail_cmds
+from streamflow.cli import (
+    deploy_cmds,
+    inspect_cmds,
+    model_cmds,
+    output,
+    run_cmds,
+    streamlet_cmds,
+    tail_cmds,
+)
 
 __all__ = ["COMMAND_MODULES", "app", "main"]
 
@@ -38,6 +46,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     streamlet_cmds,
     tail_cmds,
     model_cmds,
+    deploy_cmds,
 )
 
 

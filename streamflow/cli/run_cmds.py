@@ -2,9 +2,12 @@
 
 It verifies the blueprint, finds Kafka (``--bootstrap-servers``, the
 blueprint, ``$STREAMFLOW_KAFKA_BOOTSTRAP``, or else an embedded broker it
-starts), creates the topics, then runs every replica as its own process
-through the pod entry point, multiplexing their logs. Ctrl-C stops the
-replicas (each finishes its batch and commits), then the broker it started.
+starts), creates the topics, then deploys the application on an in-process
+:class:`~streamflow.operator.local.supervisor.LocalSupervisor`, the same one
+the ``deploy`` daemon uses: every replica is its own process through the pod
+entry point, restarted with backoff when it crashes, its log multiplexed here
+with a coloured prefix (and kept in its log file). Ctrl-C stops the replicas
+(each finishes its batch and commits), then the broker it started.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -29,8 +32,8 @@ from streamflow.blueprint import BlueprintError, load_application
 from streamflow.blueprint.model import Application
 from streamflow.cli import overrides as overrides_mod
 from streamflow.cli import state
-from streamflow.operator.local import ProcessGroup, ReplicaProcess, replica_command
-from streamflow.operator.local.processes import free_port
+from streamflow.operator.local import ReplicaProcess, store
+from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, ensure_topics
 
@@ -79,33 +82,51 @@ def run(
     except (BlueprintError, overrides_mod.OverrideError) as exc:
         console.print(str(exc), markup=False)
         raise typer.Exit(1) from None
+    _refuse_deployed(app)
     with _kafka(app, bootstrap_servers) as bootstrap:
         _create_topics(app, bootstrap)
-        spec_file = state.app_dir(app.name) / "app.json"
-        state.write_json(spec_file, app.to_dict())
-        group = ProcessGroup(
-            on_line=_printer(app), on_event=lambda m: console.print(f"[bold]streamflow[/]: {m}")
+        folder = store.Home(state.home()).app(app.name)
+        runtime = {"bootstrap": bootstrap, "target": "run", "owner_pid": os.getpid()}
+        state.write_json(folder.runtime, {**runtime, "replicas": []})  # before the spec:
+        state.write_json(folder.spec, app.to_dict())  # a deploy daemon must never adopt it
+        supervisor = LocalSupervisor(
+            home=store.Home(state.home()),
+            on_line=_printer(app),
+            on_event=lambda _app, m: console.print(f"[bold]streamflow[/]: {m}"),
+            log_format=log_format,
         )
-        replicas = _start(app, group, spec_file, bootstrap, log_format)
-        state.write_json(
-            state.app_dir(app.name) / "runtime.json",
-            {
-                "bootstrap": bootstrap,
-                "target": "run",
-                "replicas": [
-                    {"name": r.name, "pid": r.pid, "health_port": r.health_port} for r in replicas
-                ],
-            },
-        )
-        console.print(_panel(app, bootstrap, replicas))
         try:
-            _supervise(group, duration)
+            supervisor.apply(app, bootstrap=bootstrap)
+            replicas = supervisor.replicas(app.name)
+            state.write_json(
+                folder.runtime,
+                {
+                    **runtime,
+                    "replicas": [
+                        {"name": r.name, "pid": r.pid, "health_port": r.health_port}
+                        for r in replicas
+                    ],
+                },
+            )
+            console.print(_panel(app, bootstrap, replicas))
+            _supervise(supervisor, duration)
         finally:
             console.print(
                 "[bold]streamflow[/]: stopping replicas (each finishes its batch and commits)"
             )
-            group.stop()
+            supervisor.stop()
     console.print("[bold]streamflow[/]: stopped")
+
+
+def _refuse_deployed(app: Application) -> None:
+    folder = store.Home(state.home()).app(app.name)
+    if folder.is_local() and folder.spec.exists():
+        console.print(
+            f"error: {app.name!r} is deployed on the local target; "
+            f"`streamflow undeploy {app.name}` first, or run it under another name",
+            markup=False,
+        )
+        raise typer.Exit(1)
 
 
 @contextlib.contextmanager
@@ -140,33 +161,7 @@ def _create_topics(app: Application, bootstrap: str) -> None:
         console.print(f"[yellow]warning[/]: {warning}")
 
 
-def _start(
-    app: Application, group: ProcessGroup, spec: Path, bootstrap: str, log_format: str
-) -> list[ReplicaProcess]:
-    started = []
-    for name, streamlet in app.streamlets.items():
-        for index in range(streamlet.replicas):
-            port = free_port()
-            replica = ReplicaProcess(
-                streamlet=name,
-                replica=index,
-                health_port=port,
-                cwd=str(Path(app.source).parent) if app.source else None,
-                command=replica_command(
-                    app_spec=spec,
-                    streamlet=name,
-                    replica=index,
-                    bootstrap=bootstrap,
-                    health_port=port,
-                    log_format=log_format,
-                ),
-            )
-            group.add(replica)
-            started.append(replica)
-    return started
-
-
-def _printer(app: Application):  # type: ignore[no-untyped-def]
+def _printer(app: Application) -> Callable[[ReplicaProcess, str], None]:
     colours = dict(zip(app.streamlets, itertools.cycle(_COLOURS), strict=False))
     width = max((len(n) for n in app.streamlets), default=8) + 3
 
@@ -203,12 +198,12 @@ def _panel(app: Application, bootstrap: str, replicas: list[ReplicaProcess]) -> 
     return Panel(body, title=f"streamflow run: {app.name}", expand=False)
 
 
-def _supervise(group: ProcessGroup, duration: float | None) -> None:
+def _supervise(supervisor: LocalSupervisor, duration: float | None) -> None:
     deadline = time.monotonic() + duration if duration else None
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         while deadline is None or time.monotonic() < deadline:
-            group.supervise_once()
+            supervisor.tick()
             time.sleep(0.25)  # a supervision tick, not a synchronisation
     except KeyboardInterrupt:
         pass

@@ -186,15 +186,20 @@ def get_target(
     kubeconfig: str | None = None,
     context: str | None = None,
     namespace: str | None = None,
+    image: str | None = None,
 ) -> Target:
-    """The target of that kind; ``home`` is the local target's state dir."""
+    """The target of that kind; ``home`` is the local target's state dir.
+
+    ``kubeconfig``, ``context``, ``namespace`` and ``image`` are for the
+    kubernetes target (None: its defaults).
+    """
     if kind == "local":
         from streamflow.operator.local.target import LocalTarget
 
         root = home or Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow")
         return LocalTarget(home=root.resolve())
     if kind == "kubernetes":
-        return _kubernetes(kubeconfig=kubeconfig, context=context, namespace=namespace)
+        return _kubernetes(kubeconfig=kubeconfig, context=context, namespace=namespace, image=image)
     raise TargetError(f"unknown target {kind!r}", hint=f"use one of: {', '.join(KINDS)}")
 
 

@@ -60,6 +60,12 @@ class _Ticket:
         self.sealed = False
         self.failed: str | None = None
 
+    def acked(self, err: KafkaError | None, msg: Any) -> None:
+        """The delivery callback: one bound method per batch, not a closure per record."""
+        self.pending -= 1
+        if err is not None and self.failed is None:
+            self.failed = err.str()
+
 
 class Delivery:
     """The interface the processing loop uses; one implementation per guarantee."""
@@ -99,25 +105,21 @@ class AtLeastOnce(Delivery):
         self.consumer = consumer
         self._tickets: collections.deque[_Ticket] = collections.deque()
         self._current: _Ticket | None = None
-        self._error: str | None = None
+        self._callback: Callable[[Any, Any], None] | None = None
 
     def begin_batch(self) -> None:
         self._current = _Ticket()
+        self._callback = self._current.acked
         self._tickets.append(self._current)
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
         ticket = self._current
         assert ticket is not None, "produce() outside a batch"
         ticket.pending += 1
-        _produce(
-            self.producer, topic, value, key, headers, lambda err, msg: self._acked(ticket, err)
-        )
-
-    def _acked(self, ticket: _Ticket, err: KafkaError | None) -> None:
-        ticket.pending -= 1
-        if err is not None:
-            ticket.failed = ticket.failed or err.str()
-            self._error = self._error or err.str()
+        try:  # the common case, without a wrapper call per record
+            self.producer.produce(topic, value, key, headers=headers, on_delivery=self._callback)
+        except BufferError:
+            _produce(self.producer, topic, value, key, headers, self._callback)
 
     def end_batch(self, offsets: Offsets) -> None:
         assert self._current is not None
@@ -131,11 +133,13 @@ class AtLeastOnce(Delivery):
         self._store_finished()
 
     def _store_finished(self) -> None:
-        if self._error is not None:
-            raise DeliveryError(f"an output could not be delivered: {self._error}")
         done: Offsets = {}
         while self._tickets and self._tickets[0].sealed and self._tickets[0].pending == 0:
-            done.update(self._tickets.popleft().offsets)
+            ticket = self._tickets.popleft()
+            if ticket.failed is not None:
+                # never store past a lost output: the replica restarts from the last good batch
+                raise DeliveryError(f"an output could not be delivered: {ticket.failed}")
+            done.update(ticket.offsets)
         if done and self.consumer is not None:
             self._store(done)
 

@@ -28,7 +28,7 @@ from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
-from streamflow.runtime.ports import Bindings
+from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError
 
 __all__ = ["Processor"]
@@ -76,6 +76,10 @@ class Processor:
         self._backoff_reason = ""
         self._logic = self._choose_logic()
         self._router = outputs_mod.OutputRouter(descriptor)
+        self._fast_outlet = _fast_outlet(descriptor, bindings)
+        self._fast_headers: Headers = (
+            [("streamflow-schema", self._fast_outlet.schema_header)] if self._fast_outlet else []
+        )
         self._in = {
             i: metrics.port(metrics.records_in, i) for i, _ in bindings.inlets_by_topic.values()
         }
@@ -164,10 +168,11 @@ class Processor:
             if error is not None:
                 log.warning("consumer error: %s", error.str())
                 continue
-            # Without an error, librdkafka always sets topic, partition and offset.
-            topic = cast(str, msg.topic())
-            partition = cast(int, msg.partition())
-            offset = cast(int, msg.offset())
+            # Without an error, librdkafka always sets topic, partition and offset
+            # (the stubs say Optional; a cast per field would cost on the hot path).
+            topic: str = msg.topic()  # type: ignore[assignment]
+            partition: int = msg.partition()  # type: ignore[assignment]
+            offset: int = msg.offset()  # type: ignore[assignment]
             offsets[(topic, partition)] = offset + 1
             inlet, codec = inlets[topic]
             counts[inlet] = counts.get(inlet, 0) + 1
@@ -222,7 +227,20 @@ class Processor:
         produced: dict[str, int] = {}
         outlets = self.bindings.outlets
         produce = self.delivery.produce
+        fast = self._fast_outlet
+        fast_count = 0
         for (msg, record), result in zip(good, results, strict=True):
+            if fast is not None and type(result) is dict:
+                # The common case: one record for the only outlet, the input's key kept.
+                try:
+                    data = fast.codec.encode(result)
+                except Exception as exc:
+                    dead.append((msg, record.inlet, exc, "encode"))
+                    continue
+                fast_count += 1
+                if fast.topic is not None:
+                    produce(fast.topic, data, msg.key(), self._fast_headers)
+                continue
             if isinstance(result, BaseException):
                 dead.append((msg, record.inlet, result, "logic"))
                 continue
@@ -242,6 +260,9 @@ class Processor:
                 if out.headers:
                     headers += [(k, v.encode()) for k, v in out.headers.items()]
                 produce(binding.topic, data, key.encode() if key is not None else None, headers)
+        if fast_count:
+            assert fast is not None
+            produced[fast.outlet] = produced.get(fast.outlet, 0) + fast_count
         return produced
 
     def _dead_letter(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
@@ -268,6 +289,13 @@ class Processor:
         labels = self.metrics.labels
         self.metrics.batch_seconds.labels(**labels).observe(time.perf_counter() - started)
         self.metrics.batch_size.labels(**labels).observe(n)
+        self._export_skipped()
+
+    def _export_skipped(self) -> None:
+        """Move what the logic counted with ``context.count_skipped`` into the metrics."""
+        skipped = self.streamlet.context.extras.pop("skipped", None)
+        for reason, count in (skipped or {}).items():
+            self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(count)
 
     # -- logic ---------------------------------------------------------------
 
@@ -327,6 +355,7 @@ class Processor:
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
         self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
+        self._export_skipped()
         if result is None:
             return
         for out in self._router.route(result, input_key=input_key):
@@ -361,6 +390,17 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
         except Exception as exc:
             append(exc)
     return results
+
+
+def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletBinding | None:
+    """The outlet a plain dict result goes to unchanged, when there is exactly one and
+    it has no key function (so the input's key bytes are kept as they are)."""
+    if len(descriptor.outlets) != 1:
+        return None
+    port = descriptor.outlets[0]
+    if port.keyed:
+        return None
+    return bindings.outlets[port.name]
 
 
 def _where(msg: Message) -> tuple[str, int]:

@@ -10,6 +10,7 @@ ever processed before the control state it depends on.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import threading
@@ -94,6 +95,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     loop = asyncio.new_event_loop()
     try:
         _maybe_await(loop, streamlet.setup(context))
+        _tune_gc()
         if descriptor.inlets:
             _run_processor(
                 app,
@@ -237,6 +239,19 @@ def _run_source(
         runner.run()
     finally:
         delivery.close()
+
+
+def _tune_gc() -> None:
+    """Keep the collector off the hot path.
+
+    Start-up leaves tens of thousands of long-lived objects (the CLI, metrics,
+    the streamlet's libraries); without freezing them, every full collection
+    rescans them all, which cost about 2 µs per record in the passthrough
+    benchmark. A higher first threshold makes young collections rarer too.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
 
 
 def _maybe_await(loop: asyncio.AbstractEventLoop, result: Any) -> None:

@@ -103,7 +103,10 @@ class Daemon:
             except Exception as exc:  # one app's failure must not stop the others
                 log.exception("%s: cannot apply the spec", name)
                 self._record_error(name, f"cannot apply the spec: {type(exc).__name__}: {exc}")
-        self.supervisor.tick()
+        try:
+            self.supervisor.tick()
+        except Exception:  # e.g. a restart that cannot spawn: log it, keep supervising
+            log.exception("supervision round failed")
         return bool(apps) or wants_kafka
 
     def shutdown(self) -> None:
@@ -127,9 +130,9 @@ class Daemon:
         for name in self.home.app_names():
             folder = self.home.app(name)
             runtime = store.read_json(folder.runtime)
-            if isinstance(runtime, dict) and runtime.get("target") == "local":
-                if folder.spec.exists():
-                    found[name] = runtime
+            local = isinstance(runtime, dict) and runtime.get("target") == "local"
+            if local and folder.spec.exists():
+                found[name] = runtime
         return found
 
     def _reconcile(self, name: str, runtime: dict[str, Any]) -> None:
@@ -212,8 +215,11 @@ def _mtime(path: Path) -> float | None:
 
 
 def _stop_strays(home: store.Home) -> None:
-    """Stop replicas and a broker that a killed daemon left running."""
-    strays = []
+    """Stop replicas, then the broker, that a killed daemon left running.
+
+    Replicas first: each commits on SIGTERM, which needs the broker still up.
+    """
+    replicas = []
     for name in home.app_names():
         folder = home.app(name)
         status = store.read_json(folder.status)
@@ -223,11 +229,12 @@ def _stop_strays(home: store.Home) -> None:
         for replica in status.get("replicas", ()):
             pid = replica.get("pid")
             if isinstance(pid, int) and _cmdline_has(pid, marker):
-                strays.append(pid)
-    strays += _pids_mentioning(str(home.kafka / "server.properties"))
-    if strays:
-        log.warning("stopping %d process(es) left by a previous daemon: %s", len(strays), strays)
-        _terminate(strays)
+                replicas.append(pid)
+    brokers = _pids_mentioning(str(home.kafka / "server.properties"))
+    for kind, pids in (("replica", replicas), ("broker", brokers)):
+        if pids:
+            log.warning("stopping %s process(es) left by a previous daemon: %s", kind, pids)
+            _terminate(pids)
 
 
 def _cmdline_has(pid: int, marker: str) -> bool:

@@ -66,7 +66,7 @@ class LocalSupervisor:
         *,
         home: store.Home,
         on_line: processes.LineSink | None = None,
-        on_event: EventSink | None = None,
+        on_event: EventSink | None = None,  # replicas that exit, and their restarts
         log_format: str = "text",
         stop_timeout: float = 30.0,
         log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
@@ -106,7 +106,7 @@ class LocalSupervisor:
         with self._lock:
             running = self._apps.get(app.name)
             if running is not None and running.bootstrap != bootstrap:
-                self._event(app.name, f"Kafka is now at {bootstrap}; restarting every replica")
+                log.info("%s: Kafka is now at %s; restarting every replica", app.name, bootstrap)
                 running.group.remove(*running.group.replicas, timeout=self._stop_timeout)
                 running.fingerprints.clear()
             if running is None:
@@ -117,7 +117,7 @@ class LocalSupervisor:
             store.write_json(running.folder.applied, app.to_dict())
             actions = planner.plan(planner.desired_state(app), self._observed(running))
             for action in actions:
-                self._event(app.name, action.describe())
+                log.info("%s: %s", app.name, action.describe())
                 self._execute(running, action)
             self._write_status(running)
             return actions
@@ -131,7 +131,7 @@ class LocalSupervisor:
         running.group.stop(timeout=self._stop_timeout)
         running.logs.close()
         self._write_status(running)
-        self._event(name, "stopped")
+        log.info("%s: stopped", name)
         return True
 
     def stop(self) -> None:

@@ -97,7 +97,7 @@ class LocalTarget:
         _stop_processes(pids, marker=str(folder.applied))
         deleted = _delete_topics(app, str(runtime.get("bootstrap"))) if delete_topics else []
         with self._lock():
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(folder.path, ignore_errors=True)
         return deleted
 
     # -- reading -----------------------------------------------------------------
@@ -164,11 +164,15 @@ class LocalTarget:
                 hint=f"its streamlets: {', '.join(app.streamlets)}",
             )
 
+        wanted = (
+            {f"{streamlet}-{replica}"}
+            if replica is not None  # any replica's, even one scaled away
+            else {f"{streamlet}-{i}" for i in range(app.streamlets[streamlet].replicas)}
+        )
+
         def discover() -> dict[str, Path]:
             found = logfiles.replica_logs(folder.logs, streamlet)
-            if replica is None:
-                return found
-            return {k: v for k, v in found.items() if k == f"{streamlet}-{replica}"}
+            return {k: v for k, v in found.items() if k in wanted}
 
         files = discover()
         if replica is not None and not files and not follow:
@@ -251,8 +255,13 @@ def _refuse_foreground(folder: store.AppDir) -> None:
             )
 
 
+def _admin(app: Application, bootstrap: str) -> Any:
+    # librdkafka's informational lines (log_level 6+) would land raw on the user's terminal
+    return KafkaClients(bootstrap=bootstrap, config={**app.kafka.config, "log_level": 3}).admin()
+
+
 def _create_topics(app: Application, bootstrap: str) -> list[str]:
-    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    admin = _admin(app, bootstrap)
     try:
         return ensure_topics(admin, app).warnings
     except TopicsError as exc:
@@ -266,7 +275,7 @@ def _create_topics(app: Application, bootstrap: str) -> list[str]:
 
 def _delete_topics(app: Application, bootstrap: str) -> list[str]:
     names = [t.name for t in all_topics(app) if t.managed]
-    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    admin = _admin(app, bootstrap)
     deleted, problems = [], []
     for topic, future in admin.delete_topics(names, operation_timeout=30).items():
         try:

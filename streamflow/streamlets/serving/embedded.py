@@ -26,14 +26,25 @@ _TF_LOCK = threading.Lock()  # TensorFlow's lazy initialisation is not thread-sa
 
 
 class EmbeddedModel:
-    """A callable from a (batch, features) float32 array to a (batch, outputs) array."""
+    """A callable from a (batch, features) float32 array to a (batch, outputs) array.
 
-    def __init__(self, fn: Any, *, output_name: str | None, description: str) -> None:
+    ``call`` is the same function on tensors, so an explainer can differentiate it
+    under ``tf.GradientTape``; ``keras_model`` is the Keras model, when it is one.
+    """
+
+    def __init__(
+        self, fn: Any, *, output_name: str | None, description: str, keras_model: Any = None
+    ) -> None:
         self._fn = fn
         self._output_name = output_name
         self.description = description
+        self.keras_model = keras_model
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
+        return np.asarray(self.call(batch))
+
+    def call(self, batch: Any) -> Any:
+        """The model's (chosen) output for a batch, as the tensor TensorFlow returns."""
         result = self._fn(batch)
         if isinstance(result, Mapping):
             if self._output_name is None:
@@ -44,7 +55,7 @@ class EmbeddedModel:
                 result = next(iter(result.values()))
             else:
                 result = result[self._output_name]
-        return np.asarray(result)
+        return result
 
     def warm_up(self, features: int) -> None:
         """One inference on zeros, so the first real batch does not pay for tracing."""
@@ -78,7 +89,7 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
         raise artifacts.ArtifactError(f"not a loadable Keras model: {exc}") from None
     spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32)
     fn = tf.function(lambda x: model(x, training=False), input_signature=[spec])
-    return EmbeddedModel(fn, output_name=None, description=f"keras:{model.name}")
+    return EmbeddedModel(fn, output_name=None, description=f"keras:{model.name}", keras_model=model)
 
 
 def _saved_model(tf: Any, directory: Path, parameters: Mapping[str, str]) -> EmbeddedModel:

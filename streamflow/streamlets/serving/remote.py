@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -34,6 +35,8 @@ __all__ = [
     "Unavailable",
     "check_ready",
 ]
+
+T = TypeVar("T")
 
 V1 = "TF_SERVING"
 V2 = "OPEN_INFERENCE_V2"
@@ -155,22 +158,44 @@ class InferenceClient:
         results = await asyncio.gather(*(self._request(http, chunk) for chunk in chunks))
         return np.concatenate(results) if results else np.zeros((0,))
 
-    async def _request(self, http: httpx.AsyncClient, chunk: np.ndarray) -> np.ndarray:
+    async def call(
+        self, batch: np.ndarray, *, parse: Callable[[Any, int], T], url: str | None = None
+    ) -> T:
+        """One request for the whole ``batch``, to ``url`` (default: the inference URL).
+
+        It has the retries, the concurrency limit and the circuit breaker of
+        ``predict``; ``parse(body, rows)`` turns the JSON answer into the result.
+        Hosted detectors (a window in, a verdict out) and explainers (``:explain``)
+        answer in shapes of their own, so they bring their own ``parse``.
+        """
+        self.breaker.check()
+        result: T = await self._request(self._http(), batch, parse=parse, url=url)
+        return result
+
+    async def _request(
+        self,
+        http: httpx.AsyncClient,
+        chunk: np.ndarray,
+        *,
+        parse: Callable[[Any, int], Any] | None = None,
+        url: str | None = None,
+    ) -> Any:
         assert self._limit is not None
         payload = self._payload(chunk)
         async with self._limit:
             for attempt in range(self.settings.retries + 1):
                 try:
-                    response = await http.post(self.url, json=payload)
+                    response = await http.post(url or self.url, json=payload)
                 except httpx.HTTPError as exc:
                     failure = f"{type(exc).__name__}: {exc}"
                 else:
                     if response.status_code < 400:
                         self.breaker.success()
-                        return self._parse(response.json(), len(chunk))
+                        return (parse or self._parse)(response.json(), len(chunk))
                     if response.status_code < 500:
                         raise PermanentError(
-                            f"HTTP {response.status_code} from {self.url}: {response.text[:500]}"
+                            f"HTTP {response.status_code} from {url or self.url}: "
+                            f"{response.text[:500]}"
                         )
                     failure = f"HTTP {response.status_code}: {response.text[:200]}"
                 if attempt < self.settings.retries:

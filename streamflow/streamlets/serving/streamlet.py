@@ -3,13 +3,10 @@
 Data records flow through ``in`` → ``out``; ``ModelDescriptor`` records on
 the ``model`` control inlet switch the model live. The state is the current
 model: embedded (Keras or SavedModel) or remote (a V1 or V2 model server).
-
-A new descriptor is checked (newer version? allowed location?) when it
-arrives, then loaded and warmed up on a worker thread while the old model
-keeps serving. The swap happens in ``between_batches``, which the runtime
-calls before every batch, so a batch is always served by one model, and every
-output names the version that produced it. A load that fails leaves the old
-model serving; each step is reported on the ``status`` outlet and in the log.
+How a descriptor is checked, loaded off the hot path and swapped in between
+batches lives in :mod:`.follower`, shared with the explanation streamlet;
+this module is the data half: one vectorised inference per batch, and every
+output names the version that produced it.
 
 Bind the data ports by subclassing::
 
@@ -20,211 +17,49 @@ Bind the data ports by subclassing::
 
 from __future__ import annotations
 
-import concurrent.futures
-import dataclasses
-import datetime as dt
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from streamflow.api import params
-from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
-from streamflow.api.streamlet import Context, Record, Streamlet
+from streamflow.api.ports import Emit, Inlet, Outlet
+from streamflow.api.streamlet import Context, Record
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.serving import artifacts, remote
-from streamflow.streamlets.serving.embedded import load_embedded
+from streamflow.streamlets.serving import remote
+from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
 
 __all__ = ["ModelServing", "NoModelError"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
-
-REMOTE_KINDS = (remote.V1, remote.V2)
 
 
 class NoModelError(Exception):
     """A data record arrived before any model was loaded (with ``on_no_model: dlq``)."""
 
 
-@dataclasses.dataclass
-class _Active:
-    name: str
-    version: int
-    kind: str
-    predictor: Any  # EmbeddedModel or InferenceClient
-    description: str
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name}:{self.version}"
-
-
-class ModelServing(Streamlet):
+class ModelServing(ModelFollower):
     """Serves a model switched live by ModelDescriptor records on the `model` control inlet."""
 
     inp = Inlet("in", description="records with the model's input features")
-    model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
     out = Outlet("out", description="the input's fields plus the prediction and model version")
-    status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
 
-    input_fields = params.List(params.Str(), default=[], description="input fields, in order")
     output_field = params.Str(default="probabilities", description="field for the output row")
     class_field = params.Str(default="", description="field for the argmax class (optional)")
-    on_no_model = params.Choice(
-        ("wait", "dlq"), default="wait", description="hold data until a model is ready, or DLQ"
-    )
-    allowlist = params.List(
-        params.Str(), default=[], description="allowed location prefixes (scheme://host/path)"
-    )
-    cache_dir = params.Str(default="", description="artifact cache (default ~/.cache/streamflow)")
-    remote_batch_size = params.Int(default=64, min=1, description="instances per request")
-    concurrency = params.Int(default=4, min=1, description="requests in flight at once")
-    timeout = params.Duration(default="5s", description="per request")
-    retries = params.Int(default=2, min=0, description="retries of a failed request")
-    breaker_failures = params.Int(default=3, min=1, description="failures that open the circuit")
-    breaker_cooldown = params.Duration(default="2s", description="how long the circuit stays open")
-    http2 = params.Bool(default=False, description="use HTTP/2 to the model server")
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self.current: _Active | None = None
-        self._pending: tuple[dict[str, Any], concurrent.futures.Future[_Active]] | None = None
-        self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model-load")
         self._output_fields: set[str] = set()
 
-    # -- lifecycle -----------------------------------------------------------
-
     def setup(self, context: Context) -> None:
-        if not self.input_fields:
-            raise ValueError("set input_fields: the record fields that form the model's input")
+        super().setup(context)
         store = context.extras.get("schema_store")
         store = store if isinstance(store, SchemaStore) else SchemaStore()
         self._output_fields = set(store.get(type(self).out.schema).field_names())
 
-    async def teardown(self) -> None:
-        self._workers.shutdown(wait=False, cancel_futures=True)
-        if self.current is not None and isinstance(self.current.predictor, remote.InferenceClient):
-            await self.current.predictor.aclose()
-
-    def accepts_data(self) -> bool:
-        return self.current is not None or self.on_no_model == "dlq"
-
-    # -- control ---------------------------------------------------------------
-
-    def on_control(self, inlet: str, record: Record) -> Emit:
-        descriptor = record.value
-        name, version = descriptor["name"], descriptor["version"]
-        newest = max(
-            self.current.version if self.current else 0,
-            self._pending[0]["version"] if self._pending else 0,
-        )
-        if version <= newest:
-            return self._status(
-                name, version, "rejected", f"version {version} is not newer than {newest}"
-            )
-        location = descriptor.get("location")
-        if (
-            descriptor.get("data") is None
-            and location
-            and not _location_allowed(descriptor, self.allowlist)
-        ):
-            return self._status(
-                name,
-                version,
-                "rejected",
-                f"location {location!r} is not in the allowlist "
-                f"({', '.join(self.allowlist) or 'empty'})",
-            )
-        self._pending = (descriptor, self._workers.submit(self._load, descriptor))
-        return self._status(name, version, "loading", descriptor.get("description", ""))
-
-    def between_batches(self) -> Emit | None:
-        if self._pending is None or not self._pending[1].done():
-            return None
-        descriptor, future = self._pending
-        self._pending = None
-        try:
-            loaded = future.result()
-        except Exception as exc:
-            serving = self.current.tag if self.current else "nothing"
-            return self._status(
-                descriptor["name"],
-                descriptor["version"],
-                "failed",
-                f"{type(exc).__name__}: {exc}; still serving {serving}",
-            )
-        previous, self.current = self.current, loaded
-        self.context.set_state("model", loaded.tag)
-        if previous is not None and isinstance(previous.predictor, remote.InferenceClient):
-            self._close_later(previous.predictor)
-        return self._status(loaded.name, loaded.version, "serving", loaded.description)
-
-    def _close_later(self, client: remote.InferenceClient) -> None:
-        self.context.extras.setdefault("closing", []).append(client)
-
-    def _load(self, descriptor: dict[str, Any]) -> _Active:
-        """On the worker thread: fetch, verify, load and warm up; raises on any failure."""
-        kind = descriptor["kind"]
-        parameters = dict(descriptor.get("parameters") or {})
-        name, version = descriptor["name"], descriptor["version"]
-        started = time.perf_counter()
-        if kind in REMOTE_KINDS:
-            predictor: Any = self._remote(descriptor, parameters)
-            what = f"{kind} {descriptor['location']}"
-        else:
-            cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "models")
-            artifact = artifacts.fetch(
-                data=descriptor.get("data"),
-                location=descriptor.get("location"),
-                sha256=descriptor.get("sha256"),
-                allowlist=self.allowlist,
-                cache_dir=cache,
-            )
-            predictor = load_embedded(
-                kind=kind, artifact=artifact, parameters=parameters, cache_dir=cache
-            )
-            predictor.warm_up(len(self.input_fields))
-            what = f"{kind} ({predictor.description})"
-        took = time.perf_counter() - started
-        log.info("loaded %s:%s, %s, in %.2fs", name, version, what, took)
-        return _Active(name, version, kind, predictor, f"{what}, loaded in {took:.2f}s")
-
-    def _remote(self, descriptor: dict[str, Any], parameters: dict[str, str]) -> Any:
-        location = descriptor.get("location")
-        if not location:
-            raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")
-        model = parameters.get("model", descriptor["name"])
-        remote.check_ready(
-            protocol=descriptor["kind"],
-            base_url=location,
-            model=model,
-            timeout=self.timeout.total_seconds(),
-        )
-        settings = remote.ClientSettings(
-            batch_size=int(parameters.get("batch_size", self.remote_batch_size)),
-            concurrency=self.concurrency,
-            timeout=self.timeout.total_seconds(),
-            retries=self.retries,
-            breaker_failures=self.breaker_failures,
-            breaker_cooldown=self.breaker_cooldown.total_seconds(),
-            http2=self.http2,
-        )
-        return remote.InferenceClient(
-            protocol=descriptor["kind"],
-            base_url=location,
-            model=model,
-            settings=settings,
-            input_name=parameters.get("input_name", "input"),
-            output_name=parameters.get("output_name"),
-        )
-
-    # -- data ------------------------------------------------------------------
-
     async def process_batch(self, records: list[Record]) -> list[Emit]:
-        for client in self.context.extras.pop("closing", []):
-            await client.aclose()
+        await self.close_retired()
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
@@ -244,7 +79,7 @@ class ModelServing(Streamlet):
         ]
 
     def _output(
-        self, value: dict[str, Any], row: np.ndarray, active: _Active, latency_ms: float
+        self, value: dict[str, Any], row: np.ndarray, active: ActiveModel, latency_ms: float
     ) -> dict[str, Any]:
         fields = self._output_fields
         out = {k: v for k, v in value.items() if k in fields}
@@ -259,24 +94,3 @@ class ModelServing(Streamlet):
             if field in fields:
                 out[field] = fill
         return out
-
-    def _status(self, model: str, version: int, state: str, message: str) -> Emit:
-        level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
-        log.log(level, "model %s:%s %s: %s", model, version, state, message)
-        return self.status(
-            {
-                "model": model,
-                "version": version,
-                "state": state,
-                "message": message,
-                "replica": f"{self.context.streamlet}-{self.context.replica}",
-                "time": dt.datetime.now(dt.UTC),
-            }
-        )
-
-
-def _location_allowed(descriptor: dict[str, Any], allowlist: list[str]) -> bool:
-    location = str(descriptor.get("location"))
-    if descriptor["kind"] in REMOTE_KINDS:
-        return artifacts.allowed(location.rstrip("/") + "/", allowlist)
-    return artifacts.allowed(location, allowlist)

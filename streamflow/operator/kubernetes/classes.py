@@ -1,0 +1,58 @@
+"""What the operator learns from a streamlet's class: its config, and whether it serves HTTP.
+
+The operator imports the classes (they are on its Python path, as they are on
+the CLI's), which lets it check a config typed in with ``kubectl edit`` as
+strictly as ``streamflow configure`` does, and tells it which streamlets are
+HTTP ingresses (``logic == "serve"``) and so need a Service. A class that
+cannot be imported is not fatal: the streamlet is deployed with its config
+as written and without a Service, and the status says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamflow.api.config import config_problems
+from streamflow.api.descriptor import ClassLoadError, DeclarationError, StreamletDescriptor
+from streamflow.blueprint.model import Application
+
+__all__ = ["Facts", "facts"]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """One streamlet's class, as far as the operator could learn it."""
+
+    config: dict[str, Any]
+    http_port: int | None = None
+    problems: list[str] = field(default_factory=list)
+    unknown_class: str | None = None
+
+
+def facts(app: Application, streamlet: str) -> Facts:
+    """The resolved config (defaults filled in), the HTTP port if it serves, and any problems."""
+    raw = dict(app.streamlets[streamlet].config)
+    try:
+        descriptor = app.descriptor(streamlet)
+    except (ClassLoadError, DeclarationError, ImportError) as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        return Facts(config=raw, unknown_class=f"{streamlet}: {message}")
+    problems = [f"{streamlet}: {p}" for p in config_problems(descriptor, raw)]
+    resolved = {**_defaults(descriptor), **raw}
+    return Facts(config=resolved, http_port=_http_port(descriptor, resolved), problems=problems)
+
+
+def _defaults(descriptor: StreamletDescriptor) -> dict[str, Any]:
+    return {p.name: p.default for p in descriptor.params if not p.required}
+
+
+def _http_port(descriptor: StreamletDescriptor, config: dict[str, Any]) -> int | None:
+    """The port an HTTP ingress listens on: its ``port`` parameter (0, "any", means none)."""
+    if descriptor.logic != "serve" or descriptor.param("port") is None:
+        return None
+    try:
+        port = int(config.get("port") or 0)
+    except (TypeError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None

@@ -1,0 +1,158 @@
+"""The kopf side of the operator: which events wake a reconcile, and kopf's settings.
+
+Every handler ends in :meth:`Reconciler.reconcile` on a fresh read of the
+resource, so the handlers hold no logic of their own:
+
+* the resource created, its ``spec`` updated, or found on start (``resume``);
+* an event on a Deployment the operator manages (a rollout progressing, pods
+  becoming ready, the Deployment deleted by hand): the status follows the
+  pods, and a deleted child is put back;
+* a periodic resync, for anything no event reports (a ConfigMap deleted by
+  hand, topics that could not be created before).
+
+The handlers are registered on a registry of their own (not kopf's global
+one), bound to one :class:`Reconciler`, so several operators can live in one
+process, as the tests run them. kopf keeps its bookkeeping in annotations
+(``operator.streamflow.io/...``), not in ``status``, which belongs to the
+CRD's schema. There are no deletion handlers and so no finalizers: children
+go with their owner through garbage collection, and deleting an application
+never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from streamflow.operator.kubernetes import names
+from streamflow.operator.kubernetes.client import KubeAccess, api_message
+from streamflow.operator.kubernetes.reconcile import Reconciler
+
+__all__ = ["KopfEvents", "build_registry", "build_settings", "connection_info"]
+
+_RETRY_DELAY_S = 5.0
+_STORAGE_PREFIX = f"operator.{names.GROUP}"
+
+
+class KopfEvents:
+    """Kubernetes Events through kopf's poster (batched, retried, off the handler's thread)."""
+
+    def info(self, resource: Mapping[str, Any], *, reason: str, message: str) -> None:
+        kopf.info(_body(resource), reason=reason, message=message)
+
+    def warn(self, resource: Mapping[str, Any], *, reason: str, message: str) -> None:
+        kopf.warn(_body(resource), reason=reason, message=message)
+
+
+def _body(resource: Mapping[str, Any]) -> kopf.Body:
+    # kopf reads only the object reference (apiVersion, kind, metadata) of a plain dict.
+    return cast(kopf.Body, dict(resource))
+
+
+def connection_info(access: KubeAccess) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same kubeconfig/context as the kubernetes client's."""
+    configuration = access.configuration()
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    scheme, _, token = (header or "").partition(" ")
+    if header and not token:
+        scheme, token = "", header
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        default_namespace=access.default_namespace(),
+    )
+
+
+def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True  # one operator per namespace; no peering CRDs needed
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_STORAGE_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=_STORAGE_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 30
+    if not in_main_thread:
+        # kopf's last resort kills the thread that runs it; in a host process, never.
+        settings.process.ultimate_exiting_timeout = None
+    return settings
+
+
+def build_registry(
+    reconciler: Reconciler, access: KubeAccess, *, resync_s: float = 60.0
+) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    def run(namespace: str | None, name: str | None) -> None:
+        if not namespace or not name:
+            return
+        try:
+            reconciler.reconcile(namespace, name)
+        except ApiException as exc:
+            raise kopf.TemporaryError(api_message(exc), delay=_RETRY_DELAY_S) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise kopf.TemporaryError(str(exc), delay=_RETRY_DELAY_S) from None
+
+    @kopf.on.login(id="login", registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(access)
+
+    @kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL, id="reconcile", registry=registry)
+    @kopf.on.create(names.GROUP, names.VERSION, names.PLURAL, id="reconcile", registry=registry)
+    @kopf.on.update(
+        names.GROUP, names.VERSION, names.PLURAL, field="spec", id="reconcile", registry=registry
+    )
+    def changed(namespace: str | None, name: str | None, **_: Any) -> None:
+        run(namespace, name)
+
+    @kopf.timer(
+        names.GROUP,
+        names.VERSION,
+        names.PLURAL,
+        interval=resync_s,
+        initial_delay=resync_s,
+        id="resync",
+        registry=registry,
+    )
+    def resync(namespace: str | None, name: str | None, **_: Any) -> None:
+        run(namespace, name)
+
+    @kopf.on.event(
+        "apps",
+        "v1",
+        "deployments",
+        labels={"app.kubernetes.io/managed-by": names.MANAGED_BY},
+        id="deployment",
+        registry=registry,
+    )
+    def deployment_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+        owner = _owner(body)
+        if owner is not None:
+            try:
+                run(namespace, owner)
+            except kopf.TemporaryError as exc:  # event handlers are not retried: the next event is
+                logging.getLogger("streamflow.operator").warning("reconcile of %s: %s", owner, exc)
+
+    return registry
+
+
+def _owner(body: kopf.Body) -> str | None:
+    for ref in body.metadata.get("ownerReferences") or []:
+        if ref.get("kind") == names.KIND and ref.get("apiVersion") == names.API_VERSION:
+            return str(ref.get("name"))
+    return None

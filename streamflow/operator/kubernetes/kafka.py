@@ -1,0 +1,99 @@
+"""The operator's side of Kafka: creating an application's topics, with its credentials.
+
+Topics are created by the operator with the AdminClient, never by the pods,
+and never deleted by it: deleting an application keeps its data (``streamflow
+undeploy --delete-topics`` asks for that explicitly). When the operator
+cannot reach the bootstrap servers (they may resolve only inside the
+cluster's network), the application is still deployed and the ``TopicsReady``
+condition says why the topics were not checked; the operator tries again later.
+
+Credentials live only in the Secret that ``spec.kafka.secret`` names. Its keys
+are librdkafka properties written as environment variable names, upper case
+with ``_`` for ``.`` (``SASL_PASSWORD`` is ``sasl.password``), because the
+pods receive them as ``STREAMFLOW_KAFKA_<KEY>`` variables; ``BOOTSTRAP``
+overrides the bootstrap servers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from streamflow.blueprint.model import Application
+from streamflow.operator.kubernetes.status import Condition
+from streamflow.runtime import topics
+
+__all__ = ["TOPICS_READY", "admin_config", "ensure_topics", "property_name", "secret_config"]
+
+TOPICS_READY = "TopicsReady"
+_LOG = logging.getLogger("streamflow.operator.kafka")
+
+
+def property_name(key: str) -> str:
+    """The librdkafka property of a Secret key: ``SASL_PASSWORD`` -> ``sasl.password``."""
+    if key.upper() == "BOOTSTRAP":
+        return "bootstrap.servers"
+    return key.lower().replace("_", ".")
+
+
+def secret_config(data: Mapping[str, str] | None) -> dict[str, str]:
+    """librdkafka properties from a Secret's (base64) data; undecodable values are skipped."""
+    out: dict[str, str] = {}
+    for key, value in (data or {}).items():
+        try:
+            out[property_name(key)] = base64.b64decode(value).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            continue
+    return out
+
+
+def admin_config(app: Application, secret: Mapping[str, str] | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {**app.kafka.config, **(secret or {})}
+    if app.kafka.bootstrap and "bootstrap.servers" not in (secret or {}):
+        config["bootstrap.servers"] = app.kafka.bootstrap
+    return config
+
+
+def ensure_topics(
+    app: Application, *, secret: Mapping[str, str] | None = None, timeout: float = 5.0
+) -> tuple[Condition, list[str]]:
+    """Create the missing topics; the ``TopicsReady`` condition, and the names created."""
+    config = admin_config(app, secret)
+    if not config.get("bootstrap.servers"):
+        return Condition(
+            TOPICS_READY,
+            False,
+            "NoBootstrap",
+            "spec.kafka.bootstrap is not set, so the topics cannot be created",
+        ), []
+    # Keep librdkafka from retrying an unreachable broker past our own timeout, and
+    # route its complaints through logging rather than straight to stderr.
+    config.setdefault("socket.connection.setup.timeout.ms", int(timeout * 1000))
+    config["logger"] = _LOG
+    try:
+        admin = AdminClient(config)
+        report = topics.ensure_topics(admin, app, timeout=timeout)
+    except topics.TopicsError as exc:
+        return Condition(TOPICS_READY, False, "TopicsInvalid", str(exc)), []
+    except (KafkaException, ValueError) as exc:
+        where = config["bootstrap.servers"]
+        message = f"cannot reach Kafka at {where} to create the topics: {_kafka_message(exc)}"
+        return Condition(TOPICS_READY, False, "KafkaUnreachable", message), []
+    message = f"{len(report.created) + len(report.existing)} topics exist"
+    if report.created:
+        message += f" ({len(report.created)} created)"
+    if report.warnings:
+        message += "; " + "; ".join(report.warnings)
+    return Condition(TOPICS_READY, True, "TopicsExist", message), list(report.created)
+
+
+def _kafka_message(exc: Exception) -> str:
+    error = exc.args[0] if exc.args else exc
+    describe = getattr(error, "str", None)
+    return str(describe()) if callable(describe) else str(error)

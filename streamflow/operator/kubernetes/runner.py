@@ -1,0 +1,73 @@
+"""Running the operator: ``streamflow operator run``, and the tests' in-process operator.
+
+:class:`Operator` assembles the pieces (one API client, the reconciler, the
+kopf registry and settings) and runs kopf until its stop flag is set or a
+signal arrives. It watches the namespaces it is given (its own, by default,
+which a namespaced Role suffices for) or, with ``clusterwide``, all of them.
+The tests run it on a thread with a ``threading.Event`` as the stop flag and
+read :attr:`Operator.reconciler`'s history to see what each reconcile did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import kopf
+
+from streamflow.operator.kubernetes import handlers
+from streamflow.operator.kubernetes.client import KubeAccess
+from streamflow.operator.kubernetes.executor import Cluster
+from streamflow.operator.kubernetes.reconcile import Reconciler
+
+__all__ = ["Operator"]
+
+
+class Operator:
+    """A kopf operator for StreamflowApplications in some namespaces (or all)."""
+
+    def __init__(
+        self,
+        *,
+        access: KubeAccess,
+        namespaces: Sequence[str] = (),
+        clusterwide: bool = False,
+        resync_s: float = 60.0,
+        liveness_endpoint: str | None = None,
+    ) -> None:
+        if not namespaces and not clusterwide:
+            namespaces = [access.default_namespace()]
+        self.access = access
+        self.namespaces = list(namespaces)
+        self.clusterwide = clusterwide
+        self.liveness_endpoint = liveness_endpoint
+        self.api = access.api_client()
+        self.reconciler = Reconciler(Cluster(self.api), handlers.KopfEvents())
+        self.registry = handlers.build_registry(self.reconciler, access, resync_s=resync_s)
+
+    def run(
+        self,
+        *,
+        stop_flag: threading.Event | None = None,
+        ready_flag: threading.Event | None = None,
+    ) -> None:
+        """Run until ``stop_flag`` is set, or SIGINT/SIGTERM when on the main thread."""
+        in_main = threading.current_thread() is threading.main_thread()
+        settings = handlers.build_settings(in_main_thread=in_main)
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=self.registry,
+                    settings=settings,
+                    namespaces=self.namespaces,
+                    clusterwide=self.clusterwide,
+                    standalone=True,
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                    liveness_endpoint=self.liveness_endpoint,
+                    memo=kopf.Memo(),
+                )
+            )
+        finally:
+            self.api.close()  # type: ignore[no-untyped-call]

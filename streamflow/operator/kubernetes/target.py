@@ -1,0 +1,314 @@
+"""``--target kubernetes``: the CLI's operations on StreamflowApplication resources.
+
+The target never touches a Deployment: every change is a patch of the
+resource's spec (``scale`` sets ``spec.streamlets.<s>.replicas``, ``configure``
+its ``config``), and the operator in the cluster does the rest. So the CLI,
+``kubectl edit`` and a GitOps tool all change an application the same way,
+and the operator stays the one writer of its children. Changes are checked
+first, with the same functions as the local target's
+(:func:`~streamflow.operator.targets.scaled`,
+:func:`~streamflow.operator.targets.reconfigured`), so a mistake is reported
+before anything is patched. Reading (``status``, ``logs``) combines the
+resource's status, written by the operator, with the pods themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from streamflow.api.descriptor import ClassLoadError, DeclarationError
+from streamflow.blueprint.model import Application
+from streamflow.operator import planner, targets
+from streamflow.operator.kubernetes import kafka, names, pods, spec
+from streamflow.operator.kubernetes.client import KubeAccess, KubeError, api_message, explain
+from streamflow.operator.kubernetes.executor import Cluster
+from streamflow.runtime.topics import all_topics
+
+__all__ = ["KubernetesTarget"]
+
+T = TypeVar("T")
+_PodsByStreamlet = dict[str, list[Any]]  # `list` is a method name in the class below
+
+_INSTALL_HINT = (
+    "install the operator first: `streamflow operator manifests | kubectl apply -f -`, "
+    "or see operator/README.md"
+)
+
+
+class KubernetesTarget:
+    """Applications as StreamflowApplication resources in one namespace of one cluster."""
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        image: str | None = None,
+    ) -> None:
+        access = KubeAccess(kubeconfig=kubeconfig, context=context)
+        try:
+            configuration = access.configuration()
+            self.namespace = namespace or access.default_namespace()
+        except KubeError as exc:
+            raise targets.TargetError(str(exc)) from None
+        self.server = str(configuration.host)
+        self.image = image
+        self.cluster = Cluster(client.ApiClient(configuration))
+
+    # -- changes -----------------------------------------------------------------
+
+    def deploy(self, app: Application, *, bootstrap: str | None) -> targets.Change:
+        address = bootstrap or app.kafka.bootstrap
+        if not address:
+            raise targets.TargetError(
+                f"{app.name!r} has no Kafka bootstrap servers for its pods to reach",
+                hint="set kafka.bootstrap in the blueprint, or pass --bootstrap-servers",
+            )
+        if address != app.kafka.bootstrap:
+            app = _with_bootstrap(app, address)
+        existing = self._get(names.resource_name(app.name), missing_ok=True)
+        settings = _pod_settings(existing, app, image=self.image)
+        body = spec.body(app, namespace=self.namespace, pods=settings)
+        previous = None
+        if existing is None:
+            self._call(lambda: self.cluster.create_app(body))
+        else:
+            previous = _application(existing)
+            patch = [{"op": "replace", "path": "/spec", "value": body["spec"]}]
+            self._patch(app.name, patch)
+        return _change(app, previous, [])
+
+    def scale(self, name: str, replicas: Mapping[str, int]) -> targets.Change:
+        app = self.application(name)
+        scaled = targets.scaled(app, replicas)
+        patch = {"spec": {"streamlets": {s: {"replicas": n} for s, n in replicas.items()}}}
+        self._patch(name, patch)
+        counted = [s for s, n in replicas.items() if n > 0]
+        return _change(scaled, app, targets.idle_replica_warnings(scaled, counted))
+
+    def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
+        app = self.application(name)
+        configured = _checked(lambda: targets.reconfigured(app, settings))
+        changed = {key.partition(".")[0] for key in settings}
+        patch = {
+            "spec": {
+                "streamlets": {
+                    s: {"config": dict(configured.streamlets[s].config)} for s in sorted(changed)
+                }
+            }
+        }
+        self._patch(name, patch)
+        return _change(configured, app, [])
+
+    def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
+        found = self._get(name)
+        app = _application(found)
+        resource = str(found["metadata"]["name"])
+        self._call(lambda: self.cluster.delete_app(self.namespace, resource))
+        return self._delete_topics(app) if delete_topics else []
+
+    # -- reading -----------------------------------------------------------------
+
+    def application(self, name: str) -> Application:
+        return _application(self._get(name))
+
+    def configuration(self, name: str) -> dict[str, dict[str, Any]]:
+        app = self.application(name)
+        return _checked(lambda: targets.effective_config(app))
+
+    def status(self, name: str) -> targets.AppStatus:
+        return self._status(self._get(name))
+
+    def list(self) -> Sequence[targets.AppStatus]:
+        found = self._call(lambda: self.cluster.list_apps(self.namespace))
+        return [self._status(item) for item in found]
+
+    def logs(
+        self,
+        name: str,
+        streamlet: str,
+        *,
+        follow: bool,
+        replica: int | None = None,
+        tail: int | None = None,
+    ) -> Iterator[targets.LogLine]:
+        app = self.application(name)
+        if streamlet not in app.streamlets:
+            raise targets.TargetError(
+                f"application {name!r} has no streamlet {streamlet!r}",
+                hint=f"its streamlets: {', '.join(app.streamlets)}",
+            )
+        found = self._pods(names.resource_name(name)).get(streamlet, [])
+        chosen = pods.pick(found, replica)
+        if not chosen:
+            raise targets.TargetError(
+                f"{streamlet} of {name!r} has no pods"
+                + (f" with replica index {replica}" if replica is not None else ""),
+                hint=f"see `streamflow status {name} --target kubernetes`",
+            )
+        return pods.logs(self.cluster.core, self.namespace, chosen, follow=follow, tail=tail)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _call(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status == 404 and not _names_an_object(exc):
+                raise targets.TargetError(
+                    f"the cluster at {self.server} has no StreamflowApplication resource type",
+                    hint=_INSTALL_HINT,
+                ) from None
+            raise targets.TargetError(str(explain(exc, server=self.server))) from None
+        except Exception as exc:
+            error = explain(exc, server=self.server)
+            if str(error).startswith("cannot reach"):
+                raise targets.TargetError(str(error)) from None
+            raise
+
+    def _get(self, name: str, *, missing_ok: bool = False) -> Any:
+        resource = names.resource_name(name)
+        found = self._call(lambda: self.cluster.get_app(self.namespace, resource))
+        if found is None and not missing_ok:
+            self._missing(name)
+        return found
+
+    def _missing(self, name: str) -> NoReturn:
+        found = self.list()
+        raise targets.TargetError(
+            f"no application {name!r} in namespace {self.namespace!r}",
+            hint=f"deployed there: {', '.join(s.name for s in found)}"
+            if found
+            else "deploy one with `streamflow deploy BLUEPRINT --target kubernetes`",
+        )
+
+    def _patch(self, name: str, patch: Any) -> None:
+        resource = names.resource_name(name)
+        self._call(lambda: self.cluster.patch_app(self.namespace, resource, patch))
+
+    def _pods(self, resource: str) -> _PodsByStreamlet:
+        return self._call(lambda: pods.by_streamlet(self.cluster.core, self.namespace, resource))
+
+    def _status(self, found: Mapping[str, Any]) -> targets.AppStatus:
+        app = _application(found)
+        metadata = found.get("metadata") or {}
+        recorded = found.get("status") or {}
+        generation = int(metadata.get("generation") or 0)
+        up_to_date = int(recorded.get("observedGeneration") or -1) == generation
+        by_streamlet = self._pods(str(metadata.get("name")))
+        streamlets = tuple(
+            pods.streamlet_status(s, spec_.replicas, by_streamlet.get(s, []))
+            for s, spec_ in app.streamlets.items()
+        )
+        if not recorded:
+            phase, message = (
+                "Pending",
+                f"no operator has acted on it yet; is `streamflow operator run` watching "
+                f"namespace {self.namespace!r}?",
+            )
+        elif not up_to_date and recorded.get("phase") != "Failed":
+            phase, message = "Pending", "the operator has not applied the latest change yet"
+        else:
+            phase, message = str(recorded.get("phase")), str(recorded.get("message") or "")
+        return targets.AppStatus(
+            name=app.name,
+            target=self.kind,
+            phase=phase,
+            message=message,
+            up_to_date=up_to_date,
+            streamlets=streamlets,
+            kafka=app.kafka.bootstrap,
+        )
+
+    def _delete_topics(self, app: Application) -> Sequence[str]:
+        secret = None
+        if app.kafka.secret:
+            data = self._call(
+                lambda: self.cluster.secret_data(self.namespace, str(app.kafka.secret))
+            )
+            secret = kafka.secret_config(data)
+        config = {**kafka.admin_config(app, secret), "log_level": 3}
+        topics = [t.name for t in all_topics(app) if t.managed]
+        deleted, problems = [], []
+        admin = AdminClient(config)
+        for topic, future in admin.delete_topics(topics, operation_timeout=30).items():
+            try:
+                future.result(timeout=30)
+                deleted.append(topic)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() != error.UNKNOWN_TOPIC_OR_PART:
+                    problems.append(f"{topic}: {error.str()}")
+        if problems:
+            raise targets.TargetError(
+                "the application is undeployed, but some topics could not be deleted",
+                problems=problems,
+            )
+        return deleted
+
+
+def _names_an_object(exc: ApiException) -> bool:
+    """A 404 about one object (it is missing), not about the resource type (no CRD)."""
+    return "not found" in api_message(exc) and "could not find the requested" not in str(exc.body)
+
+
+def _application(found: Mapping[str, Any]) -> Application:
+    try:
+        return spec.parse(found).app
+    except spec.SpecError as exc:
+        name = (found.get("metadata") or {}).get("name")
+        raise targets.TargetError(
+            f"the resource {name!r} is not a valid application: {exc}"
+        ) from None
+
+
+def _checked(call: Callable[[], T]) -> T:
+    """Config checks need the streamlets' classes: say so when they cannot be imported here."""
+    try:
+        return call()
+    except (ClassLoadError, DeclarationError) as exc:
+        raise targets.TargetError(
+            f"cannot check the config here: {exc}",
+            hint="the streamlets' classes must be importable where the CLI runs "
+            "(run it from the blueprint's project)",
+        ) from None
+
+
+def _with_bootstrap(app: Application, bootstrap: str) -> Application:
+    data = app.to_dict()
+    data["kafka"]["bootstrap"] = bootstrap
+    return Application.from_dict(data)
+
+
+def _pod_settings(existing: Any, app: Application, *, image: str | None) -> spec.PodSettings:
+    """The pod settings to deploy with: ``--image`` over what the resource had, else defaults."""
+    if existing is None:
+        return spec.PodSettings(image=image or spec.DEFAULT_IMAGE)
+    try:
+        before = spec.parse(existing).pods
+    except spec.SpecError:
+        before = spec.PodSettings()
+    kept = {s: r for s, r in before.streamlet_resources.items() if s in app.streamlets}
+    return spec.PodSettings(
+        image=image or before.image,
+        image_pull_policy=before.image_pull_policy,
+        resources=before.resources,
+        streamlet_resources=kept,
+    )
+
+
+def _change(
+    app: Application, previous: Application | None, warnings: Sequence[str]
+) -> targets.Change:
+    before = planner.desired_state(previous) if previous is not None else {}
+    actions = planner.plan(planner.desired_state(app), before)
+    return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))

@@ -1,0 +1,160 @@
+"""Reference datasets: JSONL, CSV or Parquet, from an allowlisted location, as columns.
+
+A drift detector compares windows with a reference, and an explainer may take
+its background from one. Either comes from a dataset named by location, so
+it goes through the same gate as a model artifact
+(:func:`streamflow.streamlets.serving.artifacts.fetch`): the location must
+match the allowlist before anything is read, the bytes must match the
+sha256 when one is given, and the file is cached by digest.
+
+The dataset is read into the columns that were asked for, and nothing else.
+A column that is missing is an error that names what the file does have,
+because "the reference does not match the records" is the usual mistake.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+import json
+import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamflow.streamlets.serving import artifacts
+
+__all__ = ["FORMATS", "Columns", "DatasetError", "dataset_format", "load_columns", "read_columns"]
+
+FORMATS = ("auto", "jsonl", "csv", "parquet")
+_EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+#: Column name -> values: float64 arrays for numeric columns, lists of str for categorical ones.
+Columns = dict[str, Any]
+
+
+class DatasetError(Exception):
+    """A reference dataset that cannot be read or does not fit the records."""
+
+
+def dataset_format(location: str, declared: str = "auto") -> str:
+    """jsonl, csv or parquet: the declared format, else the one the location's extension names."""
+    if declared != "auto":
+        return declared
+    suffix = Path(urllib.parse.urlsplit(location).path).suffix.lower()
+    if suffix not in _EXTENSIONS:
+        raise DatasetError(
+            f"cannot tell the format of {location!r} from its extension "
+            f"({', '.join(sorted(_EXTENSIONS))}): set the reference format"
+        )
+    return _EXTENSIONS[suffix]
+
+
+def load_columns(
+    *,
+    location: str,
+    sha256: str | None,
+    allowlist: Sequence[str],
+    cache_dir: Path,
+    numeric: Sequence[str],
+    categorical: Sequence[str] = (),
+    fmt: str = "auto",
+    timeout: float = 30.0,
+) -> Columns:
+    """The dataset at ``location`` (checked, verified, cached) as the named columns."""
+    chosen = dataset_format(location, fmt)
+    try:
+        path = artifacts.fetch(
+            data=None,
+            location=location,
+            sha256=sha256,
+            allowlist=allowlist,
+            cache_dir=cache_dir,
+            timeout=timeout,
+        )
+    except artifacts.ArtifactError as exc:
+        raise DatasetError(f"reference dataset: {exc}") from None
+    return read_columns(path.read_bytes(), fmt=chosen, numeric=numeric, categorical=categorical)
+
+
+def read_columns(
+    data: bytes, *, fmt: str, numeric: Sequence[str], categorical: Sequence[str] = ()
+) -> Columns:
+    """Parse a dataset's bytes and keep the named columns."""
+    rows = _records(data, fmt)
+    available = rows.keys()
+    missing = [name for name in (*numeric, *categorical) if name not in available]
+    if missing:
+        has = ", ".join(sorted(available)) or "no columns"
+        raise DatasetError(
+            f"the reference dataset has no column {', '.join(repr(m) for m in missing)} "
+            f"(it has: {has}); its features must match the records'"
+        )
+    columns: Columns = {}
+    for name in numeric:
+        try:
+            columns[name] = np.array([_number(v) for v in rows[name]], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(f"reference column {name!r} is not numeric: {exc}") from None
+    for name in categorical:
+        columns[name] = [str(v) for v in rows[name]]
+    if not any(len(v) for v in columns.values()) and (numeric or categorical):
+        raise DatasetError("the reference dataset has no rows")
+    return columns
+
+
+def _records(data: bytes, fmt: str) -> dict[str, list[Any]]:
+    """Column-wise values of every row."""
+    if fmt == "parquet":
+        return _parquet(data)
+    text = data.decode("utf-8-sig", errors="replace")
+    if fmt == "csv":
+        reader = csv.DictReader(io.StringIO(text))
+        docs: list[dict[str, Any]] = list(reader)
+    elif fmt == "jsonl":
+        docs = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"reference line {number} is not JSON: {exc.msg}") from None
+            if not isinstance(doc, dict):
+                raise DatasetError(f"reference line {number} is not a JSON object")
+            docs.append(doc)
+    else:
+        raise DatasetError(f"unknown dataset format {fmt!r}: use one of {', '.join(FORMATS)}")
+    names = {k for doc in docs for k in doc} if docs else set()
+    return {name: [doc.get(name) for doc in docs] for name in names}
+
+
+def _parquet(data: bytes) -> dict[str, list[Any]]:
+    try:
+        # pyarrow is optional (only Parquet needs it), so it is imported by name
+        parquet = importlib.import_module("pyarrow.parquet")
+    except ImportError:
+        raise DatasetError("reading a Parquet dataset needs pyarrow: pip install pyarrow") from None
+    try:
+        table = parquet.read_table(io.BytesIO(data))
+    except Exception as exc:
+        raise DatasetError(f"not a readable Parquet file: {exc}") from None
+    return {str(name): list(values) for name, values in table.to_pydict().items()}
+
+
+def _number(value: Any) -> float:
+    if value is None or value == "":
+        return float("nan")
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is a boolean")
+    return float(value)

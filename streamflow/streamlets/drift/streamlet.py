@@ -1,0 +1,392 @@
+"""The drift-detection streamlet: windowed data drift and streaming signals, beside the model.
+
+It reads what the model reads (``in``), what it answers (``outputs``) and,
+optionally, the truth (``labels``, joined to outputs by key), and writes one
+``DriftReport`` per window to ``reports`` and each change of verdict to
+``alerts``. It is off the serving hot path: a slow test delays reports, never
+predictions.
+
+Two control inlets make it a dynamically controlled stream like serving:
+``control`` takes ``DriftConfig`` records (a new reference, features, tests,
+window, alpha), loaded off the hot path and swapped in between batches,
+with each step on ``status``; ``model`` takes the serving streamlet's own
+``ModelDescriptor`` topic, so reports name the model version they watched.
+
+Bind the data ports by subclassing; declare the ones you have::
+
+    class WineDrift(DriftDetector):
+        inp = Inlet("in", "examples.wine.WineFeatures")
+        outputs = Inlet("outputs", "examples.wine.WinePrediction")
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamflow.api import params
+from streamflow.api.descriptor import describe
+from streamflow.api.ports import ControlInlet, Emit, Outlet
+from streamflow.api.streamlet import Context, Record, Streamlet
+from streamflow.schema import SchemaStore
+from streamflow.streamlets.drift import detect, loading, sources, windows
+from streamflow.streamlets.drift import reference as datasets
+from streamflow.streamlets.drift.settings import TESTS, DriftSettings
+from streamflow.streamlets.drift.signals import LabelJoin, SignalMonitor
+from streamflow.streamlets.serving import artifacts, remote
+
+__all__ = ["DriftDetector"]
+
+log = logging.getLogger("streamflow.streamlets.drift")
+
+INPUTS, OUTPUTS, LABELS = "in", "outputs", "labels"
+_REPORT = "streamflow.ml.DriftReport"
+
+
+class DriftDetector(Streamlet):
+    """Reports data drift per window, and changes in prediction signals, for a served model."""
+
+    control = ControlInlet("control", "streamflow.ml.DriftConfig")
+    model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
+    reports = Outlet("reports", _REPORT, key=lambda r: r["detector"])
+    alerts = Outlet("alerts", _REPORT, key=lambda r: r["detector"])
+    status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
+
+    detector = params.Str(default="", description="the detector's name (default: the streamlet's)")
+    numeric = params.List(params.Str(), default=[], description="numeric input features (KS, PSI)")
+    categorical = params.List(
+        params.Str(), default=[], description="categorical input features (chi-squared, PSI)"
+    )
+    tests = params.List(
+        params.Choice(TESTS, default="ks"), default=list(TESTS), description="tests"
+    )
+    window = params.Int(default=500, min=2, description="records per window")
+    step = params.Int(default=0, min=0, description="records between windows; 0: tumbling")
+    alpha = params.Float(default=0.05, min=0.0, max=1.0, description="false-alarm rate per window")
+    correction = params.Choice(("bonferroni", "fdr", "none"), default="bonferroni")
+    psi_threshold = params.Float(default=0.25, min=0.0, description="PSI that marks drift")
+    psi_bins = params.Int(default=10, min=2, description="quantile bins of the PSI")
+    reference = params.Str(default="", description="reference dataset location; empty: first N")
+    reference_sha256 = params.Str(default="", description="the reference dataset's sha256")
+    reference_format = params.Choice(datasets.FORMATS, default="auto")
+    reference_size = params.Int(
+        default=1000, min=2, description="N: records in a first-N reference"
+    )
+    allowlist = params.List(params.Str(), default=[], description="allowed location prefixes")
+    cache_dir = params.Str(default="", description="dataset cache (default ~/.cache/streamflow)")
+    probabilities_field = params.Str(default="probabilities", description="outputs: probabilities")
+    class_field = params.Str(default="predicted", description="outputs: the predicted class")
+    label_field = params.Str(default="label", description="outputs and labels: the true class")
+    join_capacity = params.Int(default=10_000, min=1, description="predictions awaiting a label")
+    adwin_delta = params.Float(default=0.002, min=0.0, max=1.0, description="ADWIN confidence")
+    ph_threshold = params.Float(default=50.0, min=0.0, description="Page-Hinkley threshold")
+    ph_delta = params.Float(default=0.005, min=0.0, description="Page-Hinkley tolerance")
+    detector_url = params.Str(
+        default="", description="a hosted detector's server (V2); remote mode"
+    )
+    detector_model = params.Str(default="drift", description="the hosted detector's model name")
+    timeout = params.Duration(default="5s", description="per request to the hosted detector")
+    retries = params.Int(default=2, min=0, description="retries of a failed request")
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.settings = DriftSettings(name="")
+        self.sources: dict[str, sources.Source] = {}
+        self._fields: dict[str, set[str]] = {}
+        self._model: tuple[str, int] = ("", 0)
+        self._client: remote.InferenceClient | None = None
+        self._pending: tuple[DriftSettings, concurrent.futures.Future[loading.Loaded]] | None = None
+        self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drift-load")
+        self._signals = SignalMonitor(adwin_delta=0.002, ph_threshold=50.0, ph_delta=0.005)
+        self._join = LabelJoin(capacity=1)
+        self._classes: set[int] = set()
+        self._output_model = ""  # the model named by the newest output record
+        self._verdicts: dict[str, bool] = {}  # per source: the last window's verdict
+        self._name = ""
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def setup(self, context: Context) -> None:
+        store = context.extras.get("schema_store")
+        store = store if isinstance(store, SchemaStore) else SchemaStore()
+        declared = {p.name: p.schema for p in describe(type(self)).inlets}
+        if INPUTS not in declared and OUTPUTS not in declared:
+            raise ValueError("declare an `in` inlet, an `outputs` inlet, or both, to watch")
+        self._fields = {n: set(store.get(s).field_names()) for n, s in declared.items()}
+        self._signals = SignalMonitor(
+            adwin_delta=self.adwin_delta, ph_threshold=self.ph_threshold, ph_delta=self.ph_delta
+        )
+        self._join = LabelJoin(capacity=self.join_capacity)
+        settings = DriftSettings(
+            name=self.detector or context.streamlet,
+            numeric=tuple(self.numeric),
+            categorical=tuple(self.categorical),
+            tests=tuple(self.tests),
+            window=self.window,
+            step=self.step or self.window,
+            alpha=self.alpha,
+            correction=self.correction,
+            psi_threshold=self.psi_threshold,
+            psi_bins=self.psi_bins,
+            reference_location=self.reference or None,
+            reference_sha256=self.reference_sha256 or None,
+            reference_format=self.reference_format,
+            reference_size=self.reference_size,
+            detector_url=self.detector_url or None,
+            detector_model=self.detector_model,
+        )
+        problems = settings.problems(fields=self._fields)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._name = settings.name
+        self._submit(settings)
+
+    async def teardown(self) -> None:
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+    def accepts_data(self) -> bool:
+        return bool(self.sources)  # held only until the first settings are in place
+
+    # -- control ---------------------------------------------------------------
+
+    def on_control(self, inlet: str, record: Record) -> Emit | None:
+        if inlet == "model":
+            name, version = record.value["name"], record.value["version"]
+            if version > self._model[1]:
+                self._model = (name, version)
+                self.context.set_state("model", f"{name}:{version}")
+            return None
+        config = record.value
+        if config["name"] != self._name:
+            return None  # a config for another detector sharing the topic
+        newest = max(self.settings.version, self._pending[0].version if self._pending else 0)
+        if config["version"] <= newest:
+            return self._status(config, "rejected", f"version {config['version']} is not newer")
+        settings = (self._pending[0] if self._pending else self.settings).merged(config)
+        problems = settings.problems(fields=self._fields)
+        for location in (settings.reference_location, settings.detector_url):
+            if location and not artifacts.allowed(_as_prefix(location), self.allowlist):
+                problems.append(f"{location!r} is not in the allowlist")
+        if problems:
+            return self._status(config, "rejected", "; ".join(problems))
+        self._submit(settings)
+        return self._status(config, "loading", settings.reference_location or "first records")
+
+    def between_batches(self) -> Emit | None:
+        if self._pending is None or not self._pending[1].done():
+            return None
+        settings, future = self._pending
+        self._pending = None
+        config = {"name": settings.name, "version": settings.version}
+        try:
+            loaded = future.result()
+        except Exception as exc:
+            keeping = self._describe() if self.sources else "no reference"
+            if not self.sources:  # the first settings failed: watch without a reference
+                self._install(settings, None, f"{type(exc).__name__}: {exc}", None)
+            return self._status(config, "failed", f"{type(exc).__name__}: {exc}; keeping {keeping}")
+        self._install(settings, loaded.reference, "", loaded.client)
+        return self._status(config, "serving", self._describe())
+
+    def _submit(self, settings: DriftSettings) -> None:
+        self._pending = (settings, self._workers.submit(self._load, settings))
+
+    def _load(self, settings: DriftSettings) -> loading.Loaded:
+        """On the worker thread: the reference dataset and the hosted detector, checked."""
+        return loading.load(
+            settings,
+            allowlist=self.allowlist,
+            cache_dir=Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "datasets"),
+            timeout=self.timeout.total_seconds(),
+            retries=self.retries,
+        )
+
+    def _install(
+        self,
+        settings: DriftSettings,
+        loaded: detect.Reference | None,
+        problem: str,
+        client: remote.InferenceClient | None,
+    ) -> None:
+        dropped = sum(s.state.filled for s in self.sources.values())
+        self.context.count_skipped("drift-config-change", count=dropped)
+        if self._client is not None:
+            self.context.extras.setdefault("closing", []).append(self._client)
+        self.settings, self._client = settings, client
+        self.sources = {}
+        if INPUTS in self._fields:
+            self.sources[INPUTS] = sources.Source.start(
+                "inputs",
+                settings,
+                numeric=settings.numeric,
+                categorical=settings.categorical,
+                reference=loaded,
+                problem=problem,
+            )
+        if OUTPUTS in self._fields:
+            self.sources[OUTPUTS] = sources.Source.start(
+                "outputs", settings, numeric=[sources.CONFIDENCE], categorical=[self.class_field]
+            )
+        self.context.set_state("drift-config", f"{settings.name}:{settings.version}")
+
+    def _describe(self) -> str:
+        parts = []
+        for source in self.sources.values():
+            ref = source.reference.origin if source.reference else source.problem
+            parts.append(f"{source.name}: {ref or f'the first {source.collect} records'}")
+        s = self.settings
+        kind = "tumbling" if s.step == s.window else f"sliding by {s.step}"
+        return f"{'; '.join(parts)}; {kind} windows of {s.window}, alpha {s.alpha} ({s.correction})"
+
+    # -- data ------------------------------------------------------------------
+
+    async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
+        for client in self.context.extras.pop("closing", []):
+            await client.aclose()
+        by_role: dict[str, list[int]] = {}
+        for index, record in enumerate(records):
+            by_role.setdefault(record.inlet, []).append(index)
+        planned: dict[str, tuple[sources.Source, list[int], list[windows.Window]]] = {}
+        classes: list[int | None] = []
+        for role, source in self.sources.items():
+            positions = by_role.get(role, [])
+            chosen = [records[i] for i in positions]
+            if role == INPUTS:
+                rows = sources.input_rows(chosen, source)
+            else:
+                rows, classes = sources.output_rows(chosen, self._output_fields)
+            state, used, completed = source.take(rows, self.settings)
+            planned[role] = (state, positions[used:], completed)
+        # evaluate before committing anything: a hosted detector that is down raises
+        # Backpressure, and the whole batch is retried with the state it started from
+        verdicts = {
+            (role, w.index): await self._features(state, w)
+            for role, (state, _, completed) in planned.items()
+            for w in completed
+        }
+        results: list[list[Emit] | None] = [None] * len(records)
+        ends = {
+            positions[w.last]: (role, w)
+            for role, (_, positions, completed) in planned.items()
+            for w in completed
+        }
+        output_index = 0
+        for index, record in enumerate(records):
+            if record.inlet == OUTPUTS:
+                self._observe_output(record, classes[output_index])
+                output_index += 1
+            elif record.inlet == LABELS:
+                self._observe_label(record)
+            if index in ends:
+                role, window = ends[index]
+                features = verdicts[(role, window.index)]
+                signals = self._signals.report() if role == OUTPUTS else []
+                results[index] = self._report(planned[role][0], window, features, signals)
+        for role, (state, _, _) in planned.items():
+            self.sources[role] = state
+        return results
+
+    @property
+    def _output_fields(self) -> sources.OutputFields:
+        return sources.OutputFields(self.probabilities_field, self.class_field, self.label_field)
+
+    async def _features(
+        self, source: sources.Source, window: windows.Window
+    ) -> list[dict[str, Any]] | str:
+        """The window's FeatureDrift entries, or why there are none."""
+        if source.name == "inputs" and self._client is not None:
+            try:
+                outputs = await self._client.call(
+                    window.rows.numeric.astype(np.float32), parse=detect.parse_detector
+                )
+                return detect.remote_features(outputs, names=source.numeric, settings=self.settings)
+            except remote.PermanentError as exc:
+                log.warning("the hosted detector refused window %d: %s", window.index, exc)
+                return f"the hosted detector failed: {exc}"
+        if source.reference is None:
+            return f"no reference: {source.problem or 'still collecting'}"
+        return detect.evaluate(
+            source.reference,
+            numeric=window.rows.numeric,
+            categorical=window.rows.categorical,
+            settings=self.settings,
+        )
+
+    def _observe_output(self, record: Record, predicted: int | None) -> None:
+        self._output_model = sources.model_of(record)[0]
+        probabilities = record.value.get(self.probabilities_field)
+        if probabilities:
+            self._signals.update(sources.CONFIDENCE, float(max(probabilities)))
+        if predicted is None:
+            return
+        self._classes.add(predicted)
+        for seen in self._classes:
+            self._signals.update(f"class={seen}", 1.0 if seen == predicted else 0.0)
+        label = record.value.get(self.label_field)
+        if label is None:
+            label = self._join.prediction(record.key, predicted)
+        if label is not None:
+            self._signals.update("error_rate", float(int(label) != predicted))
+
+    def _observe_label(self, record: Record) -> None:
+        label = record.value.get(self.label_field)
+        if label is None:
+            return
+        predicted = self._join.label(record.key, int(label))
+        if predicted is not None:
+            self._signals.update("error_rate", float(int(label) != predicted))
+
+    def _report(
+        self,
+        source: sources.Source,
+        window: windows.Window,
+        features: list[dict[str, Any]] | str,
+        signals: list[dict[str, Any]],
+    ) -> list[Emit]:
+        name, version = self._model
+        versions = window.rows.version
+        if source.name == "outputs" and len(versions) and int(versions.max()) > 0:
+            name, version = self._output_model or name, int(versions.max())
+        report = detect.window_report(
+            source=source.name,
+            window=window,
+            features=features,
+            signals=signals,
+            settings=self.settings,
+            model=(name, version),
+            replica=f"{self.context.streamlet}-{self.context.replica}",
+        )
+        out = [self.reports(report)]
+        if report["drifted"] != self._verdicts.get(source.name, False):
+            level = logging.WARNING if report["drifted"] else logging.INFO
+            log.log(level, "%s %s drift: %s", self.settings.name, source.name, report["message"])
+            out.append(self.alerts(report))
+        self._verdicts[source.name] = report["drifted"]
+        return out
+
+    def _status(self, config: dict[str, Any], state: str, message: str) -> Emit:
+        level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
+        log.log(
+            level, "drift config %s:%s %s: %s", config["name"], config["version"], state, message
+        )
+        return self.status(
+            {
+                "model": config["name"],
+                "version": config["version"],
+                "state": state,
+                "message": message,
+                "replica": f"{self.context.streamlet}-{self.context.replica}",
+                "time": dt.datetime.now(dt.UTC),
+            }
+        )
+
+
+def _as_prefix(location: str) -> str:
+    return location if "." in location.rsplit("/", 1)[-1] else location.rstrip("/") + "/"

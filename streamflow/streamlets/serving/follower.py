@@ -1,0 +1,244 @@
+"""Following the current model: the control half of the dynamically controlled stream.
+
+Serving, explaining and anything else that must use *the model that is
+serving* share this base: a ``model`` control inlet of ``ModelDescriptor``
+records, a ``status`` outlet of ``ModelStatus`` records, and the rules for
+switching. Keeping one copy of those rules is what lets an explainer fed from
+the serving streamlet's control topic always explain the same version.
+
+A new descriptor is checked (newer version? allowed location?) when it
+arrives, then loaded and warmed up on a worker thread while the old model
+keeps working. The swap happens in ``between_batches``, which the runtime
+calls before every batch, so a batch always sees one model. A load that fails
+leaves the old model in place; each step is reported on ``status`` and in
+the log. Subclasses add their data ports and ``process_batch``, and may hook
+:meth:`ModelFollower.prepare` to build per-model state on the worker thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime as dt
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from streamflow.api import params
+from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
+from streamflow.api.streamlet import Context, Record, Streamlet
+from streamflow.streamlets.serving import artifacts, remote
+from streamflow.streamlets.serving.embedded import load_embedded
+
+__all__ = ["REMOTE_KINDS", "ActiveModel", "ModelFollower"]
+
+log = logging.getLogger("streamflow.streamlets.serving")
+
+REMOTE_KINDS = (remote.V1, remote.V2)
+
+
+@dataclasses.dataclass
+class ActiveModel:
+    """A loaded model: an ``EmbeddedModel`` or a remote ``InferenceClient``, and its identity."""
+
+    name: str
+    version: int
+    kind: str
+    predictor: Any  # EmbeddedModel or InferenceClient
+    description: str
+    extra: Any = None  # what ``prepare`` built for this model
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}:{self.version}"
+
+
+class ModelFollower(Streamlet):
+    """Holds the model named by the newest valid ModelDescriptor on the `model` control inlet."""
+
+    inp = Inlet("in", description="records with the model's input features")
+    model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
+    out = Outlet("out", description="what the streamlet makes of each record")
+    status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
+
+    input_fields = params.List(params.Str(), default=[], description="input fields, in order")
+    on_no_model = params.Choice(
+        ("wait", "dlq"), default="wait", description="hold data until a model is ready, or DLQ"
+    )
+    allowlist = params.List(
+        params.Str(), default=[], description="allowed location prefixes (scheme://host/path)"
+    )
+    cache_dir = params.Str(default="", description="artifact cache (default ~/.cache/streamflow)")
+    remote_batch_size = params.Int(default=64, min=1, description="instances per request")
+    concurrency = params.Int(default=4, min=1, description="requests in flight at once")
+    timeout = params.Duration(default="5s", description="per request")
+    retries = params.Int(default=2, min=0, description="retries of a failed request")
+    breaker_failures = params.Int(default=3, min=1, description="failures that open the circuit")
+    breaker_cooldown = params.Duration(default="2s", description="how long the circuit stays open")
+    http2 = params.Bool(default=False, description="use HTTP/2 to the model server")
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.current: ActiveModel | None = None
+        self._pending: tuple[dict[str, Any], concurrent.futures.Future[ActiveModel]] | None = None
+        self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model-load")
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def setup(self, context: Context) -> None:
+        if not self.input_fields:
+            raise ValueError("set input_fields: the record fields that form the model's input")
+
+    async def teardown(self) -> None:
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        if self.current is not None and isinstance(self.current.predictor, remote.InferenceClient):
+            await self.current.predictor.aclose()
+
+    def accepts_data(self) -> bool:
+        return self.current is not None or self.on_no_model == "dlq"
+
+    def prepare(self, active: ActiveModel) -> Any:
+        """On the worker thread, after loading: per-model state, kept as ``active.extra``.
+
+        Raising fails the load (the old model stays). The default builds nothing.
+        """
+        return None
+
+    # -- control ---------------------------------------------------------------
+
+    def on_control(self, inlet: str, record: Record) -> Emit | None:
+        descriptor = record.value
+        name, version = descriptor["name"], descriptor["version"]
+        newest = max(
+            self.current.version if self.current else 0,
+            self._pending[0]["version"] if self._pending else 0,
+        )
+        if version <= newest:
+            return self._status(
+                name, version, "rejected", f"version {version} is not newer than {newest}"
+            )
+        location = descriptor.get("location")
+        if (
+            descriptor.get("data") is None
+            and location
+            and not _location_allowed(descriptor, self.allowlist)
+        ):
+            return self._status(
+                name,
+                version,
+                "rejected",
+                f"location {location!r} is not in the allowlist "
+                f"({', '.join(self.allowlist) or 'empty'})",
+            )
+        self._pending = (descriptor, self._workers.submit(self._load, descriptor))
+        return self._status(name, version, "loading", descriptor.get("description", ""))
+
+    def between_batches(self) -> Emit | None:
+        if self._pending is None or not self._pending[1].done():
+            return None
+        descriptor, future = self._pending
+        self._pending = None
+        try:
+            loaded = future.result()
+        except Exception as exc:
+            serving = self.current.tag if self.current else "nothing"
+            return self._status(
+                descriptor["name"],
+                descriptor["version"],
+                "failed",
+                f"{type(exc).__name__}: {exc}; still serving {serving}",
+            )
+        previous, self.current = self.current, loaded
+        self.context.set_state("model", loaded.tag)
+        if previous is not None and isinstance(previous.predictor, remote.InferenceClient):
+            self.context.extras.setdefault("closing", []).append(previous.predictor)
+        return self._status(loaded.name, loaded.version, "serving", loaded.description)
+
+    async def close_retired(self) -> None:
+        """Close the clients of replaced remote models; call it at the start of a batch."""
+        for client in self.context.extras.pop("closing", []):
+            await client.aclose()
+
+    def _load(self, descriptor: dict[str, Any]) -> ActiveModel:
+        """On the worker thread: fetch, verify, load and warm up; raises on any failure."""
+        kind = descriptor["kind"]
+        parameters = dict(descriptor.get("parameters") or {})
+        name, version = descriptor["name"], descriptor["version"]
+        started = time.perf_counter()
+        if kind in REMOTE_KINDS:
+            predictor: Any = self._remote(descriptor, parameters)
+            what = f"{kind} {descriptor['location']}"
+        else:
+            cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "models")
+            artifact = artifacts.fetch(
+                data=descriptor.get("data"),
+                location=descriptor.get("location"),
+                sha256=descriptor.get("sha256"),
+                allowlist=self.allowlist,
+                cache_dir=cache,
+            )
+            predictor = load_embedded(
+                kind=kind, artifact=artifact, parameters=parameters, cache_dir=cache
+            )
+            predictor.warm_up(len(self.input_fields))
+            what = f"{kind} ({predictor.description})"
+        active = ActiveModel(name, version, kind, predictor, what)
+        active.extra = self.prepare(active)
+        took = time.perf_counter() - started
+        log.info("loaded %s:%s, %s, in %.2fs", name, version, what, took)
+        active.description = f"{what}, loaded in {took:.2f}s"
+        return active
+
+    def _remote(self, descriptor: dict[str, Any], parameters: dict[str, str]) -> Any:
+        location = descriptor.get("location")
+        if not location:
+            raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")
+        model = parameters.get("model", descriptor["name"])
+        remote.check_ready(
+            protocol=descriptor["kind"],
+            base_url=location,
+            model=model,
+            timeout=self.timeout.total_seconds(),
+        )
+        return remote.InferenceClient(
+            protocol=descriptor["kind"],
+            base_url=location,
+            model=model,
+            settings=self.client_settings(batch_size=parameters.get("batch_size")),
+            input_name=parameters.get("input_name", "input"),
+            output_name=parameters.get("output_name"),
+        )
+
+    def client_settings(self, *, batch_size: str | int | None = None) -> remote.ClientSettings:
+        """The remote client's settings from this streamlet's parameters."""
+        return remote.ClientSettings(
+            batch_size=int(batch_size or self.remote_batch_size),
+            concurrency=self.concurrency,
+            timeout=self.timeout.total_seconds(),
+            retries=self.retries,
+            breaker_failures=self.breaker_failures,
+            breaker_cooldown=self.breaker_cooldown.total_seconds(),
+            http2=self.http2,
+        )
+
+    def _status(self, model: str, version: int, state: str, message: str) -> Emit:
+        level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
+        log.log(level, "model %s:%s %s: %s", model, version, state, message)
+        return self.status(
+            {
+                "model": model,
+                "version": version,
+                "state": state,
+                "message": message,
+                "replica": f"{self.context.streamlet}-{self.context.replica}",
+                "time": dt.datetime.now(dt.UTC),
+            }
+        )
+
+
+def _location_allowed(descriptor: dict[str, Any], allowlist: list[str]) -> bool:
+    location = str(descriptor.get("location"))
+    if descriptor["kind"] in REMOTE_KINDS:
+        return artifacts.allowed(location.rstrip("/") + "/", allowlist)
+    return artifacts.allowed(location, allowlist)

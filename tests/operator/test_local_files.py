@@ -1,0 +1,118 @@
+"""The local target's files: capped replica logs, atomic state files, the daemon's locks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from streamflow.operator.local import locks, logfiles, store
+
+
+def test_a_log_past_its_cap_rotates_and_readers_see_both_files(tmp_path: Path) -> None:
+    logs = logfiles.LogFiles(tmp_path / "logs", max_bytes=100)
+    for i in range(30):
+        logs.write("scale-0", f"line {i:02d}")  # 8 bytes + newline each
+    logs.close()
+    current = tmp_path / "logs" / "scale-0.log"
+    rotated = tmp_path / "logs" / "scale-0.log.1"
+    assert current.stat().st_size <= 100 and rotated.stat().st_size > 100
+    everything = logfiles.last_lines(current, None)
+    assert everything[-1] == "line 29"
+    assert everything == [f"line {i:02d}" for i in range(30 - len(everything), 30)]
+    assert logfiles.last_lines(current, 3) == ["line 27", "line 28", "line 29"]
+    assert logfiles.last_lines(current, 0) == []
+
+
+def test_replica_logs_are_found_in_replica_order(tmp_path: Path) -> None:
+    for name in ("scale-10", "scale-2", "scale-0", "scaler-1", "scale-x"):
+        (tmp_path / f"{name}.log").write_text("x\n")
+    assert list(logfiles.replica_logs(tmp_path, "scale")) == ["scale-0", "scale-2", "scale-10"]
+
+
+def test_follow_reads_new_lines_new_replicas_and_survives_a_rotation(tmp_path: Path) -> None:
+    logs = logfiles.LogFiles(tmp_path, max_bytes=40)
+    logs.write("s-0", "old")
+
+    def rotate() -> None:
+        for i in range(4):
+            logs.write("s-0", f"rotating {i}")  # past the cap: the file rotates
+
+    rounds = iter(
+        [
+            lambda: logs.write("s-0", "new 1"),
+            lambda: logs.write("s-1", "hello from s-1"),
+            rotate,
+            lambda: None,
+        ]
+    )
+
+    def wait(interval: float) -> bool:
+        step = next(rounds, None)
+        if step is None:
+            return True
+        step()
+        return False
+
+    seen = list(
+        logfiles.follow(lambda: logfiles.replica_logs(tmp_path, "s"), wait=wait, interval=0)
+    )
+    assert ("s-0", "old") not in seen  # its past was shown before following
+    assert ("s-0", "new 1") in seen and ("s-1", "hello from s-1") in seen
+    assert [line for replica, line in seen if line.startswith("rotating")][-1] == "rotating 3"
+
+
+def test_json_is_written_atomically_and_digested_by_content(tmp_path: Path) -> None:
+    path = tmp_path / "apps" / "a" / "app.json"
+    digest = store.write_json(path, {"b": 1, "a": [1, 2]})
+    assert store.read_json(path) == {"b": 1, "a": [1, 2]}
+    assert digest == store.digest({"a": [1, 2], "b": 1})
+    assert [p.name for p in path.parent.iterdir()] == ["app.json"]  # no temporary left
+    assert store.read_json(tmp_path / "missing.json") is None
+    with pytest.raises(FileNotFoundError):  # a removed app's folder is not recreated
+        store.write_json(tmp_path / "gone" / "status.json", {}, create_dirs=False)
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_lock_is_held_by_its_process_and_freed_when_it_dies(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, fcntl; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert locks.is_held(path)
+        assert not locks.FileLock(path).acquire(timeout=0.2)
+        holder.kill()  # a SIGKILL leaves no stale lock behind
+        holder.wait()
+        assert not locks.is_held(path)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_waiting_lock_is_taken_once_released(tmp_path: Path) -> None:
+    path = tmp_path / "cli.lock"
+    first = locks.FileLock(path)
+    assert first.acquire(timeout=0)
+    second = locks.FileLock(path)
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(second.acquire(timeout=10)))
+    waiter.start()
+    first.release()
+    waiter.join(10)
+    assert got == [True] and second.held
+    second.release()
