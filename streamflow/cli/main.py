@@ -22,6 +22,7 @@ from streamflow.cli import (
     deploy_cmds,
     inspect_cmds,
     model_cmds,
+    operator_cmds,
     output,
     run_cmds,
     streamlet_cmds,
@@ -47,6 +48,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     tail_cmds,
     model_cmds,
     deploy_cmds,
+    operator_cmds,
 )
 
 

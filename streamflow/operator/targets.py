@@ -204,7 +204,11 @@ def get_target(
 
 
 def _kubernetes(**options: str | None) -> Target:
-    """The Kubernetes target, from ``streamflow.operator.kubernetes.target`` once it exists."""
+    """The Kubernetes target, from ``streamflow.operator.kubernetes.target`` once it exists.
+
+    That module provides ``KubernetesTarget(*, kubeconfig, context, namespace,
+    image)`` implementing :class:`Target`; until then this is a clear error.
+    """
     try:
         module = importlib.import_module("streamflow.operator.kubernetes.target")
     except ModuleNotFoundError as exc:

@@ -134,7 +134,9 @@ class Replicas:
         while not self._stop.wait(0.2):
             self.group.supervise_once()
 
-    def start(self, streamlet: str, replica: int = 0) -> ReplicaProcess:
+    def start(
+        self, streamlet: str, replica: int = 0, *, extra_args: tuple[str, ...] = ()
+    ) -> ReplicaProcess:
         port = free_port()
         process = ReplicaProcess(
             streamlet=streamlet,
@@ -146,7 +148,8 @@ class Replicas:
                 replica=replica,
                 bootstrap=str(self.app.kafka.bootstrap),
                 health_port=port,
-            ),
+            )
+            + list(extra_args),
         )
         self.group.add(process)
         return process

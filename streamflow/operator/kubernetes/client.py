@@ -58,7 +58,7 @@ class KubeAccess:
         except (ConfigException, OSError) as exc:
             where = path or "~/.kube/config"
             raise KubeError(
-                f"cannot load the Kubernetes configuration from {where}: {exc}. "
+                f"cannot load the Kubernetes configuration from {where}: {str(exc).rstrip('.')}. "
                 "Pass --kubeconfig FILE (and --context NAME), or set $KUBECONFIG."
             ) from None
         configuration.retries = 1
@@ -66,6 +66,16 @@ class KubeAccess:
 
     def api_client(self) -> client.ApiClient:
         return client.ApiClient(self.configuration())
+
+    def check(self) -> str:
+        """The server's version, or a :class:`KubeError` saying why it cannot be reached."""
+        configuration = self.configuration()
+        with client.ApiClient(configuration) as api:
+            try:
+                info = client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT)
+            except Exception as exc:
+                raise explain(exc, server=configuration.host) from None
+        return str(info.git_version)
 
     def default_namespace(self) -> str:
         """The context's namespace, the pod's own namespace, else ``default``."""

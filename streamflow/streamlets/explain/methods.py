@@ -1,4 +1,4 @@
-"""Attribution methods: integrated gradients, SHAP's Gradient and Kernel explainers, remote ``:explain``.
+"""Attribution methods: integrated gradients, SHAP's Gradient and Kernel explainers, ``:explain``.
 
 Each turns a batch of inputs ``x`` (n, F) and the output each row is
 explained for (``targets``, n) into per-feature attributions (n, F) and the
@@ -61,7 +61,7 @@ class Attributions:
 
 
 def differentiable(model: EmbeddedModel, *, features: int) -> str:
-    """"" if the first output has a gradient at a zero input; else why it has none."""
+    """ "" if the first output has a gradient at a zero input; else why it has none."""
     import tensorflow as tf
 
     probe = tf.zeros((1, features), tf.float32)
@@ -144,15 +144,15 @@ def kernel_explainer(
     """A function explaining rows with SHAP's KernelExplainer over ``predict``."""
     import shap
 
-    summary = (
-        shap.kmeans(background, clusters) if len(background) > clusters else background
-    )
+    summary = shap.kmeans(background, clusters) if len(background) > clusters else background
     explainer = shap.KernelExplainer(lambda rows: predict(np.asarray(rows, np.float32)), summary)
     expected = np.asarray(explainer.expected_value, dtype=np.float64).reshape(-1)
 
     def explain(x: np.ndarray, targets: np.ndarray) -> Attributions:
         values = explainer.shap_values(x, nsamples=samples, silent=True)
-        return Attributions(_per_target(values, targets), expected[np.minimum(targets, len(expected) - 1)])
+        return Attributions(
+            _per_target(values, targets), expected[np.minimum(targets, len(expected) - 1)]
+        )
 
     return explain
 

@@ -1,0 +1,236 @@
+"""Serving benchmarks: batching, remote concurrency, and how fast a new model takes over.
+
+``python -m bench.serving`` measures, in one run on one broker and one model server:
+
+* **embedded**: the wine classifier served by the streamlet with micro-batches of up to
+  500 records, against the same streamlet with a batch size of 1, and the model's own
+  ceiling (``model(x)`` on batches of the same sizes, no Kafka);
+* **remote**: the streamlet calling KServe's V2 endpoint (64 instances a request, 4 in
+  flight), against the usual naive client: one synchronous HTTP request per record;
+* **switch**: under a steady load, the time from producing a new descriptor to the first
+  output of the new version, and whether any record was lost while it happened.
+
+Competitors run as the replica process a pod would run; the clock runs from the first
+output to the N-th, read from the output topic's end offsets, not from sleeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamflow import devkit  # noqa: E402
+from tests.model_fixtures import load_wine_trainer  # noqa: E402
+from tests.runtime import support  # noqa: E402
+from tests.streamlets.serving import serving_support as s  # noqa: E402
+from tests.streamlets.serving.test_serving_kafka import (  # noqa: E402
+    _app,
+    _codec,
+    _features,
+    _push,
+    _serving,
+)
+
+
+def _end(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        )
+    finally:
+        consumer.close()
+
+
+def _time_outputs(bootstrap: str, topic: str, n: int, *, timeout: float = 600) -> float:
+    """Seconds from the first output to the n-th (polling end offsets every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    while _end(bootstrap, topic) == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no output at all")
+        time.sleep(0.02)
+    start = time.monotonic()
+    first = _end(bootstrap, topic)
+    while (done := _end(bootstrap, topic)) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{done} of {n} outputs")
+        time.sleep(0.02)
+    return (time.monotonic() - start) / max(1, n - first) * n
+
+
+def streamlet_rate(
+    bootstrap: str, tmp: Path, descriptor: dict[str, Any], n: int, batch_size: int, models: Any
+) -> float:
+    app = _app(bootstrap, 1, tmp / "cache")
+    support.produce(bootstrap, support.topic(app, "features"), _features(models, n))
+    _push(bootstrap, app, descriptor)
+    with support.replicas(app, tmp) as running:
+        running.start("classifier", extra_args=("--batch-size", str(batch_size)))
+        seconds = _time_outputs(bootstrap, support.topic(app, "predictions"), n)
+    return n / seconds
+
+
+def raw_rate(model: Any, x: np.ndarray, batch: int, n: int) -> float:
+    import tensorflow as tf
+
+    fn = tf.function(
+        lambda t: model(t, training=False),
+        input_signature=[tf.TensorSpec([None, x.shape[1]], tf.float32)],
+    )
+    fn(x[:batch])
+    rows = np.resize(x, (n, x.shape[1])).astype(np.float32)
+    started = time.perf_counter()
+    for i in range(0, n, batch):
+        fn(rows[i : i + batch])
+    return n / (time.perf_counter() - started)
+
+
+def naive_remote_rate(url: str, x: np.ndarray, n: int) -> float:
+    rows = np.resize(x, (n, x.shape[1])).astype(np.float32)
+    with httpx.Client() as client:
+        started = time.perf_counter()
+        for row in rows:
+            response = client.post(
+                f"{url}/v2/models/wine/infer",
+                json={
+                    "inputs": [
+                        {
+                            "name": "input",
+                            "shape": [1, len(row)],
+                            "datatype": "FP32",
+                            "data": row.tolist(),
+                        }
+                    ]
+                },
+            )
+            response.raise_for_status()
+    return n / (time.perf_counter() - started)
+
+
+def switch_time(bootstrap: str, tmp: Path, models: Any) -> dict[str, float]:
+    app = _app(bootstrap, 1, tmp / "cache")
+    n = 20_000
+    _push(bootstrap, app, s.descriptor(1, "KERAS", data=models.v1.keras_file.read_bytes()))
+    with support.replicas(app, tmp) as running:
+        running.start("classifier")
+        _serving(bootstrap, app, 1, 1)
+        feeder = threading.Thread(
+            target=support.produce,
+            args=(bootstrap, support.topic(app, "features"), _features(models, n)),
+        )
+        feeder.start()
+        support.consume_until(
+            bootstrap, support.topic(app, "predictions"), support.count_at_least(2_000), timeout=120
+        )
+        pushed = time.monotonic()
+        _push(bootstrap, app, s.descriptor(2, "KERAS", data=models.v2.keras_file.read_bytes()))
+        codec = _codec("examples.wine.WinePrediction")
+
+        def new_version(records: list[Any]) -> bool:
+            return any(codec.decode(m.value())["model_version"] == 2 for m in records[-500:])
+
+        support.consume_until(
+            bootstrap, support.topic(app, "predictions"), new_version, timeout=120
+        )
+        took = time.monotonic() - pushed
+        feeder.join()
+        out = support.consume_until(
+            bootstrap, support.topic(app, "predictions"), support.count_at_least(n), timeout=300
+        )
+    ids = {codec.decode(m.value())["id"] for m in out}
+    return {"push_to_first_new_output_s": took, "lost": float(n - len(ids))}
+
+
+@contextlib.contextmanager
+def _services(models: Any) -> Iterator[tuple[str, str]]:
+    with devkit.KafkaBroker(heap="768m") as broker:
+        broker.start()
+        server = devkit.ModelServer(model_path=models.v1.keras_file, model_name="wine")
+        server.start()
+        try:
+            yield broker.bootstrap_servers, server.url
+        finally:
+            server.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Version:
+    keras_file: Path
+    model: Any
+
+
+class _Models:
+    """Both wine versions, trained here (as the test fixtures do), and the data set."""
+
+    def __init__(self, out: Path) -> None:
+        train = load_wine_trainer()
+        versions = {}
+        for version in (1, 2):
+            model = train.train_model(version)
+            keras_file, _ = train.export(model, out=out, version=version)
+            versions[version] = _Version(keras_file, model)
+        frame = train.load_wine_frame()
+        self.x, self.y = frame.x, frame.y
+        self.v1, self.v2 = versions[1], versions[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    n = args.records
+    results: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(), "records": n}
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        models = _Models(tmp / "models")
+        with _services(models) as (bootstrap, url):
+            keras = models.v1.keras_file.read_bytes()
+            embedded = s.descriptor(1, "KERAS", data=keras)
+            results["embedded_batched"] = streamlet_rate(bootstrap, tmp, embedded, n, 500, models)
+            results["embedded_per_record"] = streamlet_rate(
+                bootstrap, tmp, embedded, n // 10, 1, models
+            )
+            results["raw_batch_500"] = raw_rate(models.v1.model, models.x, 500, n)
+            results["raw_batch_1"] = raw_rate(models.v1.model, models.x, 1, n // 10)
+            remote = s.descriptor(1, "OPEN_INFERENCE_V2", location=url)
+            results["remote_batched_v2"] = streamlet_rate(bootstrap, tmp, remote, n, 500, models)
+            remote_v1 = s.descriptor(1, "TF_SERVING", location=url)
+            results["remote_batched_v1"] = streamlet_rate(bootstrap, tmp, remote_v1, n, 500, models)
+            results["remote_naive_sync"] = naive_remote_rate(url, models.x, n // 10)
+            results["switch"] = switch_time(bootstrap, tmp, models)
+    results["ratios"] = {
+        "embedded_batched_vs_per_record": results["embedded_batched"]
+        / results["embedded_per_record"],
+        "raw_batched_vs_per_record": results["raw_batch_500"] / results["raw_batch_1"],
+        "remote_batched_v2_vs_naive": results["remote_batched_v2"] / results["remote_naive_sync"],
+        "remote_batched_v1_vs_naive": results["remote_batched_v1"] / results["remote_naive_sync"],
+    }
+    out = ROOT / "bench" / "results" / f"serving-{dt.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""``streamflow operator run`` and ``streamflow operator manifests``: the Kubernetes operator.
+
+``run`` is what the operator's pod runs (and what a developer runs against a
+cluster from a laptop): a kopf operator for StreamflowApplication resources
+in one namespace, or several, or all. ``manifests`` prints what installs it
+(the CRD, RBAC and the operator's Deployment) for ``kubectl apply -f -``.
+The Kubernetes modules are imported inside the commands, so the rest of the
+CLI works without the ``k8s`` extra installed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from streamflow.cli import output
+
+__all__ = ["register"]
+
+operator_app = typer.Typer(
+    help="The Kubernetes operator: run it, or print the manifests that install it.",
+    no_args_is_help=True,
+)
+
+_EXTRA_HINT = "install streamflow with the k8s extra: pip install 'streamflow[k8s]'"
+
+
+@operator_app.command("run")
+def run(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            envvar="STREAMFLOW_NAMESPACE",
+            help="A namespace to watch (repeatable; default: the context's, or the pod's).",
+        ),
+    ] = None,
+    all_namespaces: Annotated[
+        bool,
+        typer.Option("--all-namespaces", "-A", help="Watch every namespace (needs a ClusterRole)."),
+    ] = False,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="The kubeconfig file (default: in-cluster, or the usual).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="The kubeconfig context to use.")] = None,
+    resync: Annotated[
+        float, typer.Option(min=1.0, help="Seconds between full resyncs of each application.")
+    ] = 60.0,
+    liveness: Annotated[
+        str | None,
+        typer.Option(help="Serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz."),
+    ] = None,
+    log_format: Annotated[str, typer.Option(help="plain, full or json.")] = "full",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Reconcile StreamflowApplications until SIGTERM or Ctrl-C."""
+    try:
+        import kopf
+
+        from streamflow.operator.kubernetes.client import KubeAccess, KubeError
+        from streamflow.operator.kubernetes.runner import Operator
+    except ImportError as exc:
+        output.fail(f"the operator needs {exc.name!r}", hint=_EXTRA_HINT)
+    formats = {
+        "plain": kopf.LogFormat.PLAIN,
+        "full": kopf.LogFormat.FULL,
+        "json": kopf.LogFormat.JSON,
+    }
+    if log_format not in formats:
+        output.fail(
+            f"--log-format {log_format!r}: use plain, full or json", exit_code=output.EXIT_USAGE
+        )
+    access = KubeAccess(kubeconfig=kubeconfig, context=context)
+    try:
+        version = access.check()
+        operator = Operator(
+            access=access,
+            namespaces=namespace or (),
+            clusterwide=all_namespaces,
+            resync_s=resync,
+            liveness_endpoint=liveness,
+        )
+    except KubeError as exc:
+        output.fail(str(exc))
+    kopf.configure(verbose=verbose, log_format=formats[log_format])
+    where = "all namespaces" if all_namespaces else ", ".join(operator.namespaces)
+    logging.getLogger("streamflow.operator").info(
+        "streamflow operator on Kubernetes %s, watching %s", version, where
+    )
+    operator.run()
+
+
+@operator_app.command("manifests")
+def manifests(
+    image: Annotated[
+        str | None, typer.Option(help="The operator's image (default: streamflow:<version>).")
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Where the operator and its apps live.")
+    ] = "default",
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(file_okay=False, help="Write crd.yaml, rbac.yaml, operator-deployment.yaml."),
+    ] = None,
+) -> None:
+    """Print the CRD, RBAC (ServiceAccount, Role, RoleBinding) and the operator's Deployment."""
+    try:
+        from streamflow.operator.kubernetes import manifests as manifests_mod
+        from streamflow.operator.kubernetes.spec import DEFAULT_IMAGE
+    except ImportError as exc:
+        output.fail(f"the manifests need {exc.name!r}", hint=_EXTRA_HINT)
+    found = manifests_mod.files(namespace=namespace, image=image or DEFAULT_IMAGE)
+    if output_dir is None:
+        typer.echo("---\n".join(found.values()), nl=False)
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in found.items():
+        (output_dir / name).write_text(text)
+        output.error_console().print(f"wrote {output_dir / name}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(operator_app, name="operator")

@@ -1,0 +1,87 @@
+"""Helpers of the operator tests: the test application, an in-process operator, waiting.
+
+The operator runs in this process, on a thread of its own, exactly as
+``streamflow operator run`` runs it (the same :class:`Operator`), watching
+only the test's namespace; stopping it is kopf's stop flag, and its
+reconciler's history tells a test what each reconcile did.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from streamflow.blueprint import load_application
+from streamflow.blueprint.model import Application
+from streamflow.operator.kubernetes.client import KubeAccess
+from streamflow.operator.kubernetes.reconcile import Outcome
+from streamflow.operator.kubernetes.runner import Operator
+
+BLUEPRINT = Path(__file__).parent / "app" / "blueprint.yaml"
+WAIT_S = 60.0
+
+
+def wait_until(condition: Callable[[], Any], *, what: str, timeout: float = WAIT_S) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.2)  # polling the API server
+    return result
+
+
+def make_application(*, bootstrap: str) -> Application:
+    """The test blueprint under a unique name (so its topics are its own), on ``bootstrap``."""
+    data = load_application(BLUEPRINT).to_dict()
+    suffix = uuid.uuid4().hex[:6]
+    data["name"] = f"wine-{suffix}"
+    data["kafka"]["bootstrap"] = bootstrap
+    data["topics"] = {f"{name}-{suffix}": topic for name, topic in data["topics"].items()}
+    return Application.from_dict(data)
+
+
+class OperatorThread:
+    """The operator, started on a thread until :meth:`stop`."""
+
+    def __init__(self, *, kubeconfig: Path, namespace: str) -> None:
+        self.operator = Operator(
+            access=KubeAccess(kubeconfig=str(kubeconfig)), namespaces=[namespace], resync_s=30
+        )
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="operator", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.operator.run(stop_flag=self._stop, ready_flag=self._ready)
+        except BaseException as exc:  # surfaced by stop() and start()
+            self._error = exc
+            self._ready.set()
+
+    def start(self) -> OperatorThread:
+        self._thread.start()
+        assert self._ready.wait(WAIT_S), "the operator did not get ready"
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), "the operator did not stop"
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def history(self) -> list[Outcome]:
+        return list(self.operator.reconciler.history)
+
+
+def get_json(kubectl: Callable[..., str], *args: str) -> Any:
+    return json.loads(kubectl("get", *args, "-o=json"))
