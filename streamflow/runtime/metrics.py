@@ -7,6 +7,7 @@ batch's count, never once per record: the hot path stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -93,6 +94,12 @@ class Metrics:
                 self.control_state.remove(*self.labels.values(), name, previous)
             self.control_state.labels(**self.labels, name=name, value=value).set(1)
             self._state[name] = value
+
+    def forget_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """Drop the lag of partitions this replica no longer owns, so sums stay true."""
+        for topic, partition in partitions:
+            with contextlib.suppress(KeyError):
+                self.lag.remove(*self.labels.values(), topic, str(partition))
 
     def on_stats(self, stats_json: str) -> None:
         """librdkafka's statistics callback: per-partition consumer lag."""

@@ -119,6 +119,7 @@ class Processor:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", _names(partitions))
         self.delivery.on_revoke(partitions)
+        self.metrics.forget_partitions([(tp.topic, tp.partition) for tp in partitions])
 
     def _gate(self) -> None:
         """Hold data while the streamlet cannot take it (e.g. no model loaded yet)."""
