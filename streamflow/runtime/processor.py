@@ -228,6 +228,7 @@ class Processor:
         produced: dict[str, int] = {}
         outlets = self.bindings.outlets
         produce = self.delivery.produce
+        extra_headers = _HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
         for (msg, record), result in zip(good, results, strict=True):
@@ -259,7 +260,7 @@ class Processor:
                     continue
                 headers: Headers = [("streamflow-schema", binding.schema_header)]
                 if out.headers:
-                    headers += [(k, v.encode()) for k, v in out.headers.items()]
+                    headers += extra_headers.encoded(out.headers)
                 produce(binding.topic, data, key.encode() if key is not None else None, headers)
         if fast_count:
             assert fast is not None
@@ -391,6 +392,20 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
         except Exception as exc:
             append(exc)
     return results
+
+
+class _HeaderCache:
+    """Logic usually shares one headers dict across a batch's outputs: encode it once."""
+
+    def __init__(self) -> None:
+        self._last: Any = None
+        self._encoded: Headers = []
+
+    def encoded(self, headers: Any) -> Headers:
+        if headers is not self._last:
+            self._last = headers
+            self._encoded = [(k, v.encode()) for k, v in headers.items()]
+        return self._encoded
 
 
 def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletBinding | None:

@@ -141,6 +141,7 @@ class KubernetesTarget:
         replica: int | None = None,
         tail: int | None = None,
     ) -> Iterator[targets.LogLine]:
+        """A generator, so that a mistake surfaces at the first line, where the CLI expects it."""
         app = self.application(name)
         if streamlet not in app.streamlets:
             raise targets.TargetError(
@@ -150,12 +151,14 @@ class KubernetesTarget:
         found = self._pods(names.resource_name(name)).get(streamlet, [])
         chosen = pods.pick(found, replica)
         if not chosen:
+            which = f" with replica index {replica}" if replica is not None else ""
             raise targets.TargetError(
-                f"{streamlet} of {name!r} has no pods"
-                + (f" with replica index {replica}" if replica is not None else ""),
+                f"{streamlet} of {name!r} has no pods{which}",
                 hint=f"see `streamflow status {name} --target kubernetes`",
             )
-        return pods.logs(self.cluster.core, self.namespace, chosen, follow=follow, tail=tail)
+        yield from self._call(
+            lambda: pods.logs(self.cluster.core, self.namespace, chosen, follow=follow, tail=tail)
+        )
 
     # -- internals ---------------------------------------------------------------
 
@@ -309,6 +312,22 @@ def _pod_settings(existing: Any, app: Application, *, image: str | None) -> spec
 def _change(
     app: Application, previous: Application | None, warnings: Sequence[str]
 ) -> targets.Change:
-    before = planner.desired_state(previous) if previous is not None else {}
-    actions = planner.plan(planner.desired_state(app), before)
+    """The actions the operator will take, planned on the spec as the API server stores it."""
+    before = planner.desired_state(_as_stored(previous)) if previous is not None else {}
+    actions = planner.plan(planner.desired_state(_as_stored(app)), before)
     return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))
+
+
+def _as_stored(app: Application) -> Application:
+    """JSON numbers come back from the API server as ``6``, not ``6.0``: plan on those."""
+    return Application.from_dict(_whole_floats_as_ints(app.to_dict()))
+
+
+def _whole_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _whole_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_floats_as_ints(v) for v in value]
+    return value

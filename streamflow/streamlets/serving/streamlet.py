@@ -63,34 +63,41 @@ class ModelServing(ModelFollower):
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
-        batch = np.array(
-            [[float(r.value[f]) for f in self.input_fields] for r in records], dtype=np.float32
-        )
+        fields = self.input_fields
+        batch = np.array([[r.value[f] for f in fields] for r in records], dtype=np.float32)
         started = time.perf_counter()
         if isinstance(active.predictor, remote.InferenceClient):
             predictions = await active.predictor.predict(batch)
         else:
             predictions = active.predictor.predict(batch)
         latency_ms = (time.perf_counter() - started) * 1000.0
-        headers = {"streamflow-model": active.tag}
-        return [
-            self.out(self._output(r.value, row, active, latency_ms), headers=headers)
-            for r, row in zip(records, predictions, strict=True)
-        ]
+        return self._outputs(records, predictions, active, latency_ms)
 
-    def _output(
-        self, value: dict[str, Any], row: np.ndarray, active: ActiveModel, latency_ms: float
-    ) -> dict[str, Any]:
+    def _outputs(
+        self, records: list[Record], predictions: np.ndarray, active: ActiveModel, latency_ms: float
+    ) -> list[Emit]:
+        """One output per record; vectorised where numpy can do it, one header dict shared."""
         fields = self._output_fields
-        out = {k: v for k, v in value.items() if k in fields}
-        out[self.output_field] = [float(x) for x in np.ravel(row)]
-        if self.class_field:
-            out[self.class_field] = int(np.argmax(row))
-        for field, fill in (
-            ("model", active.name),
-            ("model_version", active.version),
-            ("latency_ms", latency_ms),
-        ):
-            if field in fields:
-                out[field] = fill
+        copied = [k for k in records[0].value if k in fields] if records else []
+        rows = predictions.reshape(len(records), -1)
+        model_fields = {
+            k: v
+            for k, v in (
+                ("model", active.name),
+                ("model_version", active.version),
+                ("latency_ms", latency_ms),
+            )
+            if k in fields
+        }
+        classes = rows.argmax(axis=1).tolist() if self.class_field else None
+        headers = {"streamflow-model": active.tag}
+        out: list[Emit] = []
+        for index, (record, row) in enumerate(zip(records, rows.tolist(), strict=True)):
+            value = record.value
+            result = {k: value[k] for k in copied}
+            result[self.output_field] = row
+            if classes is not None:
+                result[self.class_field] = classes[index]
+            result.update(model_fields)
+            out.append(self.out(result, headers=headers))
         return out

@@ -110,7 +110,7 @@ def test_configure_rejects_a_wrong_typed_value_before_patching(
     assert "scorer.threshold" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_streamlets_logs_under_kwok_are_a_clear_message(
+def test_logs_of_an_unknown_streamlet_or_one_without_pods_are_a_clear_message(
     target: KubernetesTarget, deployed: str
 ) -> None:
     with pytest.raises(TargetError) as caught:

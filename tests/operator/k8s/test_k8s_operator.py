@@ -16,12 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamflow import devkit
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner
 from streamflow.operator.kubernetes.target import KubernetesTarget
+from streamflow.operator.targets import TargetError
 from tests.k8s_fixtures import Kubectl
 from tests.operator.k8s.support import OperatorThread, get_json, wait_until
 
@@ -32,7 +34,9 @@ STREAMLETS = ("ingress", "logger", "scorer")
 StartOperator = Callable[[], OperatorThread]
 
 
-def cli(cluster: devkit.KubeCluster, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    cluster: devkit.KubeCluster, namespace: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     command = [str(STREAMFLOW), *args, "--target=kubernetes", f"--kubeconfig={cluster.kubeconfig}"]
     return subprocess.run(
         [*command, f"--namespace={namespace}"], capture_output=True, text=True, timeout=120
@@ -61,7 +65,9 @@ def wait_running(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
 def children(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any]:
     """The app's objects of a kind, by streamlet."""
     listing = get_json(kubectl, kind, "-n", namespace, "-l", f"streamflow.io/app={name}")
-    return {item["metadata"]["labels"]["streamflow.io/streamlet"]: item for item in listing["items"]}
+    return {
+        item["metadata"]["labels"]["streamflow.io/streamlet"]: item for item in listing["items"]
+    }
 
 
 def ready_pods(kubectl: Kubectl, namespace: str, name: str, streamlet: str) -> list[str]:
@@ -203,6 +209,25 @@ def test_deploy_creates_each_streamlets_children_and_the_status_follows_the_pods
     assert {s.name: (s.ready, s.desired) for s in found.streamlets}["scorer"] == (2, 2)
     assert event_reasons(kubectl, namespace, name).count("Deployed") == 3
     assert operator.history[-1].actions == []  # the last reconcile found nothing to do
+    assert target.deploy(application, bootstrap=None).actions == ()  # deploying again: no-op
+
+
+def test_logs_of_pods_on_simulated_nodes_are_a_clear_message(
+    start_operator: StartOperator,
+    target: KubernetesTarget,
+    kubectl: Kubectl,
+    kube_cluster: devkit.KubeCluster,
+    application: Application,
+) -> None:
+    _, _ = deployed(start_operator, target, kubectl, application)
+    with pytest.raises(TargetError, match="no logs are available") as caught:
+        next(iter(target.logs(application.name, "scorer", follow=False)))
+    assert len(caught.value.problems) == 2  # one line per scorer pod
+    assert "kwok" in caught.value.hint
+
+    result = cli(kube_cluster, target.namespace, "logs", application.name, "scorer")
+    assert result.returncode == 1
+    assert "no logs are available" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_scale_patches_the_spec_and_the_operator_scales_only_that_deployment(

@@ -19,6 +19,7 @@ BASELINE = [0.5, -1.0]
 
 
 def _explain(tmp_path: Path, method: str, rows: int = 40, **config: object) -> list[dict]:
+    tmp_path.mkdir(exist_ok=True)
     h = e.harness(tmp_path, method=method, **config)
     h.control("model", e.descriptor(1, e.linear_model(tmp_path / "linear.keras")))
     assert e.settle(h, 1)["state"] == "serving"
@@ -65,7 +66,9 @@ def test_kernel_explainer_agrees_with_integrated_gradients_on_a_linear_model(
 
 
 def test_shap_gradient_explainer_approximates_the_linear_answer(tmp_path: Path) -> None:
-    explanations = _explain(tmp_path, "shap-gradient", target=0, samples=400, rows=10)
+    explanations = _explain(
+        tmp_path, "shap-gradient", target=0, samples=400, rows=30, background_size=20
+    )
     assert {x["method"] for x in explanations} == {"SHAP_GRADIENT"}
     for explanation in explanations:
         x = np.array([a["value"] for a in explanation["attributions"]])
