@@ -75,8 +75,16 @@ class Cluster:
 
     def patch_app(self, namespace: str, name: str, patch: Any) -> None:
         """A JSON merge patch (a dict) or a JSON patch (a list of operations)."""
+        kind = "json-patch" if isinstance(patch, list) else "merge-patch"
         self.custom.patch_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.PLURAL, name, patch, **_RAW
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.PLURAL,
+            name,
+            patch,
+            _content_type=f"application/{kind}+json",
+            **_RAW,
         )
 
     def delete_app(self, namespace: str, name: str) -> None:

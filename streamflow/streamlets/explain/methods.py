@@ -28,6 +28,7 @@ streamlet imports without them.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -131,7 +132,10 @@ def shap_gradient(
     expected = np.asarray(keras_model(background.astype(np.float32), training=False)).mean(axis=0)
 
     def explain(x: np.ndarray, targets: np.ndarray) -> Attributions:
-        values = explainer.shap_values(x.astype(np.float32), nsamples=samples, rseed=seed)
+        with warnings.catch_warnings():
+            # shap passes the input as a list; Keras warns that it expected the named input
+            warnings.filterwarnings("ignore", "The structure of `inputs`", UserWarning)
+            values = explainer.shap_values(x.astype(np.float32), nsamples=samples, rseed=seed)
         chosen = _per_target(values, targets)
         return Attributions(chosen, np.asarray(expected).reshape(-1)[targets])
 

@@ -208,6 +208,7 @@ def test_deploy_creates_each_streamlets_children_and_the_status_follows_the_pods
     assert (found.phase, found.settled) == ("Running", True)
     assert {s.name: (s.ready, s.desired) for s in found.streamlets}["scorer"] == (2, 2)
     assert event_reasons(kubectl, namespace, name).count("Deployed") == 3
+    assert "create scorer with 2 replica(s)" in kubectl("describe", "sfapp", name, "-n", namespace)
     assert operator.history[-1].actions == []  # the last reconcile found nothing to do
     assert target.deploy(application, bootstrap=None).actions == ()  # deploying again: no-op
 

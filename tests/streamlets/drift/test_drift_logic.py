@@ -157,7 +157,10 @@ def test_reports_name_the_model_version_from_descriptors_and_from_outputs() -> N
     h.control("model", _descriptor(3))
     h.feed("in", d.points(300, seed=1))
     outputs = _outputs(300, seed=1, confidence=0.8, accuracy=0.9)
-    h.feed("outputs", [{**o, "model": "points", "model_version": 3 + i // 200} for i, o in enumerate(outputs)])
+    h.feed(
+        "outputs",
+        [{**o, "model": "points", "model_version": 3 + i // 200} for i, o in enumerate(outputs)],
+    )
     h.run()
     assert [r["model_version"] for r in d.reports(h, "inputs")] == [3, 3]
     assert [r["model_version"] for r in d.reports(h, "outputs")] == [3, 4]

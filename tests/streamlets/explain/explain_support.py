@@ -30,13 +30,13 @@ class DriftAwareExplainer(ModelExplainer):
     drift = ControlInlet("drift", "streamflow.ml.DriftReport")
 
 
-def linear_model(path: Path, *, outputs: int = 3) -> Path:
-    """A linear Keras model, f(x) = x W + b, saved as a .keras file."""
+def linear_model(path: Path, *, outputs: int = 3, activation: str | None = None) -> Path:
+    """A linear Keras model, f(x) = x W + b (then ``activation``), saved as a .keras file."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
     inputs = keras.Input(shape=(len(FEATURES),), name="features")
-    dense = keras.layers.Dense(outputs, name="linear")
+    dense = keras.layers.Dense(outputs, activation=activation, name="linear")
     model = keras.Model(inputs, dense(inputs))
     dense.set_weights([WEIGHTS[:, :outputs], BIAS[:outputs]])
     model.save(path)
@@ -71,7 +71,9 @@ def descriptor(version: int, model: Path | None = None, **fields: Any) -> dict[s
     }
 
 
-def harness(tmp_path: Path, cls: type[ModelExplainer] = PointExplainer, **config: Any) -> StreamletHarness:
+def harness(
+    tmp_path: Path, cls: type[ModelExplainer] = PointExplainer, **config: Any
+) -> StreamletHarness:
     defaults = {
         "input_fields": FEATURES,
         "cache_dir": str(tmp_path / "cache"),

@@ -32,9 +32,7 @@ def _explain(tmp_path: Path, method: str, rows: int = 40, **config: object) -> l
 def test_integrated_gradients_of_a_linear_model_are_w_times_x_minus_baseline(
     tmp_path: Path,
 ) -> None:
-    explanations = _explain(
-        tmp_path, "integrated-gradients", steps=8, baseline_values=BASELINE
-    )
+    explanations = _explain(tmp_path, "integrated-gradients", steps=8, baseline_values=BASELINE)
     assert len(explanations) == 40
     for explanation in explanations:
         x = np.array([a["value"] for a in explanation["attributions"]])
