@@ -20,6 +20,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
 )
 
 REPO = Path(__file__).resolve().parent.parent
+# The peers' interpreter: bench/setup-peers makes it, so no peer is a project dependency.
+PEERS_PYTHON = REPO / "bench" / ".venv" / "bin" / "python"
+MODELSERVER_PYTHON = REPO / "tools" / "modelserver" / ".venv" / "bin" / "python"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 SCHEMA_FILE = SCHEMA_DIR / "PassRecord.avsc"
 SCHEMA_NAME = "bench.PassRecord"
@@ -226,7 +231,72 @@ def parse_report(line: str) -> dict[str, Any] | None:
     return parsed
 
 
+# -- the broker ------------------------------------------------------------------
+
+
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
+    """``(bootstrap, description)``: the given broker, or a devkit one for this run only."""
+    if bootstrap:
+        yield bootstrap, "external"
+        return
+    from streamflow import devkit  # only when we own the broker (peers never get here)
+
+    owned = devkit.KafkaBroker(heap="1g")
+    owned.start()
+    try:
+        yield owned.bootstrap_servers, "devkit (KRaft, 1 GB heap)"
+    finally:
+        owned.stop()
+
+
 # -- where the numbers came from ----------------------------------------------
+
+_VERSIONS_SCRIPT = """
+import json, sys
+from importlib.metadata import PackageNotFoundError, version
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = version(name)
+    except PackageNotFoundError:
+        pass
+print(json.dumps(out))
+"""
+
+
+def competitor_versions() -> dict[str, dict[str, str]]:
+    """Package versions in each interpreter a competitor runs from, asked of that interpreter.
+
+    Asked rather than imported: the peers' packages exist only in bench/.venv, and the
+    model server's only in its own virtualenv.
+    """
+    wanted = {
+        "streamflow": (sys.executable, ["streamflow", "confluent-kafka", "fastavro"]),
+        "serving": (sys.executable, ["tensorflow-cpu", "tensorflow", "keras", "numpy", "httpx"]),
+        "peers": (
+            str(PEERS_PYTHON),
+            ["quixstreams", "faust-streaming", "aiokafka", "confluent-kafka", "fastavro"],
+        ),
+        "modelserver": (str(MODELSERVER_PYTHON), ["kserve", "tensorflow-cpu"]),
+    }
+    versions: dict[str, dict[str, str]] = {}
+    for group, (python, names) in wanted.items():
+        try:
+            done = subprocess.run(
+                [python, "-c", _VERSIONS_SCRIPT, *names],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            versions[group] = json.loads(done.stdout)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            versions[group] = {}
+    if versions["streamflow"]:
+        versions["streamflow"]["librdkafka"] = confluent_kafka.libversion()[0]
+    return versions
+
 
 
 def environment() -> dict[str, Any]:

@@ -28,21 +28,17 @@ import argparse
 import datetime as dt
 import json
 import os
-import queue
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import common, report
+from bench.child import Child
 from bench.report import BASELINE
 
 _WATCH_INTERVAL_S = 0.01
@@ -68,6 +64,7 @@ class Competitor:
     name: str
     description: str
     command: Callable[[Run], list[str]]
+    python: str = sys.executable  # the peers run from the bench virtualenv
 
 
 def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
@@ -94,12 +91,17 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
     return command
 
 
-def _hand(run: Run) -> list[str]:
-    return [
-        *("-m", "bench.handwritten", "--bootstrap", run.bootstrap),
-        *("--input", run.input_topic, "--output", run.output_topic, "--group", run.group),
-        *("--records", str(run.records), "--batch-size", str(run.batch_size)),
-    ]
+def _plain(module: str) -> Callable[[Run], list[str]]:
+    """The command line of a child that takes the topics and group directly."""
+
+    def command(run: Run) -> list[str]:
+        return [
+            *("-m", module, "--bootstrap", run.bootstrap),
+            *("--input", run.input_topic, "--output", run.output_topic, "--group", run.group),
+            *("--records", str(run.records), "--batch-size", str(run.batch_size)),
+        ]
+
+    return command
 
 
 COMPETITORS = {
@@ -113,72 +115,28 @@ COMPETITORS = {
         Competitor(
             "sf-record", "streamflow streamlet run, process passthrough", _streamflow("PassRecord")
         ),
-        Competitor(BASELINE, "hand-written confluent-kafka + fastavro loop", _hand),
+        Competitor(
+            BASELINE, "hand-written confluent-kafka + fastavro loop", _plain("bench.handwritten")
+        ),
+        Competitor(
+            "quix",
+            "Quix Streams: dataframe(in).apply(passthrough).to_topic(out), Quix's AvroSerializer "
+            "and AvroDeserializer behind the single-object header",
+            _plain("bench.peers.quix_pass"),
+            str(common.PEERS_PYTHON),
+        ),
+        Competitor(
+            "faust",
+            "faust-streaming: an agent forwarding to a topic, a fastavro single-object codec",
+            _plain("bench.peers.faust_pass"),
+            str(common.PEERS_PYTHON),
+        ),
     )
 }
+DEFAULT_COMPETITORS = ["sf-batch", BASELINE, "quix", "faust"]
 
 
 # -- one measured run ------------------------------------------------------------
-
-
-class _Child:
-    """A competitor process whose ``BENCH`` report lines arrive on a queue."""
-
-    def __init__(self, argv: list[str], log: Path) -> None:
-        self.log = log
-        self._log_file = log.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, *argv],
-            cwd=common.REPO,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            text=True,
-        )
-        self.reports: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            report = common.parse_report(line)
-            if report is not None:
-                self.reports.put(report)
-
-    def expect(self, event: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                report = self.reports.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if report["event"] == event:
-                return report
-        raise RuntimeError(f"no {event!r} report within {timeout:.0f} s{self.tail()}")
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the child exited with {self.process.returncode}{self.tail()}")
-
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise RuntimeError(
-                f"the child ignored SIGTERM for {timeout:.0f} s{self.tail()}"
-            ) from None
-        finally:
-            self._log_file.close()
-
-    def tail(self) -> str:
-        if not self._log_file.closed:
-            self._log_file.flush()
-        lines = self.log.read_text(errors="replace").splitlines()[-20:]
-        return ("; its log ends:\n" + "\n".join(lines)) if lines else ""
 
 
 def measure(
@@ -191,7 +149,9 @@ def measure(
     load_before = os.getloadavg()[0]
     cpu_before = common.cpu_children()
     spawned = time.monotonic()
-    child = _Child(competitor.command(run), run.workdir / f"{run.group}.log")
+    child = Child(
+        competitor.command(run), run.workdir / f"{run.group}.log", python=competitor.python
+    )
     try:
         first = child.expect("first", timeout)
         busy_first, ticks_first = common.machine_ticks()
@@ -256,22 +216,14 @@ def settings_drift() -> list[str]:
     return drift
 
 
-@contextmanager
-def _broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
-    if bootstrap:
-        yield bootstrap, "external"
-        return
-    from streamflow import devkit  # only when we own the broker
-
-    broker = devkit.KafkaBroker(heap="1g")
-    broker.start()
-    try:
-        yield broker.bootstrap_servers, "devkit (KRaft, 1 GB heap)"
-    finally:
-        broker.stop()
-
-
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark on the broker of ``--bootstrap``, or on a devkit one of its own."""
+    with common.broker(args.bootstrap) as (bootstrap, broker):
+        return run_scenario(args, bootstrap=bootstrap, broker=broker)
+
+
+def run_scenario(args: argparse.Namespace, *, bootstrap: str, broker: str) -> dict[str, Any]:
+    """Every round of every competitor at every size, on a running broker."""
     competitors = [COMPETITORS[name] for name in args.competitors]
     drift = settings_drift()
     if drift:
@@ -279,7 +231,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "warning: bench/common.py's client settings differ from the runtime's: "
             + "; ".join(drift)
         )
-    with _broker(args.bootstrap) as (bootstrap, broker), tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         runs = _all_runs(args, competitors, bootstrap, Path(tmp))
     return {
         "benchmark": "passthrough",
@@ -292,6 +244,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "partitions": common.PARTITIONS,
             "broker": broker,
             "competitors": {c.name: c.description for c in competitors},
+            "versions": common.competitor_versions(),
             "order": "interleaved per round, reversed on odd rounds",
             "client_settings": {
                 "producer": common.PRODUCER_SETTINGS,
@@ -366,7 +319,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=500, help="records per consume()")
     parser.add_argument(
-        "--competitors", nargs="+", default=list(COMPETITORS), choices=list(COMPETITORS)
+        "--competitors", nargs="+", default=DEFAULT_COMPETITORS, choices=list(COMPETITORS)
     )
     parser.add_argument(
         "--bootstrap",

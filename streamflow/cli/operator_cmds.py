@@ -61,6 +61,7 @@ def run(
     try:
         import kopf
 
+        from streamflow.operator.kubernetes import names
         from streamflow.operator.kubernetes.client import KubeAccess, KubeError
         from streamflow.operator.kubernetes.runner import Operator
     except ImportError as exc:
@@ -76,7 +77,7 @@ def run(
         )
     access = KubeAccess(kubeconfig=kubeconfig, context=context)
     try:
-        version = access.check()
+        version = access.check(group=names.GROUP, version=names.VERSION)
         operator = Operator(
             access=access,
             namespaces=namespace or (),
@@ -87,6 +88,8 @@ def run(
     except KubeError as exc:
         output.fail(str(exc))
     kopf.configure(verbose=verbose, log_format=formats[log_format])
+    if not verbose:  # kopf reports every handler call; what the operator did is logged anyway
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     where = "all namespaces" if all_namespaces else ", ".join(operator.namespaces)
     logging.getLogger("streamflow.operator").info(
         "streamflow operator on Kubernetes %s, watching %s", version, where

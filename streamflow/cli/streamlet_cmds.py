@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from streamflow.blueprint.model import Application
-from streamflow.runtime import logs
+from streamflow.runtime import clients, logs
 from streamflow.runtime.replica import ReplicaOptions, install_signal_handlers, run_replica
 
 __all__ = ["register"]
@@ -71,6 +71,7 @@ def run(
         health_port=health_port,
         health_host=health_host,
         batch_size=batch_size,
+        kafka_config=clients.config_from_env(os.environ),
     )
     install_signal_handlers(options.stop)
     try:

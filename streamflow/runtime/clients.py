@@ -15,7 +15,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["KafkaClients"]
+__all__ = ["ENV_PREFIX", "KafkaClients", "config_from_env"]
+
+ENV_PREFIX = "STREAMFLOW_KAFKA_"
 
 # Settings that make the at-least-once and exactly-once guarantees hold.
 _PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -41,6 +43,21 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "heartbeat.interval.ms": 2_000,
     "queued.max.messages.kbytes": 32_768,
 }
+
+
+def config_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client settings from ``STREAMFLOW_KAFKA_*`` variables.
+
+    This is how credentials reach a pod: the operator mounts the application's
+    Secret with that prefix (``STREAMFLOW_KAFKA_SASL_PASSWORD`` becomes
+    ``sasl.password``), so they never appear in a spec or a ConfigMap.
+    ``STREAMFLOW_KAFKA_BOOTSTRAP`` is the bootstrap servers, read separately.
+    """
+    return {
+        name[len(ENV_PREFIX) :].lower().replace("_", "."): value
+        for name, value in environ.items()
+        if name.startswith(ENV_PREFIX) and name != ENV_PREFIX + "BOOTSTRAP" and value
+    }
 
 
 class KafkaClients:

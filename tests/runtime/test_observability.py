@@ -61,3 +61,16 @@ def test_health_readiness_metrics_and_log_fields(kafka_bootstrap: str, tmp_path:
         f"app={app.name}" in line and "streamlet=scale" in line and "replica=0" in line
         for line in lines
     )
+
+
+def test_kafka_settings_come_from_prefixed_environment_variables() -> None:
+    from streamflow.runtime.clients import config_from_env
+
+    env = {
+        "STREAMFLOW_KAFKA_BOOTSTRAP": "b:9092",
+        "STREAMFLOW_KAFKA_SASL_PASSWORD": "s3cret",
+        "STREAMFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "STREAMFLOW_KAFKA_EMPTY": "",
+        "OTHER": "x",
+    }
+    assert config_from_env(env) == {"sasl.password": "s3cret", "security.protocol": "SASL_SSL"}

@@ -67,14 +67,24 @@ class KubeAccess:
     def api_client(self) -> client.ApiClient:
         return client.ApiClient(self.configuration())
 
-    def check(self) -> str:
-        """The server's version, or a :class:`KubeError` saying why it cannot be reached."""
+    def check(self, *, group: str, version: str) -> str:
+        """The server's version; a :class:`KubeError` if it cannot be reached or lacks the group.
+
+        ``group``/``version``: an API the caller needs served (a CRD's), checked by discovery.
+        """
         configuration = self.configuration()
         with client.ApiClient(configuration) as api:
             try:
                 info = client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT)
+                groups = client.ApisApi(api).get_api_versions(_request_timeout=REQUEST_TIMEOUT)
             except Exception as exc:
                 raise explain(exc, server=configuration.host) from None
+        served = {v.group_version for g in groups.groups or [] for v in g.versions or []}
+        if f"{group}/{version}" not in served:
+            raise KubeError(
+                f"the cluster at {configuration.host} does not serve {group}/{version}: "
+                "install the CRD first (`streamflow operator manifests | kubectl apply -f -`)"
+            )
         return str(info.git_version)
 
     def default_namespace(self) -> str:

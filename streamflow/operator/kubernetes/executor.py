@@ -141,6 +141,11 @@ class Cluster:
         current = decode(read(name, namespace, **_RAW))
         updated = {**body, "metadata": {**body["metadata"]}}
         updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        # Keep what controllers noted (a Deployment's revision); ours win where both speak.
+        updated["metadata"]["annotations"] = {
+            **(current["metadata"].get("annotations") or {}),
+            **(body["metadata"].get("annotations") or {}),
+        }
         if kind == "Service":  # the API server owns these; a replace must keep them
             updated["spec"] = {
                 **body["spec"],

@@ -80,6 +80,9 @@ def connection_info(access: KubeAccess) -> kopf.ConnectionInfo:
 def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.peering.standalone = True  # one operator per namespace; no peering CRDs needed
+    # No watching of CRDs and namespaces (cluster-wide reads a namespaced Role does not
+    # grant): the resource is found once at start, so the CRD must be installed first.
+    settings.scanning.disabled = True
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_STORAGE_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=_STORAGE_PREFIX, key="last-handled-configuration"

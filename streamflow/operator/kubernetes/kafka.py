@@ -47,7 +47,7 @@ def secret_config(data: Mapping[str, str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in (data or {}).items():
         try:
-            out[property_name(key)] = base64.b64decode(value).decode()
+            out[property_name(key)] = base64.b64decode(value, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError):
             continue
     return out

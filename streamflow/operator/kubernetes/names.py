@@ -26,7 +26,6 @@ __all__ = [
     "STREAMLET_ANNOTATION",
     "STREAMLET_LABEL",
     "VERSION",
-    "annotation_key",
     "child_name",
     "label_value",
     "resource_name",
@@ -53,11 +52,6 @@ _LABEL_MAX = 63
 _DIGEST = 6
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _INVALID_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def annotation_key(name: str) -> str:
-    """``streamflow.io/<name>``: the operator's own annotation and label keys."""
-    return f"{GROUP}/{name}"
 
 
 def resource_name(app: str) -> str:

@@ -21,6 +21,7 @@ per application), since Deployment events arrive while a reconcile runs.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
 
 __all__ = ["EventSink", "Outcome", "Reconciler"]
 
+_LOG = logging.getLogger("streamflow.operator")
 # Retry topics that could not be created at most this often (seconds).
 _TOPICS_RETRY_S = 30.0
 _REASONS = {
@@ -99,7 +101,11 @@ class Reconciler:
                 return None
             outcome, resource = self._reconcile(body)
             self.history.append(outcome)
-        if resource is not None and self._topics_due(resource):
+            due = resource is not None and self._topics_due(resource)
+            if resource is not None and due:  # claimed now, so concurrent reconciles skip it
+                check = _TopicsCheck(resource.generation, False, self.clock())
+                self._topics[(namespace, name)] = check
+        if resource is not None and due:
             self._check_topics(body, resource)
         return outcome
 
@@ -162,6 +168,7 @@ class Reconciler:
         actions = planner.plan(desired, observed)
         for action in actions:
             executor.apply(resource, action, facts.get(action.streamlet))
+            _LOG.info("%s/%s: %s", namespace, name, action.describe())
             self.events.info(body, reason=_REASONS[type(action)], message=action.describe())
         return actions, self._repair(executor, resource, facts, actions)
 
@@ -213,8 +220,10 @@ class Reconciler:
         self._topics[key] = _TopicsCheck(resource.generation, bool(condition.status), self.clock())
         if created:
             message = f"created topics: {', '.join(sorted(created))}"
+            _LOG.info("%s/%s: %s", *key, message)
             self.events.info(body, reason="TopicsCreated", message=message)
         elif not condition.status:
+            _LOG.warning("%s/%s: %s", *key, condition.message)
             self.events.warn(body, reason="TopicsNotReady", message=condition.message)
         with self._lock(*key):
             fresh = self.cluster.get_app(*key)
@@ -241,6 +250,7 @@ class Reconciler:
         }
         new.setdefault("ready", f"0/{len((body.get('spec') or {}).get('streamlets') or {})}")
         if self._write_status(body, new):
+            _LOG.warning("%s/%s: %s", namespace, name, message)
             self.events.warn(body, reason="Failed", message=message)
         return Outcome(namespace, name, [], [], new)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
+import urllib3
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from kubernetes import client
@@ -75,7 +76,7 @@ class KubernetesTarget:
             )
         if address != app.kafka.bootstrap:
             app = _with_bootstrap(app, address)
-        existing = self._get(names.resource_name(app.name), missing_ok=True)
+        existing = self._get(app.name, missing_ok=True)
         settings = _pod_settings(existing, app, image=self.image)
         body = spec.body(app, namespace=self.namespace, pods=settings)
         previous = None
@@ -172,11 +173,8 @@ class KubernetesTarget:
                     hint=_INSTALL_HINT,
                 ) from None
             raise targets.TargetError(str(explain(exc, server=self.server))) from None
-        except Exception as exc:
-            error = explain(exc, server=self.server)
-            if str(error).startswith("cannot reach"):
-                raise targets.TargetError(str(error)) from None
-            raise
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # not even an answer
+            raise targets.TargetError(str(explain(exc, server=self.server))) from None
 
     def _get(self, name: str, *, missing_ok: bool = False) -> Any:
         resource = names.resource_name(name)
@@ -247,6 +245,8 @@ class KubernetesTarget:
             try:
                 future.result(timeout=30)
                 deleted.append(topic)
+            except TimeoutError:
+                problems.append(f"{topic}: Kafka at {config['bootstrap.servers']} did not answer")
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.code() != error.UNKNOWN_TOPIC_OR_PART:

@@ -28,7 +28,7 @@ from typing import Any
 
 from river import drift as river_drift
 
-__all__ = ["LabelJoin", "SignalMonitor"]
+__all__ = ["LabelJoin", "OutputSignals", "SignalMonitor"]
 
 
 @dataclass
@@ -122,3 +122,39 @@ class LabelJoin:
         while len(pending) > self.capacity:
             pending.popitem(last=False)
             self.evicted += 1
+
+
+class OutputSignals:
+    """The signals of a model's outputs: confidence, class mix and (with labels) error rate."""
+
+    def __init__(self, monitor: SignalMonitor, join: LabelJoin) -> None:
+        self.monitor = monitor
+        self.join = join
+        self._classes: set[int] = set()
+
+    def output(
+        self,
+        key: str | None,
+        *,
+        probabilities: list[float] | None,
+        predicted: int | None,
+        label: int | None,
+    ) -> None:
+        if probabilities:
+            self.monitor.update("confidence", float(max(probabilities)))
+        if predicted is None:
+            return
+        self._classes.add(predicted)
+        for seen in self._classes:
+            self.monitor.update(f"class={seen}", 1.0 if seen == predicted else 0.0)
+        if label is None:
+            label = self.join.prediction(key, predicted)
+        if label is not None:
+            self.monitor.update("error_rate", float(int(label) != predicted))
+
+    def label(self, key: str | None, label: int | None) -> None:
+        if label is None:
+            return
+        predicted = self.join.label(key, int(label))
+        if predicted is not None:
+            self.monitor.update("error_rate", float(int(label) != predicted))

@@ -58,14 +58,16 @@ class Source:
         categorical: Sequence[str],
         reference: detect.Reference | None = None,
         problem: str = "",
+        hosted: bool = False,
     ) -> Source:
+        """A fresh source; it collects a first-N reference unless it has (or needs) none."""
         state = windows.WindowState.start(
             size=settings.window,
             step=settings.step,
             numeric=len(numeric),
             categorical=len(categorical),
         )
-        collect = 0 if reference is not None or problem else settings.reference_size
+        collect = 0 if reference is not None or problem or hosted else settings.reference_size
         return cls(
             name,
             tuple(numeric),

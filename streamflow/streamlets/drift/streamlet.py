@@ -37,7 +37,7 @@ from streamflow.schema import SchemaStore
 from streamflow.streamlets.drift import detect, loading, sources, windows
 from streamflow.streamlets.drift import reference as datasets
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
-from streamflow.streamlets.drift.signals import LabelJoin, SignalMonitor
+from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
 from streamflow.streamlets.serving import artifacts, remote
 
 __all__ = ["DriftDetector"]
@@ -53,8 +53,9 @@ class DriftDetector(Streamlet):
 
     control = ControlInlet("control", "streamflow.ml.DriftConfig")
     model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
-    reports = Outlet("reports", _REPORT, key=lambda r: r["detector"])
-    alerts = Outlet("alerts", _REPORT, key=lambda r: r["detector"])
+    # keyed by detector and source: a compacted alerts topic keeps each one's latest verdict
+    reports = Outlet("reports", _REPORT, key=lambda r: f"{r['detector']}:{r['source']}")
+    alerts = Outlet("alerts", _REPORT, key=lambda r: f"{r['detector']}:{r['source']}")
     status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
 
     detector = params.Str(default="", description="the detector's name (default: the streamlet's)")
@@ -63,17 +64,23 @@ class DriftDetector(Streamlet):
         params.Str(), default=[], description="categorical input features (chi-squared, PSI)"
     )
     tests = params.List(
-        params.Choice(TESTS, default="ks"), default=list(TESTS), description="tests"
+        params.Choice(TESTS, default="ks"), default=list(TESTS), description="tests to run"
     )
     window = params.Int(default=500, min=2, description="records per window")
     step = params.Int(default=0, min=0, description="records between windows; 0: tumbling")
     alpha = params.Float(default=0.05, min=0.0, max=1.0, description="false-alarm rate per window")
-    correction = params.Choice(("bonferroni", "fdr", "none"), default="bonferroni")
+    correction = params.Choice(
+        ("bonferroni", "fdr", "none"), default="bonferroni", description="across the tests"
+    )
     psi_threshold = params.Float(default=0.25, min=0.0, description="PSI that marks drift")
     psi_bins = params.Int(default=10, min=2, description="quantile bins of the PSI")
-    reference = params.Str(default="", description="reference dataset location; empty: first N")
+    reference = params.Str(
+        default="", description="reference dataset: a URL or a local path; empty: the first N"
+    )
     reference_sha256 = params.Str(default="", description="the reference dataset's sha256")
-    reference_format = params.Choice(datasets.FORMATS, default="auto")
+    reference_format = params.Choice(
+        datasets.FORMATS, default="auto", description="auto: by the extension"
+    )
     reference_size = params.Int(
         default=1000, min=2, description="N: records in a first-N reference"
     )
@@ -103,11 +110,11 @@ class DriftDetector(Streamlet):
         self._pending: tuple[DriftSettings, concurrent.futures.Future[loading.Loaded]] | None = None
         self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drift-load")
         self._signals = SignalMonitor(adwin_delta=0.002, ph_threshold=50.0, ph_delta=0.005)
-        self._join = LabelJoin(capacity=1)
-        self._classes: set[int] = set()
+        self._outputs = OutputSignals(self._signals, LabelJoin(capacity=1))
         self._output_model = ""  # the model named by the newest output record
         self._verdicts: dict[str, bool] = {}  # per source: the last window's verdict
         self._name = ""
+        self._trusted: list[str] = []  # the deploy-time config's own dataset, allowed as given
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -121,7 +128,7 @@ class DriftDetector(Streamlet):
         self._signals = SignalMonitor(
             adwin_delta=self.adwin_delta, ph_threshold=self.ph_threshold, ph_delta=self.ph_delta
         )
-        self._join = LabelJoin(capacity=self.join_capacity)
+        self._outputs = OutputSignals(self._signals, LabelJoin(capacity=self.join_capacity))
         settings = DriftSettings(
             name=self.detector or context.streamlet,
             numeric=tuple(self.numeric),
@@ -133,7 +140,7 @@ class DriftDetector(Streamlet):
             correction=self.correction,
             psi_threshold=self.psi_threshold,
             psi_bins=self.psi_bins,
-            reference_location=self.reference or None,
+            reference_location=self._own_location(self.reference),
             reference_sha256=self.reference_sha256 or None,
             reference_format=self.reference_format,
             reference_size=self.reference_size,
@@ -202,11 +209,19 @@ class DriftDetector(Streamlet):
         """On the worker thread: the reference dataset and the hosted detector, checked."""
         return loading.load(
             settings,
-            allowlist=self.allowlist,
+            allowlist=[*self.allowlist, *self._trusted],
             cache_dir=Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "datasets"),
             timeout=self.timeout.total_seconds(),
             retries=self.retries,
         )
+
+    def _own_location(self, location: str) -> str | None:
+        """A path in the streamlet's own config is trusted; the allowlist guards control records."""
+        if not location or "://" in location:
+            return location or None
+        uri = Path(location).resolve().as_uri()
+        self._trusted.append(uri)
+        return uri
 
     def _install(
         self,
@@ -229,6 +244,7 @@ class DriftDetector(Streamlet):
                 categorical=settings.categorical,
                 reference=loaded,
                 problem=problem,
+                hosted=client is not None,  # the hosted detector holds its own reference
             )
         if OUTPUTS in self._fields:
             self.sources[OUTPUTS] = sources.Source.start(
@@ -240,6 +256,8 @@ class DriftDetector(Streamlet):
         parts = []
         for source in self.sources.values():
             ref = source.reference.origin if source.reference else source.problem
+            if source.name == "inputs" and self._client is not None:
+                ref = f"the detector at {self.settings.detector_url}"
             parts.append(f"{source.name}: {ref or f'the first {source.collect} records'}")
         s = self.settings
         kind = "tumbling" if s.step == s.window else f"sliding by {s.step}"
@@ -280,10 +298,16 @@ class DriftDetector(Streamlet):
         output_index = 0
         for index, record in enumerate(records):
             if record.inlet == OUTPUTS:
-                self._observe_output(record, classes[output_index])
+                self._output_model = sources.model_of(record)[0]
+                self._outputs.output(
+                    record.key,
+                    probabilities=record.value.get(self.probabilities_field),
+                    predicted=classes[output_index],
+                    label=record.value.get(self.label_field),
+                )
                 output_index += 1
             elif record.inlet == LABELS:
-                self._observe_label(record)
+                self._outputs.label(record.key, record.value.get(self.label_field))
             if index in ends:
                 role, window = ends[index]
                 features = verdicts[(role, window.index)]
@@ -318,30 +342,6 @@ class DriftDetector(Streamlet):
             categorical=window.rows.categorical,
             settings=self.settings,
         )
-
-    def _observe_output(self, record: Record, predicted: int | None) -> None:
-        self._output_model = sources.model_of(record)[0]
-        probabilities = record.value.get(self.probabilities_field)
-        if probabilities:
-            self._signals.update(sources.CONFIDENCE, float(max(probabilities)))
-        if predicted is None:
-            return
-        self._classes.add(predicted)
-        for seen in self._classes:
-            self._signals.update(f"class={seen}", 1.0 if seen == predicted else 0.0)
-        label = record.value.get(self.label_field)
-        if label is None:
-            label = self._join.prediction(record.key, predicted)
-        if label is not None:
-            self._signals.update("error_rate", float(int(label) != predicted))
-
-    def _observe_label(self, record: Record) -> None:
-        label = record.value.get(self.label_field)
-        if label is None:
-            return
-        predicted = self._join.label(record.key, int(label))
-        if predicted is not None:
-            self._signals.update("error_rate", float(int(label) != predicted))
 
     def _report(
         self,

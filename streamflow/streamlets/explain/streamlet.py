@@ -81,7 +81,9 @@ class ModelExplainer(ModelFollower):
     when = params.Str(default="", description="always explain records matching this expression")
     drift_rate = params.Float(default=1.0, min=0.0, max=1.0, description="share while drifted")
     budget = params.Duration(default="1s", description="explaining time per batch")
-    background = params.Str(default="", description="background dataset; empty: first records")
+    background = params.Str(
+        default="", description="background dataset: a URL or a local path; empty: first records"
+    )
     background_sha256 = params.Str(default="", description="the background dataset's sha256")
     background_size = params.Int(default=200, min=1, description="background rows")
     background_clusters = params.Int(default=10, min=1, description="k-means summary for Kernel")
@@ -123,11 +125,15 @@ class ModelExplainer(ModelFollower):
 
     def _load_background(self) -> None:
         cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "datasets")
+        location, allowlist = self.background, list(self.allowlist)
+        if "://" not in location:  # a path in the streamlet's own config is trusted
+            location = Path(location).resolve().as_uri()
+            allowlist.append(location)
         try:
             columns = datasets.load_columns(
-                location=self.background,
+                location=location,
                 sha256=self.background_sha256 or None,
-                allowlist=self.allowlist,
+                allowlist=allowlist,
                 cache_dir=cache,
                 numeric=self.input_fields,
             )

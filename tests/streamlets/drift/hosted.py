@@ -1,7 +1,8 @@
 """Starting ``hosted_models.py`` (a detector and an explainer on KServe) for a test.
 
 It runs in the model server's virtualenv (``tools/modelserver/.venv``), found the
-way the devkit finds it, on a free port; readiness is polled, never slept for.
+way the devkit finds it, on a port picked once, so ``restart()`` comes back at the
+same URL; readiness is polled until a deadline, never slept for.
 """
 
 from __future__ import annotations
@@ -26,21 +27,53 @@ SCRIPT = Path(__file__).parent / "hosted_models.py"
 
 
 class Hosted:
-    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.process = process
+    """The hosted models' server process; ``url`` stays the same across restarts."""
+
+    def __init__(self, command: list[str], port: int, log: Path) -> None:
+        self.command = command
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"the hosted models did not start: {self._tail()}", pytrace=False)
+            time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        """Kill the server (SIGKILL): an outage, as a crash would cause it."""
+        if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/v2/models/detector/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
 
 
 @contextlib.contextmanager
 def hosted(
     tmp_path: Path, *, reference: np.ndarray, weights: Sequence[float], baseline: Sequence[float]
 ) -> Iterator[Hosted]:
+    """A running server whose detector holds ``reference`` and whose explainer explains
+    the linear model ``weights`` against ``baseline``; killed on exit."""
     try:
         python, _ = devkit.find_modelserver()
     except devkit.DevkitError as error:
@@ -49,44 +82,21 @@ def hosted(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    log = tmp_path / "hosted.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(python),
-                str(SCRIPT),
-                "--http-port",
-                str(port),
-                "--reference",
-                str(tmp_path / "reference.npy"),
-                "--weights",
-                json.dumps(list(weights)),
-                "--baseline",
-                json.dumps(list(baseline)),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    server = Hosted(process, port, log)
+    command = [
+        str(python),
+        str(SCRIPT),
+        "--http-port",
+        str(port),
+        "--reference",
+        str(tmp_path / "reference.npy"),
+        "--weights",
+        json.dumps(list(weights)),
+        "--baseline",
+        json.dumps(list(baseline)),
+    ]
+    server = Hosted(command, port, tmp_path / "hosted.log")
+    server.start()
     try:
-        _wait_ready(server)
         yield server
     finally:
         server.stop()
-
-
-def _wait_ready(server: Hosted, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"hosted models exited: {server.log.read_text()[-2000:]}", pytrace=False)
-        try:
-            if httpx.get(f"{server.url}/v2/models/detector/ready", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"hosted models not ready in {timeout:.0f}s: {server.log.read_text()[-2000:]}")

@@ -28,7 +28,7 @@ from typing import Any
 
 import kserve
 import numpy as np
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import InferOutput, InferResponse
 
 warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
 

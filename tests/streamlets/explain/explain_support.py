@@ -90,9 +90,13 @@ def settle(h: StreamletHarness, version: int, *, timeout: float = 60.0) -> dict[
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for out in h.between_batches():
-            if out.outlet == "status" and out.value["version"] == version:
-                if out.value["state"] != "loading":
-                    return out.value
+            value = out.value
+            if (
+                out.outlet == "status"
+                and value["version"] == version
+                and value["state"] != "loading"
+            ):
+                return value
         time.sleep(0.02)
     raise AssertionError(f"version {version} reached no final state in {timeout:.0f}s")
 

@@ -1,4 +1,4 @@
-"""The explanation streamlet's logic, in memory: which records, bounded work, models it can't explain."""
+"""The explanation streamlet's logic, in memory: which records, bounded work, odd models."""
 
 from __future__ import annotations
 
