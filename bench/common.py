@@ -298,7 +298,6 @@ def competitor_versions() -> dict[str, dict[str, str]]:
     return versions
 
 
-
 def environment() -> dict[str, Any]:
     """Versions and machine facts stored next to the results."""
     return {

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     app = build(args)
     logging.getLogger("faust").setLevel(logging.WARNING)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    # The report lines go to stdout, which faust would otherwise route into its log.
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
     sys.argv = sys.argv[:1]  # the worker parses no command line of ours
     worker.execute_from_commandline()  # until SIGTERM; faust commits and stops
 

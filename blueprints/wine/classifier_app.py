@@ -56,6 +56,10 @@ class AccuracyLogger(Streamlet):
             )
             self.context.logger.info(
                 "wine %s -> class %d (p=%.2f) by %s, %.1f ms; accuracy: %s",
-                value["id"], value["predicted"], max(value["probabilities"]), tag,
-                value["latency_ms"], summary,
+                value["id"],
+                value["predicted"],
+                max(value["probabilities"]),
+                tag,
+                value["latency_ms"],
+                summary,
             )

@@ -11,8 +11,7 @@ from typing import Any
 
 from tests.model_fixtures import WineModels
 from tests.runtime import support
-from tests.streamlets.serving import serving_support as s
-from tests.streamlets.serving.test_serving_kafka import _app, _serving
+from tests.streamlets.serving.test_serving_kafka import _app
 
 STREAMFLOW = str(Path(sys.executable).with_name("streamflow"))
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.streamlets.datasets import Columns
 from streamflow.streamlets.drift import stats, windows
-from streamflow.streamlets.drift.reference import Columns
 from streamflow.streamlets.drift.settings import DriftSettings
 from streamflow.streamlets.serving.remote import PermanentError
 

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import detect
-from streamflow.streamlets.drift import reference as datasets
 from streamflow.streamlets.drift.settings import DriftSettings
 from streamflow.streamlets.serving import remote
 

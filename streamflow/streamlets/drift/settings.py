@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from streamflow.streamlets.datasets import FORMATS
 from streamflow.streamlets.drift import stats
-from streamflow.streamlets.drift.reference import FORMATS
 
 __all__ = ["TESTS", "DriftSettings"]
 

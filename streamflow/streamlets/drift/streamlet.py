@@ -34,8 +34,8 @@ from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import Context, Record, Streamlet
 from streamflow.schema import SchemaStore
+from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import detect, loading, sources, windows
-from streamflow.streamlets.drift import reference as datasets
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
 from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
 from streamflow.streamlets.serving import artifacts, remote

@@ -3,7 +3,7 @@
 SHAP fills "absent" features from a background sample, and integrated
 gradients start from a baseline, usually the background's mean. A stable
 background makes explanations comparable over time, so it is fixed once
-taken: an allowlisted dataset (read like a drift reference), or else the
+taken: an allowlisted dataset (:mod:`streamflow.streamlets.datasets`), or else the
 first N input records, never a moving window.
 """
 

@@ -38,7 +38,7 @@ import numpy as np
 from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Backpressure, Context, Record
-from streamflow.streamlets.drift import reference as datasets
+from streamflow.streamlets import datasets
 from streamflow.streamlets.explain import methods, runners
 from streamflow.streamlets.explain.background import BASELINES, Background
 from streamflow.streamlets.explain.predicate import Predicate

@@ -1,7 +1,7 @@
-"""Reference datasets: JSONL, CSV or Parquet, from an allowlisted location, as columns.
+"""Datasets for the monitoring streamlets: JSONL, CSV or Parquet, from an allowlisted location.
 
-A drift detector compares windows with a reference, and an explainer may take
-its background from one. Either comes from a dataset named by location, so
+A drift detector compares windows with a reference dataset, and an explainer
+may take its background from one. Either comes from a dataset named by location, so
 it goes through the same gate as a model artifact
 (:func:`streamflow.streamlets.serving.artifacts.fetch`): the location must
 match the allowlist before anything is read, the bytes must match the
