@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError
 
 __all__ = ["KUBE_BINARIES", "KubeCluster", "find_k8s_bin", "find_kubectl"]
@@ -95,13 +96,11 @@ def find_k8s_bin(*, bin_dir: Path | None = None) -> Path:
     explicit = bin_dir or (Path(env) if (env := os.environ.get(_BIN_ENV)) else None)
     if explicit is not None:
         return _checked_bin(explicit.expanduser())
-    starts = (Path.cwd(), Path(__file__).resolve().parent)
-    for start in starts:
-        for folder in (start, *start.parents):
-            if (folder / _BIN_RELATIVE).is_dir():
-                return _checked_bin(folder / _BIN_RELATIVE)
+    found = _local.find_upwards(_BIN_RELATIVE)
+    if found is not None:
+        return _checked_bin(found)
     raise DevkitError(
-        f"No Kubernetes binaries found: {_BIN_RELATIVE} is not above {starts[0]} or the "
+        f"No Kubernetes binaries found: {_BIN_RELATIVE} is not above {Path.cwd()} or the "
         f"streamflow package, and ${_BIN_ENV} is not set. {_BUILD_HINT}"
     )
 
@@ -365,7 +364,7 @@ class KubeCluster:
         with contextlib.suppress(OSError):
             logs += [path for path in sorted(logs_dir.glob("*.log")) if path not in logs]
         logs.append(self._work_dir / "kwokctl.log")
-        text = "\n".join(part for path in logs if (part := _tail(path)))
+        text = "\n".join(part for path in logs if (part := _local.tail(path, lines=20)))
         kept = self._keep or self._given_work_dir is not None
         return f" Logs in {self._work_dir}:\n{text}" if kept else f"\n{text}"
 
@@ -417,15 +416,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind((_HOST, 0))
         return int(probe.getsockname()[1])
-
-
-def _tail(path: Path, *, lines: int = 20) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    tail = "\n".join(text.splitlines()[-lines:])
-    return f"--- {path.name} (last {lines} lines) ---\n{tail}" if tail else ""
 
 
 _running: set[KubeCluster] = set()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import contextlib
 import os
 import shutil
 import signal
@@ -43,6 +42,8 @@ from types import TracebackType
 
 # NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from streamflow.devkit import _local
 
 __all__ = ["DevkitError", "KafkaBroker", "create_topic", "find_java", "find_kafka_lib"]
 
@@ -97,13 +98,11 @@ def find_kafka_lib(*, lib_dir: Path | None = None) -> Path:
     explicit = lib_dir or (Path(env) if (env := os.environ.get(_LIB_ENV)) else None)
     if explicit is not None:
         return _checked_lib(explicit.expanduser())
-    starts = (Path.cwd(), Path(__file__).resolve().parent)
-    for start in starts:
-        for folder in (start, *start.parents):
-            if (folder / _LIB_RELATIVE).is_dir():
-                return _checked_lib(folder / _LIB_RELATIVE)
+    found = _local.find_upwards(_LIB_RELATIVE)
+    if found is not None:
+        return _checked_lib(found)
     raise DevkitError(
-        f"No Kafka jars found: {_LIB_RELATIVE} is not above {starts[0]} or the streamflow "
+        f"No Kafka jars found: {_LIB_RELATIVE} is not above {Path.cwd()} or the streamflow "
         f"package, and ${_LIB_ENV} is not set. {_FETCH_HINT}"
     )
 
@@ -294,7 +293,7 @@ class KafkaBroker:
     def _tails(self) -> str:
         if self._work_dir is None:
             return ""
-        parts = [_tail(self._work_dir / name) for name in ("jvm.out", "broker.log")]
+        parts = [_local.tail(self._work_dir / name) for name in ("jvm.out", "broker.log")]
         text = "\n".join(part for part in parts if part)
         if "UnsupportedClassVersionError" in text:
             text += "\nKafka 4 needs Java 17 or newer; set JAVA_HOME to a newer JDK."
@@ -303,17 +302,7 @@ class KafkaBroker:
     def _terminate(self, *, grace: float) -> None:
         process, self._process = self._process, None
         _running.discard(self)
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
-            if grace > 0:
-                process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=grace)
-                    return
-            process.kill()
-        process.wait()
+        _local.terminate(process, grace=grace)
 
     def _signal(self, signum: signal.Signals) -> None:
         if self._process is None or self._process.poll() is not None:
@@ -440,15 +429,6 @@ def _has_broker(admin: AdminClient, *, deadline: float) -> bool:
 def _escape(value: str) -> str:
     """Escape for java.util.Properties, which treats backslashes as escapes."""
     return value.replace("\\", "\\\\")
-
-
-def _tail(path: Path, *, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    tail = "\n".join(text.splitlines()[-lines:])
-    return f"--- {path.name} (last {lines} lines) ---\n{tail}" if tail else ""
 
 
 _running: set[KafkaBroker] = set()

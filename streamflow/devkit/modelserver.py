@@ -23,7 +23,6 @@ Design choices, each for a reason (the same as for the development Kafka):
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -36,6 +35,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError
 
 __all__ = ["ModelServer", "find_modelserver"]
@@ -66,13 +66,11 @@ def find_modelserver(*, venv: Path | None = None) -> tuple[Path, Path]:
 
 
 def _find_tool_dir() -> Path:
-    starts = (Path.cwd(), Path(__file__).resolve().parent)
-    for start in starts:
-        for folder in (start, *start.parents):
-            if (folder / _TOOL_RELATIVE / "serve.py").is_file():
-                return (folder / _TOOL_RELATIVE).resolve()
+    found = _local.find_upwards(_TOOL_RELATIVE, marker="serve.py")
+    if found is not None:
+        return found.resolve()
     raise DevkitError(
-        f"No model server found: {_TOOL_RELATIVE}/serve.py is not above {starts[0]} or the "
+        f"No model server found: {_TOOL_RELATIVE}/serve.py is not above {Path.cwd()} or the "
         "streamflow package. Run this from a streamflow checkout."
     )
 
@@ -260,17 +258,7 @@ class ModelServer:
     def _terminate(self, *, grace: float) -> None:
         process, self._process = self._process, None
         _running.discard(self)
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGCONT)  # a paused server cannot act on SIGTERM
-            if grace > 0:
-                process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=grace)
-                    return
-            process.kill()
-        process.wait()
+        _local.terminate(process, grace=grace)
 
     def _signal(self, signum: signal.Signals) -> None:
         if self._process is None or self._process.poll() is not None:

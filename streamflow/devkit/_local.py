@@ -1,0 +1,54 @@
+"""What the devkit's local services share: finding their files, reading logs, stopping.
+
+Kafka, the model server and the control plane are each a process (or a few)
+started from files that the project's set-up scripts put under ``tools/``.
+They are found the same way (an argument, an environment variable, or the
+``tools/`` folder searched upwards from the working directory and from this
+package), and stopped the same way (wake a paused process, SIGTERM, a grace
+period, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+__all__ = ["find_upwards", "tail", "terminate"]
+
+
+def find_upwards(relative: str | Path, *, marker: str = "") -> Path | None:
+    """``relative`` (holding ``marker``, if given) above the working directory or this package."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for folder in (start, *start.parents):
+            candidate = folder / relative
+            if (candidate / marker).exists() if marker else candidate.is_dir():
+                return candidate
+    return None
+
+
+def tail(path: Path, *, lines: int = 30) -> str:
+    """The last lines of a log file, headed by its name; empty when there are none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    last = "\n".join(text.splitlines()[-lines:])
+    return f"--- {path.name} (last {lines} lines) ---\n{last}" if last else ""
+
+
+def terminate(process: subprocess.Popen[bytes] | None, *, grace: float) -> None:
+    """Stop a process: SIGTERM and ``grace`` seconds to exit, then SIGKILL; idempotent."""
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+        if grace > 0:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace)
+                return
+        process.kill()
+    process.wait()
