@@ -59,6 +59,15 @@ class Child:
                 return report
         raise RuntimeError(f"no {event!r} report within {timeout:.0f} s{self.tail()}")
 
+    def drain(self) -> list[dict[str, Any]]:
+        """Every report that has arrived and was not yet taken."""
+        taken = []
+        while True:
+            try:
+                taken.append(self.reports.get_nowait())
+            except queue.Empty:
+                return taken
+
     def check_alive(self) -> None:
         if self.process.poll() is not None:
             raise RuntimeError(f"the child exited with {self.process.returncode}{self.tail()}")

@@ -69,6 +69,7 @@ CONSUMER_SETTINGS: dict[str, Any] = {
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 2_000,
     "queued.max.messages.kbytes": 32_768,
+    "fetch.queue.backoff.ms": 100,
 }
 
 
@@ -94,12 +95,12 @@ def encode(parsed: Any, header: bytes, value: dict[str, Any]) -> bytes:
 def payload_length(parsed: Any, header: bytes, size: int) -> int:
     """The payload length that makes an encoded record ``size`` bytes (or just over)."""
     for length in range(size):
-        if len(encode(parsed, header, _record(0, b"x" * length))) >= size:
+        if len(encode(parsed, header, make_record(0, b"x" * length))) >= size:
             return length
     raise ValueError(f"a record cannot be as small as {size} bytes")
 
 
-def _record(seq: int, payload: bytes) -> dict[str, Any]:
+def make_record(seq: int, payload: bytes) -> dict[str, Any]:
     return {
         "id": f"id-{seq:09d}",
         "seq": seq,
@@ -129,7 +130,7 @@ def prefill(bootstrap: str, topic: str, *, records: int, size: int) -> int:
     )
     encoded_size = 0
     for seq in range(records):
-        value = encode(parsed, header, _record(seq, rng.randbytes(length)))
+        value = encode(parsed, header, make_record(seq, rng.randbytes(length)))
         encoded_size = len(value)
         key = f"id-{seq:09d}".encode()
         while True:
@@ -225,9 +226,12 @@ def report(event: str, **fields: Any) -> None:
 
 
 def parse_report(line: str) -> dict[str, Any] | None:
-    if not line.startswith(REPORT_PREFIX):
+    """The report on a line, if any; found anywhere on it, since faust's worker writes
+    terminal escapes (its spinner) in front of whatever comes next on stdout."""
+    at = line.find(REPORT_PREFIX)
+    if at < 0:
         return None
-    parsed: dict[str, Any] = json.loads(line[len(REPORT_PREFIX) :])
+    parsed: dict[str, Any] = json.loads(line[at + len(REPORT_PREFIX) :])
     return parsed
 
 

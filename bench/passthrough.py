@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common, report
+from bench import common, report, sfapp
 from bench.child import Child
 from bench.report import BASELINE
 
@@ -69,24 +68,16 @@ class Competitor:
 
 def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
     def command(run: Run) -> list[str]:
-        # The app name doubles as the consumer group prefix (``<app>.<streamlet>``).
-        spec = {
-            "name": run.group,
-            "schema_paths": [str(common.SCHEMA_DIR)],
-            "python_paths": [str(common.REPO)],
-            "streamlets": {"pass": {"class": f"bench.streamlets:{class_name}"}},
-            "topics": {
-                run.input_topic: {"consumers": ["pass.in"], "partitions": common.PARTITIONS},
-                run.output_topic: {"producers": ["pass.out"], "partitions": common.PARTITIONS},
-            },
-        }
-        path = run.workdir / f"{run.group}.json"
-        path.write_text(json.dumps(spec))
-        return [
-            *("-m", "bench.sf_replica", "--app-spec", str(path), "--streamlet", "pass"),
-            *("--bootstrap", run.bootstrap, "--records", str(run.records)),
-            *("--batch-size", str(run.batch_size)),
-        ]
+        spec = sfapp.write_spec(
+            run.workdir,
+            name=run.group,
+            input_topic=run.input_topic,
+            output_topic=run.output_topic,
+            class_name=class_name,
+        )
+        return sfapp.command(
+            spec, bootstrap=run.bootstrap, records=run.records, batch_size=run.batch_size
+        )
 
     return command
 

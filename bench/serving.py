@@ -4,7 +4,9 @@
 
 * **embedded**: the wine classifier served by the streamlet with micro-batches of up to
   500 records, against the same streamlet with a batch size of 1, and the model's own
-  ceiling (``model(x)`` on batches of the same sizes, no Kafka);
+  ceiling (``model(x)`` on batches of the same sizes, no Kafka); the same again for a
+  wider synthetic MLP (13 -> 3 x 256 relu -> 3), trained on random data here, whose
+  model call costs ~100x the wine model's, so the model is a real part of the work;
 * **remote**: the streamlet calling KServe's V2 endpoint (64 instances a request, 4 in
   flight), against the usual naive client: one synchronous HTTP request per record;
 * **switch**: under a steady load, the time from producing a new descriptor to the first
@@ -21,6 +23,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -35,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import common  # noqa: E402
 from streamflow import devkit  # noqa: E402
 from tests.model_fixtures import load_wine_trainer  # noqa: E402
 from tests.runtime import support  # noqa: E402
@@ -162,15 +166,14 @@ def switch_time(bootstrap: str, tmp: Path, models: Any) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _services(models: Any) -> Iterator[tuple[str, str]]:
-    with devkit.KafkaBroker(heap="768m") as broker:
-        broker.start()
-        server = devkit.ModelServer(model_path=models.v1.keras_file, model_name="wine")
-        server.start()
-        try:
-            yield broker.bootstrap_servers, server.url
-        finally:
-            server.stop()
+def model_server(models: Any) -> Iterator[str]:
+    """KServe's ModelServer hosting wine v1 over V1 and V2 (tools/modelserver/.venv)."""
+    server = devkit.ModelServer(model_path=models.v1.keras_file, model_name="wine")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +182,42 @@ class _Version:
     model: Any
 
 
-class _Models:
-    """Both wine versions, trained here (as the test fixtures do), and the data set."""
+def _wide_model(width: int, layers: int) -> Any:
+    import keras
+
+    inputs = keras.Input(shape=(13,), name="features", dtype="float32")
+    hidden = inputs
+    for index in range(layers):
+        hidden = keras.layers.Dense(width, activation="relu", name=f"wide_{index}")(hidden)
+    outputs = keras.layers.Dense(3, activation="softmax", name="probabilities")(hidden)
+    return keras.Model(inputs, outputs, name="wide_mlp")
+
+
+def train_wide(out: Path, *, width: int = 256, layers: int = 3) -> _Version:
+    """A wider MLP with the wine model's ports, fitted for one epoch to random data.
+
+    Only its cost matters: 13 -> 3 x 256 relu -> 3 softmax is ~135k multiply-adds a
+    record, about 100x the wine model, so the model call is no longer free.
+    """
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(7)
+    trained = _wide_model(width, layers)
+    trained.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(7)
+    trained.fit(rng.normal(size=(2048, 13)), rng.integers(0, 3, 2048), epochs=1, verbose=0)
+    # An uncompiled copy: without Adam's state the descriptor stays under Kafka's 1 MB.
+    bare = _wide_model(width, layers)
+    bare.set_weights(trained.get_weights())
+    out.mkdir(parents=True, exist_ok=True)
+    keras_file = out / "wide-mlp.keras"
+    bare.save(keras_file)
+    return _Version(keras_file, bare)
+
+
+class Models:
+    """Both wine versions, trained here (as the test fixtures do), the data set, the wide MLP."""
 
     def __init__(self, out: Path) -> None:
         train = load_wine_trainer()
@@ -192,39 +229,75 @@ class _Models:
         frame = train.load_wine_frame()
         self.x, self.y = frame.x, frame.y
         self.v1, self.v2 = versions[1], versions[2]
+        self.wide = train_wide(out)
+
+
+def _embedded(
+    results: dict[str, Any], name: str, bootstrap: str, tmp: Path, models: Models, n: int
+) -> None:
+    """Batched, per-record and raw rates of one model, under ``name``."""
+    version = models.v1 if name == "wine" else models.wide
+    embedded = s.descriptor(1, "KERAS", data=version.keras_file.read_bytes())
+    results[f"{name}_embedded_batched"] = streamlet_rate(bootstrap, tmp, embedded, n, 500, models)
+    results[f"{name}_embedded_per_record"] = streamlet_rate(
+        bootstrap, tmp, embedded, n // 10, 1, models
+    )
+    results[f"{name}_raw_batch_500"] = raw_rate(version.model, models.x, 500, n)
+    results[f"{name}_raw_batch_1"] = raw_rate(version.model, models.x, 1, n // 10)
+
+
+def run_scenario(bootstrap: str, tmp: Path, models: Models, url: str, n: int) -> dict[str, Any]:
+    """Every serving measurement, once each, on a running broker and model server."""
+    results: dict[str, Any] = {"records": n}
+    for name in ("wine", "wide"):
+        _embedded(results, name, bootstrap, tmp, models, n)
+        _say(
+            f"  embedded {name}: batched {results[f'{name}_embedded_batched']:,.0f} rec/s, "
+            f"per record {results[f'{name}_embedded_per_record']:,.0f} rec/s"
+        )
+    remote = s.descriptor(1, "OPEN_INFERENCE_V2", location=url)
+    results["remote_batched_v2"] = streamlet_rate(bootstrap, tmp, remote, n, 500, models)
+    remote_v1 = s.descriptor(1, "TF_SERVING", location=url)
+    results["remote_batched_v1"] = streamlet_rate(bootstrap, tmp, remote_v1, n, 500, models)
+    results["remote_naive_sync"] = naive_remote_rate(url, models.x, n // 10)
+    _say(
+        f"  remote: V2 {results['remote_batched_v2']:,.0f}, V1 {results['remote_batched_v1']:,.0f}"
+        f", naive sync {results['remote_naive_sync']:,.0f} rec/s"
+    )
+    results["switch"] = switch_time(bootstrap, tmp, models)
+    _say(f"  switch: {results['switch']}")
+    results["ratios"] = {
+        **{
+            f"{name}_embedded_batched_vs_per_record": results[f"{name}_embedded_batched"]
+            / results[f"{name}_embedded_per_record"]
+            for name in ("wine", "wide")
+        },
+        **{
+            f"{name}_raw_batched_vs_per_record": results[f"{name}_raw_batch_500"]
+            / results[f"{name}_raw_batch_1"]
+            for name in ("wine", "wide")
+        },
+        "remote_batched_v2_vs_naive": results["remote_batched_v2"] / results["remote_naive_sync"],
+        "remote_batched_v1_vs_naive": results["remote_batched_v1"] / results["remote_naive_sync"],
+    }
+    return results
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--bootstrap", default=os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP"))
     args = parser.parse_args(argv)
-    n = args.records
-    results: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(), "records": n}
+    results: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat()}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        models = _Models(tmp / "models")
-        with _services(models) as (bootstrap, url):
-            keras = models.v1.keras_file.read_bytes()
-            embedded = s.descriptor(1, "KERAS", data=keras)
-            results["embedded_batched"] = streamlet_rate(bootstrap, tmp, embedded, n, 500, models)
-            results["embedded_per_record"] = streamlet_rate(
-                bootstrap, tmp, embedded, n // 10, 1, models
-            )
-            results["raw_batch_500"] = raw_rate(models.v1.model, models.x, 500, n)
-            results["raw_batch_1"] = raw_rate(models.v1.model, models.x, 1, n // 10)
-            remote = s.descriptor(1, "OPEN_INFERENCE_V2", location=url)
-            results["remote_batched_v2"] = streamlet_rate(bootstrap, tmp, remote, n, 500, models)
-            remote_v1 = s.descriptor(1, "TF_SERVING", location=url)
-            results["remote_batched_v1"] = streamlet_rate(bootstrap, tmp, remote_v1, n, 500, models)
-            results["remote_naive_sync"] = naive_remote_rate(url, models.x, n // 10)
-            results["switch"] = switch_time(bootstrap, tmp, models)
-    results["ratios"] = {
-        "embedded_batched_vs_per_record": results["embedded_batched"]
-        / results["embedded_per_record"],
-        "raw_batched_vs_per_record": results["raw_batch_500"] / results["raw_batch_1"],
-        "remote_batched_v2_vs_naive": results["remote_batched_v2"] / results["remote_naive_sync"],
-        "remote_batched_v1_vs_naive": results["remote_batched_v1"] / results["remote_naive_sync"],
-    }
+        models = Models(tmp / "models")
+        with common.broker(args.bootstrap) as (bootstrap, _), model_server(models) as url:
+            results |= run_scenario(bootstrap, tmp, models, url, args.records)
     out = ROOT / "bench" / "results" / f"serving-{dt.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

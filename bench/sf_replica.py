@@ -44,11 +44,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--replica", type=int, default=0)
     args = parser.parse_args(argv)
     _time_batches(args.records)
     sys.argv = [
         "streamflow",
         *("streamlet", "run", "--app-spec", args.app_spec, "--streamlet", args.streamlet),
+        *("--replica", str(args.replica)),
         *("--bootstrap-servers", args.bootstrap, "--batch-size", str(args.batch_size)),
         *("--health-port", "0", "--log-level", "warning"),
     ]

@@ -32,3 +32,13 @@ class PassRecord(Streamlet):
 
     def process(self, record: Record) -> dict[str, Any]:
         return record.value
+
+
+class PassTimed(Streamlet):
+    """The ``PassBatch`` passthrough for the latency probe's records (``bench.TimedRecord``)."""
+
+    inp = Inlet("in", "bench.TimedRecord")
+    out = Outlet("out", "bench.TimedRecord")
+
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        return [record.value for record in records]

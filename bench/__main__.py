@@ -1,0 +1,190 @@
+"""``python -m bench``: every benchmark scenario in one run, on one broker, with a report.
+
+``python -m bench [SCENARIO ...] [--full] [--rounds N] [--bootstrap HOST:PORT]``
+
+Scenarios (default: all, in this order):
+
+* ``passthrough``: streamflow against the hand-written loop, Quix Streams and faust;
+* ``latency``: end-to-end p50/p95/p99 at 10/50/90% of the maximum rate, both guarantees;
+* ``scaleout``: passthrough and embedded inference with 1 and 2 replicas;
+* ``serving``: micro-batched embedded inference (wine and a wide MLP), remote inference
+  against KServe, and the model switch under load (``inference``, ``remote`` and
+  ``switch`` are names for it too).
+
+It starts its own devkit broker unless ``--bootstrap`` or ``STREAMFLOW_KAFKA_BOOTSTRAP``
+names one, installs the peers into bench/.venv (bench/setup-peers) when passthrough
+runs, and writes ``bench/results/<date>.json``, ``<date>.md`` and ``<date>-*.png``. The
+default sizes keep a full run near 15 minutes on a 2-core machine; ``--full`` runs the
+issue's sizes (1,000,000 passthrough records, more inference records), which takes longer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common, latency, passthrough, report, scaleout, summary
+
+SCENARIOS = ("passthrough", "latency", "scaleout", "serving")
+ALIASES = {"inference": "serving", "remote": "serving", "switch": "serving"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Every benchmark scenario in one run, on one broker, with a report.",
+    )
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"any of {', '.join(SCENARIOS)} (default: all)",
+    )
+    parser.add_argument("--full", action="store_true", help="the issue's sizes: 1M records")
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of passthrough, latency and scale-out (3)"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP"),
+        help="an existing broker (default: $STREAMFLOW_KAFKA_BOOTSTRAP, else a devkit broker)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNGs")
+    args = parser.parse_args(argv)
+    chosen = [ALIASES.get(name, name) for name in args.scenarios] or list(SCENARIOS)
+    unknown = sorted(set(chosen) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    args.scenarios = [name for name in SCENARIOS if name in chosen]
+    return args
+
+
+def sizes(args: argparse.Namespace) -> dict[str, int]:
+    """Records per run of each scenario; ``--full`` is the issue's 1M passthrough records."""
+    full = args.full
+    return {
+        "passthrough": 1_000_000 if full else 200_000,
+        "passthrough_rounds": args.rounds or 3,
+        "rounds": args.rounds or 3,
+        "serving": 300_000 if full else 100_000,
+        "scaleout": 1_000_000 if full else 200_000,
+        "scaleout_inference": 200_000 if full else 60_000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    n = sizes(args)
+    if "passthrough" in args.scenarios or not args.no_plots:
+        subprocess.run([str(common.REPO / "bench" / "setup-peers")], check=True)
+    started = time.monotonic()
+    scenarios: dict[str, Any] = {}
+    with (
+        common.broker(args.bootstrap) as (bootstrap, broker),
+        tempfile.TemporaryDirectory() as scratch,
+    ):
+        workdir = Path(scratch)
+        _say(f"broker: {bootstrap} ({broker}); scenarios: {', '.join(args.scenarios)}")
+        if "passthrough" in args.scenarios:
+            _say("== passthrough")
+            options = passthrough.parse_args(
+                ["--records", str(n["passthrough"]), "--rounds", str(n["passthrough_rounds"])]
+            )
+            scenarios["passthrough"] = passthrough.run_scenario(
+                options, bootstrap=bootstrap, broker=broker
+            )
+        if "latency" in args.scenarios:
+            _say("== latency")
+            settings = latency.Settings(rounds=n["rounds"])
+            scenarios["latency"] = latency.run_scenario(bootstrap, workdir, settings)
+        models = None
+        if {"scaleout", "serving"} & set(args.scenarios):
+            _say("== training the wine models and the wide MLP")
+            from bench import serving  # TensorFlow: only when a scenario needs it
+
+            models = serving.Models(workdir / "models")
+        if "scaleout" in args.scenarios:
+            _say("== scale-out")
+            scenarios["scaleout"] = scaleout.run_scenario(
+                bootstrap,
+                workdir,
+                rounds=n["rounds"],
+                records=n["scaleout"],
+                inference_records=n["scaleout_inference"],
+                models=models,
+            )
+        if "serving" in args.scenarios:
+            _say("== serving")
+            from bench import serving
+
+            assert models is not None  # trained above for serving
+            with serving.model_server(models) as url:
+                scenarios["serving"] = serving.run_scenario(
+                    bootstrap, workdir, models, url, n["serving"]
+                )
+    result: dict[str, Any] = {
+        "benchmark": "streamflow",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "settings": {
+            "command": shlex.join(
+                ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
+            ),
+            "scenarios": args.scenarios,
+            "sizes": n,
+            "broker": broker,
+            "duration_s": round(time.monotonic() - started),
+        },
+        "environment": common.environment(),
+        "versions": common.competitor_versions(),
+        "scenarios": scenarios,
+    }
+    result["headline"] = summary.headline(result)
+    path = _write(result, args.no_plots)
+    took = result["settings"]["duration_s"]
+    also = ".md" if args.no_plots else ".md, .png"
+    _say(f"results: {path.relative_to(common.REPO)} (and {also}) in {took} s")
+    return 0
+
+
+def _write(result: dict[str, Any], no_plots: bool) -> Path:
+    """``results/<date>.json``, ``.md`` and the PNGs, never overwriting an earlier run."""
+    report.RESULTS_DIR.mkdir(exist_ok=True)
+    stem = dt.date.today().isoformat()
+    path, count = report.RESULTS_DIR / f"{stem}.json", 1
+    while path.exists():
+        count += 1
+        path = report.RESULTS_DIR / f"{stem}-{count}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    plots: list[str] = []
+    if not no_plots:
+        drawn = subprocess.run(
+            [str(common.PEERS_PYTHON), "-m", "bench.plots", str(path)],
+            cwd=common.REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if drawn.returncode != 0:
+            _say(f"warning: the plots failed:\n{drawn.stderr[-2000:]}")
+        plots = drawn.stdout.split()
+    text = summary.markdown(result, plots=plots)
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    return path
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""End-to-end latency: ingress produce to egress consume, at fractions of the maximum rate.
+
+For each guarantee (at-least-once, exactly-once), in its own processor process:
+
+1. a warm-up load, until the processor has joined its group and passed records on;
+2. the *maximum rate*: the ingress producer runs flat out for a few seconds, and the
+   rate at which outputs reach the probe, after the first second, is the maximum. All
+   four processes (producer, processor, probe, broker) share the machine, as they do in
+   a real small deployment, so this is the maximum of the whole pipeline;
+3. one step at each fraction of that (10%, 50%, 90% by default): a paced producer for
+   a fixed time, then a wait until every record has reached the probe.
+
+Latency is the probe's receive time minus the producer's stamp, both wall clock in
+microseconds on one machine; percentiles are taken over the records sent in a step
+after its warm-up second. Guarantees are interleaved round by round (A B, B A) so that
+drift of a shared machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import common, loadgen, sfapp
+from bench.child import Child
+
+GUARANTEES = (sfapp.AT_LEAST_ONCE, sfapp.EXACTLY_ONCE)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one latency run does; the defaults keep a full run of both guarantees near 2 min."""
+
+    rounds: int = 3
+    fractions: tuple[float, ...] = (0.1, 0.5, 0.9)
+    step_s: float = 6.0
+    max_s: float = 5.0
+    warmup_s: float = 1.0
+    size: int = 100
+
+
+class _Pipeline:
+    """One processor and the probe on its output, for one guarantee."""
+
+    def __init__(self, bootstrap: str, workdir: Path, guarantee: str, tag: str) -> None:
+        self.bootstrap, self.workdir, self.tag = bootstrap, workdir, tag
+        self.topics = common.Topics(bootstrap)
+        self.input, self.output = f"{tag}.in", f"{tag}.out"
+        self.topics.create(self.input)
+        self.topics.create(self.output)
+        self.produced = 0
+        self.probe_file = workdir / f"{tag}.probe"
+        self.probe = Child(
+            [
+                *("-m", "bench.loadgen", "probe", "--bootstrap", bootstrap),
+                *("--topic", self.output, "--out", str(self.probe_file)),
+            ],
+            workdir / f"{tag}.probe.log",
+        )
+        self.probe.expect("ready", 60)
+        spec = sfapp.write_spec(
+            workdir,
+            name=tag,
+            input_topic=self.input,
+            output_topic=self.output,
+            class_name="PassTimed",
+            guarantee=guarantee,
+        )
+        self.processor = Child(
+            sfapp.command(spec, bootstrap=bootstrap, records=10**12), workdir / f"{tag}.log"
+        )
+        self.seen = 0
+
+    def load(self, rate: float, seconds: float, size: int) -> dict[str, Any]:
+        """One producer run; returns its report once every record it sent was acknowledged."""
+        producer = Child(
+            [
+                *("-m", "bench.loadgen", "produce", "--bootstrap", self.bootstrap),
+                *("--topic", self.input, "--rate", str(rate), "--seconds", str(seconds)),
+                *("--size", str(size), "--tag", f"{self.tag}-{self.produced}"),
+            ],
+            self.workdir / f"{self.tag}.producer.log",
+        )
+        try:
+            done = producer.expect("done", seconds + 90)
+        finally:
+            producer.stop()
+        self.produced += done["records"]
+        return done
+
+    def ticks(self) -> list[dict[str, Any]]:
+        ticks = [r for r in self.probe.drain() if r["event"] == "tick"]
+        if ticks:
+            self.seen = ticks[-1]["count"]
+        return ticks
+
+    def drained(self, timeout: float = 120) -> None:
+        """Wait until the probe has seen every record produced so far."""
+        deadline = time.monotonic() + timeout
+        while self.seen < self.produced:
+            self.processor.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {self.seen} of {self.produced} outputs arrived")
+            time.sleep(0.1)
+            self.ticks()
+
+    def close(self) -> tuple[Any, Any]:
+        """Stop the processor, then the probe; the probe's (sent, received) arrays."""
+        try:
+            self.processor.stop()
+        finally:
+            self.probe.stop()
+            self.topics.delete_all()
+        return loadgen.read_probe(self.probe_file)
+
+
+def _max_rate(pipe: _Pipeline, settings: Settings) -> tuple[float, float]:
+    """(egress records/s while the producer ran flat out, the producer's own rate)."""
+    pipe.ticks()
+    done = pipe.load(0, settings.max_s, settings.size)
+    ticks = pipe.ticks()
+    # The probe's ticks are monotonic seconds; the producer's window is wall-clock
+    # microseconds. Use tick spacing only: the first second is the ramp, so skip it.
+    window = [t for t in ticks if t["t"] >= ticks[0]["t"] + 1.0] if ticks else []
+    producer_rate = done["records"] / ((done["end_us"] - done["start_us"]) / 1e6)
+    pipe.drained()
+    if len(window) < 2:
+        return producer_rate, producer_rate
+    # Only ticks while the backlog lasted: after that the probe just keeps up.
+    busy = [t for t in window if t["count"] < pipe.produced]
+    span = busy if len(busy) >= 2 else window
+    rate = (span[-1]["count"] - span[0]["count"]) / (span[-1]["t"] - span[0]["t"])
+    return rate, producer_rate
+
+
+def _percentiles(latencies_ms: list[float]) -> dict[str, float]:
+    cuts = statistics.quantiles(latencies_ms, n=100, method="inclusive")
+    return {
+        "p50_ms": cuts[49],
+        "p95_ms": cuts[94],
+        "p99_ms": cuts[98],
+        "max_ms": max(latencies_ms),
+    }
+
+
+def one_run(
+    bootstrap: str, workdir: Path, guarantee: str, settings: Settings, round_: int
+) -> dict[str, Any]:
+    tag = f"bench-latency-{uuid.uuid4().hex[:6]}-{guarantee}-r{round_}"
+    pipe = _Pipeline(bootstrap, workdir, guarantee, tag)
+    steps: list[dict[str, Any]] = []
+    try:
+        pipe.load(1000, 2.0, settings.size)  # the processor joins and warms up here
+        pipe.processor.expect("first", 60)
+        pipe.drained()
+        max_rate, producer_rate = _max_rate(pipe, settings)
+        for fraction in settings.fractions:
+            done = pipe.load(fraction * max_rate, settings.step_s, settings.size)
+            pipe.drained()
+            steps.append({"fraction": fraction, "target_rate": fraction * max_rate, **done})
+    finally:
+        sent, received = pipe.close()
+    for step in steps:
+        lo, hi = step["start_us"] + settings.warmup_s * 1e6, step["end_us"]
+        latencies = [(r - s) / 1000 for s, r in zip(sent, received, strict=True) if lo <= s < hi]
+        step["records_measured"] = len(latencies)
+        step["achieved_rate"] = len(latencies) / ((hi - lo) / 1e6)
+        step.update(_percentiles(latencies) if len(latencies) > 1 else {})
+    _say(
+        f"  round {round_} {guarantee:<13} max {max_rate:>8,.0f} rec/s  "
+        + "  ".join(
+            f"{s['fraction']:.0%}: p99 {s.get('p99_ms', float('nan')):.1f} ms" for s in steps
+        )
+    )
+    return {
+        "guarantee": guarantee,
+        "round": round_,
+        "max_rate": max_rate,
+        "producer_flat_out_rate": producer_rate,
+        "steps": steps,
+    }
+
+
+def run_scenario(bootstrap: str, workdir: Path, settings: Settings) -> dict[str, Any]:
+    runs = []
+    for round_ in range(settings.rounds):
+        order = GUARANTEES if round_ % 2 == 0 else GUARANTEES[::-1]
+        for guarantee in order:
+            runs.append(one_run(bootstrap, workdir, guarantee, settings, round_))
+    return {"settings": settings.__dict__, "runs": runs, "summary": summarise(runs)}
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per guarantee and fraction: the median over rounds of each percentile, and the range."""
+    rows = []
+    for guarantee in GUARANTEES:
+        mine = [r for r in runs if r["guarantee"] == guarantee]
+        if not mine:
+            continue
+        fractions = [s["fraction"] for s in mine[0]["steps"]]
+        max_rates = [r["max_rate"] for r in mine]
+        for fraction in fractions:
+            steps = [s for r in mine for s in r["steps"] if s["fraction"] == fraction]
+            row: dict[str, Any] = {
+                "guarantee": guarantee,
+                "fraction": fraction,
+                "max_rate": statistics.median(max_rates),
+                "rate": statistics.median(s["achieved_rate"] for s in steps),
+            }
+            for key in ("p50_ms", "p95_ms", "p99_ms"):
+                values = [s[key] for s in steps if key in s]
+                if values:
+                    row[key] = {
+                        "median": statistics.median(values),
+                        "min": min(values),
+                        "max": max(values),
+                    }
+            rows.append(row)
+    return rows
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

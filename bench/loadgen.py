@@ -1,0 +1,174 @@
+"""The latency scenario's two outside processes: a paced ingress producer and an egress probe.
+
+``python -m bench.loadgen produce --rate R --seconds S ...`` writes ``bench.TimedRecord``
+records at R records/s (0: as fast as it can), each stamped with the wall-clock time
+in microseconds at which it was handed to ``produce()``. Pacing is open-loop: every
+turn produces whatever is due by the clock since the start, so a slow broker makes
+the producer catch up in bursts instead of quietly lowering the rate.
+
+``python -m bench.loadgen probe --out FILE ...`` reads the output topic from its
+current end, and for every record keeps (sent, received) in microseconds; on SIGTERM
+it writes them to FILE as two int64 arrays. Every 0.25 s it reports how many it has
+seen, which is how the driver measures the maximum rate and knows when a step has
+drained. Both processes share the machine's wall clock, so no clock sync is involved.
+
+Neither imports streamflow: the load and the measurement must not share its code paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import random
+import signal
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any, cast
+
+import fastavro
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench import common
+
+SCHEMA_FILE = common.SCHEMA_DIR / "TimedRecord.avsc"
+HEADERS: list[tuple[str, str | bytes | None]] = [("streamflow-schema", b"bench.TimedRecord")]
+_TICK_S = 0.25
+
+
+def _schema() -> tuple[Any, bytes]:
+    parsed = fastavro.parse_schema(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
+    canonical = fastavro.schema.to_parsing_canonical_form(parsed)
+    digest = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
+    return parsed, b"\xc3\x01" + bytes.fromhex(digest)
+
+
+def produce(args: argparse.Namespace) -> None:
+    """Produce at ``rate`` for ``seconds``, then flush and report what was sent when."""
+    parsed, header = _schema()
+    payload = random.Random(0).randbytes(max(0, args.size - 40))
+    producer = Producer({"bootstrap.servers": args.bootstrap, **common.PRODUCER_SETTINGS})
+    rate, sent = float(args.rate), 0
+    start = time.monotonic()
+    start_us = time.time_ns() // 1000
+    end = start + args.seconds
+    while (now := time.monotonic()) < end:
+        due = int((now - start) * rate) if rate > 0 else sent + 1000
+        while sent < due:
+            sink = BytesIO()
+            sink.write(header)
+            value = {"id": f"{args.tag}-{sent}", "sent_us": time.time_ns() // 1000}
+            fastavro.schemaless_writer(sink, parsed, value | {"payload": payload})
+            try:
+                producer.produce(args.topic, sink.getvalue(), None, headers=HEADERS)
+            except BufferError:
+                producer.poll(0.01)  # the broker is behind: retry this record
+                continue
+            sent += 1
+        producer.poll(0)
+        if rate > 0:
+            time.sleep(max(0.0, min(0.001, start + (sent + 1) / rate - time.monotonic())))
+    end_us = time.time_ns() // 1000
+    if producer.flush(60):
+        raise SystemExit("produce: records were not acknowledged within 60 s")
+    common.report("done", records=sent, start_us=start_us, end_us=end_us)
+
+
+class _Probe:
+    """The egress consumer; SIGTERM makes ``run`` write its arrays and return."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stopping = False
+        self.sent = array.array("q")
+        self.received = array.array("q")
+
+    def stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        parsed, _ = _schema()
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.args.bootstrap,
+                "group.id": f"probe-{self.args.topic}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",  # exactly-once outputs count when committed
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        meta = consumer.list_topics(self.args.topic, timeout=10).topics[self.args.topic]
+        ends = [
+            TopicPartition(
+                self.args.topic,
+                p,
+                consumer.get_watermark_offsets(TopicPartition(self.args.topic, p), timeout=10)[1],
+            )
+            for p in meta.partitions
+        ]
+        consumer.assign(ends)
+        common.report("ready")
+        next_tick = time.monotonic()
+        sent, received = self.sent, self.received
+        while not self.stopping:
+            # Never wait for a full batch: take what is there, else block for one record,
+            # or the probe's own batching would add up to its timeout to every latency.
+            messages = consumer.consume(1000, 0) or consumer.consume(1, 0.05)
+            now_us = time.time_ns() // 1000
+            for msg in messages:
+                if msg.error() is not None:
+                    continue
+                source = BytesIO(msg.value())  # type: ignore[arg-type]
+                source.seek(10)
+                record = cast(dict[str, Any], fastavro.schemaless_reader(source, parsed, None))
+                sent.append(record["sent_us"])
+                received.append(now_us)
+            if time.monotonic() >= next_tick:
+                common.report("tick", count=len(received))
+                next_tick += _TICK_S
+        consumer.close()
+        with Path(self.args.out).open("wb") as out:
+            array.array("q", [len(sent)]).tofile(out)
+            sent.tofile(out)
+            received.tofile(out)
+        common.report("done", count=len(received))
+
+
+def read_probe(path: Path) -> tuple[array.array[int], array.array[int]]:
+    """(sent_us, received_us) as the probe wrote them."""
+    with path.open("rb") as source:
+        head = array.array("q")
+        head.fromfile(source, 1)
+        sent, received = array.array("q"), array.array("q")
+        sent.fromfile(source, head[0])
+        received.fromfile(source, head[0])
+    return sent, received
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--rate", type=float, required=True, help="records/s; 0 for flat out")
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--size", type=int, default=100, help="encoded record size, about")
+    p.add_argument("--tag", default="r", help="prefix of the record ids")
+    q = sub.add_parser("probe")
+    q.add_argument("--bootstrap", required=True)
+    q.add_argument("--topic", required=True)
+    q.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "produce":
+        produce(args)
+        return
+    probe = _Probe(args)
+    signal.signal(signal.SIGTERM, probe.stop)
+    signal.signal(signal.SIGINT, probe.stop)
+    probe.run()
+
+
+if __name__ == "__main__":
+    main()

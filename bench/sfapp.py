@@ -1,0 +1,65 @@
+"""The streamflow side of every Kafka scenario: a one-streamlet app spec and its command.
+
+Each scenario runs ``streamflow streamlet run`` (what a pod runs) through
+:mod:`bench.sf_replica`, against a spec written here: one processor between an input
+and an output topic, with the guarantee and the replica count the scenario asks for.
+The app name doubles as the consumer group prefix (``<app>.<streamlet>``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import common
+
+STREAMLET = "pass"
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+
+
+def write_spec(
+    workdir: Path,
+    *,
+    name: str,
+    input_topic: str,
+    output_topic: str,
+    class_name: str = "PassBatch",
+    guarantee: str = AT_LEAST_ONCE,
+    replicas: int = 1,
+) -> Path:
+    """The app spec file for one processor; its consumer group is ``group(name)``."""
+    spec = {
+        "name": name,
+        "schema_paths": [str(common.SCHEMA_DIR)],
+        "python_paths": [str(common.REPO)],
+        "streamlets": {
+            STREAMLET: {
+                "class": f"bench.streamlets:{class_name}",
+                "guarantee": guarantee,
+                "replicas": replicas,
+            }
+        },
+        "topics": {
+            input_topic: {"consumers": [f"{STREAMLET}.in"], "partitions": common.PARTITIONS},
+            output_topic: {"producers": [f"{STREAMLET}.out"], "partitions": common.PARTITIONS},
+        },
+    }
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def group(name: str) -> str:
+    return f"{name}.{STREAMLET}"
+
+
+def command(
+    spec: Path, *, bootstrap: str, records: int, batch_size: int = 500, replica: int = 0
+) -> list[str]:
+    """The child's argv after ``python``: one replica, timed by its batch hook."""
+    return [
+        *("-m", "bench.sf_replica", "--app-spec", str(spec), "--streamlet", STREAMLET),
+        *("--bootstrap", bootstrap, "--records", str(records)),
+        *("--batch-size", str(batch_size), "--replica", str(replica)),
+    ]

@@ -1,0 +1,197 @@
+"""The headline ratios and the Markdown report of a whole ``python -m bench`` run.
+
+Pure functions of the result dict, so a report can be rebuilt from any stored JSON
+(``python -m bench.summary results/<date>.json`` rewrites ``<date>.md``). Ratios
+between competitors are paired by round (each against the other's run of the same
+round) and then the median is taken, so slow drift of a shared machine cancels out.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import report
+
+SF = "sf-batch"
+
+
+def _paired(runs: list[dict[str, Any]], mine: str, theirs: str, size: int, metric: str) -> float:
+    """Median over rounds of mine/theirs for ``metric``, at one record size."""
+    base = {r["round"]: r[metric] for r in runs if r["competitor"] == theirs and r["size"] == size}
+    ratios = [
+        r[metric] / base[r["round"]]
+        for r in runs
+        if r["competitor"] == mine and r["size"] == size and r["round"] in base
+    ]
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def headline(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios the issue asks for, each with its target and whether it was met."""
+    rows: list[dict[str, Any]] = []
+    scenarios = result["scenarios"]
+
+    def add(name: str, value: float, target: str, met: bool | None) -> None:
+        rows.append({"ratio": name, "value": value, "target": target, "met": met})
+
+    if passthrough := scenarios.get("passthrough"):
+        runs = passthrough["runs"]
+        competitors = {r["competitor"] for r in runs}
+        for size in passthrough["settings"]["sizes"]:
+            for peer, target in (("hand", 0.8), ("quix", 2.0), ("faust", None)):
+                if peer not in competitors:
+                    continue
+                speed = _paired(runs, SF, peer, size, "records_per_s")
+                cpu = _paired(runs, peer, SF, size, "cpu_s_per_M")
+                goal = f">= {target:g}x" if target else "-"
+                met = speed >= target if target else None
+                add(f"streamflow / {peer}, {size} B: throughput", speed, goal, met)
+                add(f"{peer} / streamflow, {size} B: CPU per record", cpu, "-", None)
+    if serving := scenarios.get("serving"):
+        ratios = serving["ratios"]
+        for name in ("wine", "wide"):
+            value = ratios[f"{name}_embedded_batched_vs_per_record"]
+            add(f"embedded batched / per record ({name})", value, ">= 50x", value >= 50)
+        for proto in ("v2", "v1"):
+            value = ratios[f"remote_batched_{proto}_vs_naive"]
+            add(f"remote batched {proto.upper()} / sync per record", value, ">= 10x", value >= 10)
+    if latency := scenarios.get("latency"):
+        for row in latency["summary"]:
+            if row["fraction"] == 0.5 and "p99_ms" in row:
+                p99 = row["p99_ms"]["median"]
+                at_least_once = row["guarantee"] == "at-least-once"
+                goal = "<= 50 ms" if at_least_once else "-"
+                add(
+                    f"p99 latency at 50% of max, {row['guarantee']} (ms)",
+                    p99,
+                    goal,
+                    p99 <= 50 if at_least_once else None,
+                )
+    return rows
+
+
+def markdown(result: dict[str, Any], *, plots: list[str] | None = None) -> str:
+    env = result["environment"]
+    lines = [
+        f"# streamflow benchmarks, {result['date'][:10]}",
+        "",
+        f"Machine: {env['cores']} cores, {env['cpu_model']}, {env['platform']}; "
+        f"broker: {result['settings']['broker']}. Python {env['python']}, "
+        f"git {env['git_commit'][:10]}{' (dirty)' if env['git_dirty'] else ''}.",
+        f"Command: `{result['settings']['command']}`",
+        "",
+        "## Headline ratios",
+        "",
+        "| ratio | value | target | met |",
+        "|---|---:|---|---|",
+    ]
+    for row in headline(result):
+        met = {True: "yes", False: "**no**", None: ""}[row["met"]]
+        lines.append(f"| {row['ratio']} | {row['value']:.2f} | {row['target']} | {met} |")
+    scenarios = result["scenarios"]
+    if "passthrough" in scenarios:
+        lines += [
+            "",
+            "## 1. Passthrough (Avro in, Avro out)",
+            "",
+            report.markdown(scenarios["passthrough"]),
+        ]
+    if "serving" in scenarios:
+        lines += ["", *_serving(scenarios["serving"])]
+    if "latency" in scenarios:
+        lines += ["", *_latency(scenarios["latency"])]
+    if "scaleout" in scenarios:
+        lines += ["", *_scaleout(scenarios["scaleout"])]
+    if plots:
+        lines += ["", "## Plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots)]
+    lines += ["", "Versions: " + json.dumps(result["versions"])]
+    return "\n".join(lines) + "\n"
+
+
+def _serving(serving: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## 2-3, 6. Serving (N = {serving['records']:,}, one run each)",
+        "",
+        "| model | streamflow batched (500) | streamflow batch 1 | ratio "
+        "| raw model(x), batch 500 | raw, batch 1 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("wine", "wide"):
+        lines.append(
+            f"| {name} | {serving[f'{name}_embedded_batched']:,.0f} "
+            f"| {serving[f'{name}_embedded_per_record']:,.0f} "
+            f"| {serving['ratios'][f'{name}_embedded_batched_vs_per_record']:.1f}x "
+            f"| {serving[f'{name}_raw_batch_500']:,.0f} | {serving[f'{name}_raw_batch_1']:,.0f} |"
+        )
+    switch = serving["switch"]
+    lines += [
+        "",
+        "| remote (KServe, wine) | records/s | vs naive |",
+        "|---|---:|---:|",
+        f"| streamflow V2 /infer, batched + concurrent | {serving['remote_batched_v2']:,.0f} "
+        f"| {serving['ratios']['remote_batched_v2_vs_naive']:.1f}x |",
+        f"| streamflow V1 :predict, batched + concurrent | {serving['remote_batched_v1']:,.0f} "
+        f"| {serving['ratios']['remote_batched_v1_vs_naive']:.1f}x |",
+        f"| one synchronous request per record | {serving['remote_naive_sync']:,.0f} | 1 |",
+        "",
+        f"Model switch under load: {switch['push_to_first_new_output_s']:.2f} s from push to the "
+        f"first output of the new version; records lost: {int(switch['lost'])}.",
+    ]
+    return lines
+
+
+def _latency(latency: dict[str, Any]) -> list[str]:
+    def cell(row: dict[str, Any], key: str) -> str:
+        stats = row.get(key)
+        return f"{stats['median']:.1f} ({stats['min']:.1f}-{stats['max']:.1f})" if stats else "-"
+
+    settings = latency["settings"]
+    lines = [
+        f"## 4. End-to-end latency ({settings['rounds']} rounds, {settings['step_s']:g} s a step; "
+        "ms, median (min-max))",
+        "",
+        "| guarantee | max rate | load | records/s | p50 | p95 | p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in latency["summary"]:
+        lines.append(
+            f"| {row['guarantee']} | {row['max_rate']:,.0f} | {row['fraction']:.0%} "
+            f"| {row['rate']:,.0f} | {cell(row, 'p50_ms')} | {cell(row, 'p95_ms')} "
+            f"| {cell(row, 'p99_ms')} |"
+        )
+    return lines
+
+
+def _scaleout(scaleout: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 5. Scale-out (records/s, median over rounds; CPU s per M records)",
+        "",
+        "| workload | replicas | records/s | CPU s / M |",
+        "|---|---:|---:|---:|",
+    ]
+    runs = scaleout["runs"]
+    for workload in dict.fromkeys(r["workload"] for r in runs):
+        for replicas in sorted({r["replicas"] for r in runs}):
+            mine = [r for r in runs if r["workload"] == workload and r["replicas"] == replicas]
+            rate = statistics.median(r["records_per_s"] for r in mine)
+            cpu = statistics.median(r["cpu_s_per_M"] for r in mine)
+            lines.append(f"| {workload} | {replicas} | {rate:,.0f} | {cpu:.1f} |")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite ``<stem>.md`` from ``<stem>.json``, with the plots that lie beside it."""
+    source = Path(argv[0])
+    plots = sorted(str(p) for p in source.parent.glob(f"{source.stem}-*.png"))
+    text = markdown(json.loads(source.read_text()), plots=plots)
+    source.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
