@@ -57,7 +57,6 @@ class Processor:
         stop: threading.Event,
         batch_size: int = 500,
         batch_timeout: float = 0.1,
-        eager: bool = True,
     ) -> None:
         self.streamlet = streamlet
         self.descriptor = descriptor
@@ -71,7 +70,6 @@ class Processor:
         self.stop = stop
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
-        self.eager = eager
         self._accepting = True
         self._assigned_once = False
         self._backoff_until = 0.0
@@ -102,7 +100,7 @@ class Processor:
                 self.control.poll(apply=self.apply_control, reject=self.reject_control)
             self._side_outputs(self.streamlet.between_batches(), input_key=None)
             self._gate()
-            messages = self._next_batch()
+            messages = self.consumer.consume(self.batch_size, self.batch_timeout)
             self.delivery.poll()
             if not messages:
                 continue
@@ -110,18 +108,6 @@ class Processor:
                 self._rewind(messages)
                 continue
             self.process_batch(messages)
-
-    def _next_batch(self) -> list[Message]:
-        """What is queued, up to a batch; else wait for the first record to arrive.
-
-        Waiting for a *full* batch would add up to ``batch_timeout`` of latency at
-        low rates; at high rates the queue is full and batches are full anyway.
-        Exactly-once keeps waiting for fuller batches: each batch is a transaction.
-        """
-        if self.eager:
-            ready = self.consumer.consume(self.batch_size, 0)
-            return ready or self.consumer.consume(1, self.batch_timeout)
-        return self.consumer.consume(self.batch_size, self.batch_timeout)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned_once = True

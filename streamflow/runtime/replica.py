@@ -199,7 +199,6 @@ def _run_processor(
         stop=options.stop,
         batch_size=options.batch_size,
         batch_timeout=options.batch_timeout,
-        eager=app.streamlets[name].guarantee != EXACTLY_ONCE,
     )
     health.set_ready(False, ["replaying control inlets"] if control else ["joining the group"])
     try:
