@@ -128,7 +128,12 @@ def unpack(archive: Path, *, into: Path) -> Path:
         except (tarfile.TarError, OSError, EOFError) as exc:
             shutil.rmtree(scratch, ignore_errors=True)
             raise ArtifactError(f"not a readable SavedModel archive: {exc}") from None
-        os.replace(scratch, target)
+        try:
+            os.replace(scratch, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(scratch, ignore_errors=True)  # another replica unpacked it first
     found = sorted(target.rglob("saved_model.pb"))
     if not found:
         raise ArtifactError("the archive holds no saved_model.pb")

@@ -10,6 +10,7 @@ one traced graph instead of retracing per size.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Mapping
@@ -81,7 +82,8 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
 
     # keras insists on the extension; the cache names files by digest
     link = artifact.with_name(artifact.name + ".keras")
-    if not link.exists():
+    # replicas on one machine share the cache: another may have made the link first
+    with contextlib.suppress(FileExistsError):
         link.symlink_to(artifact.name)
     try:
         model = keras.models.load_model(link, safe_mode=True, compile=False)
