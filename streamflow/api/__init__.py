@@ -16,6 +16,7 @@ from streamflow.api.descriptor import (
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port
 from streamflow.api.streamlet import (
     Backpressure,
+    ConfigProblem,
     Context,
     EmitError,
     Emitter,
@@ -26,6 +27,7 @@ from streamflow.api.streamlet import (
 
 __all__ = [
     "Backpressure",
+    "ConfigProblem",
     "Context",
     "ControlInlet",
     "DeclarationError",

@@ -14,8 +14,9 @@ for the user who wrote the config.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Generic, TypeVar, overload
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Float",
     "Int",
     "List",
+    "Mapping",
     "Param",
     "Str",
     "parse_duration",
@@ -349,3 +351,39 @@ class Choice(Param[str]):
 
     def constraints(self) -> dict[str, Any]:
         return {"choices": list(self.choices)}
+
+
+class Mapping(Param[dict[str, Any]]):
+    """Names to structured values (a YAML mapping), checked by an optional ``check``.
+
+    ``check(value)`` raises ``ValueError`` with a message for the user; the verifier
+    reports it at the value's line. On a command line (``--set``) the value is JSON.
+    """
+
+    type_name = "mapping"
+
+    def __init__(
+        self,
+        *,
+        check: Callable[[dict[str, Any]], object] | None = None,
+        default: dict[str, Any] | _Required = REQUIRED,
+        description: str = "",
+        name: str | None = None,
+    ) -> None:
+        stored = dict(default) if not isinstance(default, _Required) else default
+        super().__init__(default=stored, description=description, name=name)
+        self.check = check
+
+    def _convert(self, raw: Any) -> dict[str, Any]:
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"expected a mapping (JSON on a command line): {exc}") from None
+        if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+            raise ValueError(f"expected a mapping of names to values, got {raw!r}")
+        return raw
+
+    def _check(self, value: dict[str, Any]) -> None:
+        if self.check is not None and value:
+            self.check(value)

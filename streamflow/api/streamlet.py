@@ -29,6 +29,7 @@ from streamflow.api.ports import Emit
 
 __all__ = [
     "Backpressure",
+    "ConfigProblem",
     "Context",
     "EmitError",
     "Emitter",
@@ -134,10 +135,36 @@ class Context:
             skipped[reason] = skipped.get(reason, 0) + count
 
 
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A config that parses but does not fit the streamlet's ports (see ``check_config``).
+
+    ``code`` is stable (for scripts and docs); ``param`` names the parameter whose
+    value the verifier points at.
+    """
+
+    code: str
+    message: str
+    param: str = ""
+    hint: str = ""
+
+
 class Streamlet:
     """Base class of every streamlet. Subclass it and declare ports, parameters and logic."""
 
     description: ClassVar[str] = ""
+
+    @classmethod
+    def check_config(
+        cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> list[ConfigProblem]:
+        """What ``streamflow verify`` should say about ``config`` against the port schemas.
+
+        ``config`` holds the parsed parameter values; ``schemas`` the Avro schema (as
+        JSON) of each port, by port name. Called without running anything; the
+        default finds nothing.
+        """
+        return []
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self._config: dict[str, Any] = dict(config or {})

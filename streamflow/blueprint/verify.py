@@ -195,6 +195,15 @@ def _check(
         streamlets, descriptors=descriptors, store=store, report=report
     )
     verify_schemas.check_compatibility(topics, descriptors=descriptors, store=store, report=report)
+    for name, descriptor in descriptors.items():
+        if name in configs:
+            verify_streamlets.check_config_against_ports(
+                streamlets[name],
+                descriptor=descriptor,
+                config=configs[name],
+                schemas=verify_schemas.port_schemas(descriptor, store=store),
+                report=report,
+            )
     return descriptors, configs
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint.problems import Position
@@ -19,7 +20,7 @@ from streamflow.blueprint.structure import PortUse, StreamletDraft, TopicDraft
 from streamflow.blueprint.verify_topics import resolve_port
 from streamflow.schema import Schema, SchemaStore, compatibility_problems
 
-__all__ = ["build_store", "check_compatibility", "check_port_schemas"]
+__all__ = ["build_store", "check_compatibility", "check_port_schemas", "port_schemas"]
 
 
 def build_store(paths: list[Path], *, report: Reporter) -> SchemaStore:
@@ -109,3 +110,15 @@ def _incompatibilities(*, reader: Schema, writer: Schema) -> list[str]:
         return compatibility_problems(reader=reader, writer=writer)
     except Exception as exc:  # the reference checker may reject what fastavro accepted
         return [f"the schemas could not be compared ({type(exc).__name__}: {exc})"]
+
+
+def port_schemas(
+    descriptor: StreamletDescriptor, *, store: SchemaStore
+) -> dict[str, dict[str, Any]]:
+    """The Avro schema (JSON) of each of a streamlet's ports that the store has, by port."""
+    out: dict[str, dict[str, Any]] = {}
+    for port in (*descriptor.inlets, *descriptor.control_inlets, *descriptor.outlets):
+        schema = store.find(port.schema) if port.schema else None
+        if schema is not None:
+            out[port.name] = schema.raw
+    return out

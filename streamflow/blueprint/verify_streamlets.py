@@ -21,7 +21,13 @@ from streamflow.blueprint.problems import Position
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.structure import StreamletDraft
 
-__all__ = ["Override", "check_config", "load_descriptors", "read_overrides"]
+__all__ = [
+    "Override",
+    "check_config",
+    "check_config_against_ports",
+    "load_descriptors",
+    "read_overrides",
+]
 
 OVERRIDE_FILE = "<--set>"
 
@@ -174,3 +180,39 @@ def _parse(name: str, given: _Given, *, descriptor: StreamletDescriptor, report:
             hint=param.description,
         )
         return _INVALID
+
+
+def check_config_against_ports(
+    draft: StreamletDraft,
+    *,
+    descriptor: StreamletDescriptor,
+    config: Mapping[str, Any],
+    schemas: Mapping[str, Mapping[str, Any]],
+    report: Reporter,
+) -> None:
+    """The class's own ``check_config`` against its port schemas, each problem located.
+
+    A problem points at the value of the parameter it names (or at the streamlet
+    when it names none, or when the value came from ``--set``).
+    """
+    try:
+        found = descriptor.cls.check_config(config, schemas=schemas)
+    except Exception as exc:
+        report.error(
+            "invalid-streamlet",
+            f"streamlet {draft.name}: {descriptor.class_path}.check_config raised "
+            f"{type(exc).__name__}: {exc}",
+            draft.class_node,
+            hint="a bug in the streamlet class: check_config must return problems, not raise",
+        )
+        return
+    for problem in found:
+        given = draft.config.get(problem.param)
+        where = report.at(given[1]) if given is not None else report.at(draft.key)
+        report.error(
+            problem.code,
+            f"streamlet {draft.name}: {problem.param + ': ' if problem.param else ''}"
+            f"{problem.message}",
+            where,
+            hint=problem.hint,
+        )

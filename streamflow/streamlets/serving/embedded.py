@@ -1,11 +1,15 @@
-"""Embedded models: a Keras file or a TensorFlow SavedModel, inside the replica.
+"""Embedded models: a Keras file, a TensorFlow SavedModel or an ONNX model, inside the replica.
 
-TensorFlow is imported only here and only when a model is loaded, so the
-serving streamlet (and its remote mode) works without the ``tf`` extra.
+Every kind is a :class:`~.predictor.Predictor`: named arrays in, named arrays out,
+one call per batch. TensorFlow and onnxruntime are imported only here and only
+when a model of their kind is loaded, so the serving streamlet (and its remote
+mode) works without either extra.
+
 Keras files load with ``safe_mode=True``: no arbitrary Python (lambdas,
-pickles) runs from an artifact. The batch is the unit of inference: one call
-per batch, with the batch dimension left dynamic so batches of any size reuse
-one traced graph instead of retracing per size.
+pickles) runs from an artifact. Every input's batch dimension is left dynamic
+in the traced function, so batches of any size reuse one graph instead of
+retracing per size. ONNX models are checked before a session is made: custom
+operator domains and external data files are refused (:mod:`.onnx_model`).
 """
 
 from __future__ import annotations
@@ -13,60 +17,107 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from streamflow.streamlets.serving import artifacts
+from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
-__all__ = ["EmbeddedModel", "load_embedded"]
+__all__ = ["EMBEDDED_KINDS", "EmbeddedModel", "load_embedded"]
+
+EMBEDDED_KINDS = ("KERAS", "TF_SAVED_MODEL", "ONNX")
 
 _TF_LOCK = threading.Lock()  # TensorFlow's lazy initialisation is not thread-safe
 
+_TF_DTYPES = {
+    "float32": "float32",
+    "float64": "float64",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+    "string": "string",
+}
+
 
 class EmbeddedModel:
-    """A callable from a (batch, features) float32 array to a (batch, outputs) array.
+    """A model inside the replica: ``run`` maps named input arrays to named output arrays.
 
-    ``call`` is the same function on tensors, so an explainer can differentiate it
-    under ``tf.GradientTape``; ``keras_model`` is the Keras model, when it is one.
+    ``call_named`` is the same function on tensors, so an explainer can
+    differentiate it under ``tf.GradientTape`` (``differentiable`` says whether it
+    can); ``keras_model`` is the Keras model, when it is one.
     """
 
     def __init__(
-        self, fn: Any, *, output_name: str | None, description: str, keras_model: Any = None
+        self,
+        fn: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+        *,
+        signature: ModelSignature,
+        description: str,
+        keras_model: Any = None,
+        differentiable: bool = True,
+        to_tensor: Callable[[str, np.ndarray], Any] | None = None,
     ) -> None:
         self._fn = fn
-        self._output_name = output_name
+        self._signature = signature
         self.description = description
         self.keras_model = keras_model
+        self.differentiable = differentiable
+        self._to_tensor = to_tensor or (lambda _name, array: array)
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self._signature
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's outputs for one batch, as numpy arrays by output name."""
+        tensors = {name: self._to_tensor(name, array) for name, array in inputs.items()}
+        return {name: _numpy(value) for name, value in self._fn(tensors).items()}
+
+    async def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.run(inputs)
+
+    def call_named(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The outputs as the framework returns them (tensors, for gradients)."""
+        return dict(self._fn(inputs))
+
+    # -- the single-input, single-output shorthand (flat features, one output row) --------
+
+    def _only(self, side: dict[str, TensorSpec]) -> str:
+        if len(side) != 1:
+            raise ValueError(
+                f"the model has {len(side)} tensors ({', '.join(side)}); use named inputs"
+            )
+        return next(iter(side))
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
-        return np.asarray(self.call(batch))
+        """One unnamed input to one unnamed output: the flat-feature shorthand."""
+        inputs = {self._only(self._signature.inputs): batch}
+        return self.run(inputs)[self._only(self._signature.outputs)]
 
     def call(self, batch: Any) -> Any:
-        """The model's (chosen) output for a batch, as the tensor TensorFlow returns."""
-        result = self._fn(batch)
-        if isinstance(result, Mapping):
-            if self._output_name is None:
-                if len(result) != 1:
-                    raise ValueError(
-                        f"the model has outputs {sorted(result)}; set the parameter output_name"
-                    )
-                result = next(iter(result.values()))
-            else:
-                result = result[self._output_name]
-        return result
+        """``predict`` on tensors, for gradients (the flat-feature shorthand)."""
+        inputs = {self._only(self._signature.inputs): batch}
+        return self._fn(inputs)[self._only(self._signature.outputs)]
 
-    def warm_up(self, features: int) -> None:
-        """One inference on zeros, so the first real batch does not pay for tracing."""
-        for size in (1, 8):
-            self.predict(np.zeros((size, features), dtype=np.float32))
+    async def aclose(self) -> None:
+        return None
+
+
+def _numpy(value: Any) -> np.ndarray:
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    return array
 
 
 def load_embedded(
     *, kind: str, artifact: Path, parameters: Mapping[str, str], cache_dir: Path
 ) -> EmbeddedModel:
+    if kind == "ONNX":
+        from streamflow.streamlets.serving import onnx_model
+
+        return onnx_model.load(artifact, parameters=parameters)
     with _TF_LOCK:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
         import tensorflow as tf
@@ -75,6 +126,31 @@ def load_embedded(
             return _keras(tf, artifact)
         directory = artifacts.unpack(artifact, into=cache_dir)
         return _saved_model(tf, directory, parameters)
+
+
+def _dtype_name(tf_dtype: Any) -> str:
+    return _TF_DTYPES.get(getattr(tf_dtype, "name", str(tf_dtype)), "")
+
+
+def _dims(shape: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(-1 if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):
+        return None  # unknown rank
+
+
+def _to_tf(tf: Any, dtypes: Mapping[str, Any]) -> Callable[[str, np.ndarray], Any]:
+    def convert(name: str, array: np.ndarray) -> Any:
+        dtype = dtypes.get(name)
+        if dtype is not None and dtype == tf.string and array.dtype == object:
+            array = np.vectorize(_utf8, otypes=[object])(array) if array.size else array
+        return tf.constant(array, dtype=dtype)
+
+    return convert
+
+
+def _utf8(value: Any) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
 def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
@@ -89,9 +165,58 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
         model = keras.models.load_model(link, safe_mode=True, compile=False)
     except Exception as exc:
         raise artifacts.ArtifactError(f"not a loadable Keras model: {exc}") from None
-    spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32)
-    fn = tf.function(lambda x: model(x, training=False), input_signature=[spec])
-    return EmbeddedModel(fn, output_name=None, description=f"keras:{model.name}", keras_model=model)
+    input_names = [_keras_name(t) for t in model.inputs]
+    output_names = list(getattr(model, "output_names", None) or [])
+    if len(output_names) != len(model.outputs):
+        output_names = [_keras_name(t) for t in model.outputs]
+    specs = [
+        tf.TensorSpec([None, *t.shape[1:]], tf.dtypes.as_dtype(t.dtype), name=n)
+        for n, t in zip(input_names, model.inputs, strict=True)
+    ]
+    dtypes = {n: s.dtype for n, s in zip(input_names, specs, strict=True)}
+
+    def forward(*args: Any) -> dict[str, Any]:
+        feed = args[0] if len(args) == 1 else list(args)
+        result = model(feed, training=False)
+        if isinstance(result, Mapping):
+            return {str(k): v for k, v in result.items()}
+        if not isinstance(result, list | tuple):
+            result = [result]
+        return dict(zip(output_names, result, strict=True))
+
+    traced = tf.function(forward, input_signature=specs)
+
+    def call(inputs: Mapping[str, Any]) -> Mapping[str, Any]:
+        missing = [n for n in input_names if n not in inputs]
+        if missing:
+            raise ValueError(f"the model needs input(s) {', '.join(missing)}")
+        return traced(*(inputs[n] for n in input_names))  # type: ignore[no-any-return]
+
+    signature = ModelSignature(
+        inputs={
+            n: TensorSpec(n, _dtype_name(s.dtype), _dims(s.shape))
+            for n, s in zip(input_names, specs, strict=True)
+        },
+        outputs={
+            n: TensorSpec(n, _dtype_name(tf.dtypes.as_dtype(t.dtype)), _dims(t.shape))
+            for n, t in zip(output_names, model.outputs, strict=True)
+        },
+    )
+    return EmbeddedModel(
+        call,
+        signature=signature,
+        description=f"keras:{model.name}",
+        keras_model=model,
+        to_tensor=_to_tf(tf, dtypes),
+    )
+
+
+def _keras_name(tensor: Any) -> str:
+    """A Keras tensor's layer name (``image``, not ``image:0`` or ``keras_tensor_3``)."""
+    history = getattr(tensor, "_keras_history", None)
+    layer = getattr(history, "operation", None) or (history[0] if history else None)
+    name = getattr(layer, "name", None) or getattr(tensor, "name", "")
+    return str(name).split(":")[0]
 
 
 def _saved_model(tf: Any, directory: Path, parameters: Mapping[str, str]) -> EmbeddedModel:
@@ -100,27 +225,29 @@ def _saved_model(tf: Any, directory: Path, parameters: Mapping[str, str]) -> Emb
     except Exception as exc:
         raise artifacts.ArtifactError(f"not a loadable SavedModel: {exc}") from None
     name = parameters.get("signature", "serving_default")
-    signature = loaded.signatures.get(name)
-    if signature is None:
+    function = loaded.signatures.get(name)
+    if function is None:
         raise artifacts.ArtifactError(
             f"the SavedModel has no signature {name!r} (it has: {', '.join(loaded.signatures)})"
         )
-    inputs = signature.structured_input_signature[1]
-    input_name = parameters.get("input_name") or (next(iter(inputs)) if len(inputs) == 1 else "")
-    if input_name not in inputs:
-        raise artifacts.ArtifactError(
-            f"signature {name!r} has inputs {sorted(inputs)}; set the parameter input_name"
-        )
-    output_name = parameters.get("output_name") or None
-    outputs = signature.structured_outputs
-    if output_name is not None and output_name not in outputs:
-        raise artifacts.ArtifactError(
-            f"signature {name!r} has outputs {sorted(outputs)}, not {output_name!r}"
-        )
+    inputs = function.structured_input_signature[1]
+    outputs = function.structured_outputs
+    dtypes = {n: spec.dtype for n, spec in inputs.items()}
 
-    def call(batch: Any) -> Any:
-        return signature(**{input_name: tf.constant(batch, dtype=inputs[input_name].dtype)})
+    def call(feed: Mapping[str, Any]) -> Mapping[str, Any]:
+        return function(**{n: feed[n] for n in inputs})  # type: ignore[no-any-return]
 
     # keep the loaded object alive: the signature's variables belong to it
     call.loaded = loaded  # type: ignore[attr-defined]
-    return EmbeddedModel(call, output_name=output_name, description=f"saved_model:{name}")
+    signature = ModelSignature(
+        inputs={n: TensorSpec(n, _dtype_name(s.dtype), _dims(s.shape)) for n, s in inputs.items()},
+        outputs={
+            n: TensorSpec(n, _dtype_name(t.dtype), _dims(t.shape)) for n, t in outputs.items()
+        },
+    )
+    return EmbeddedModel(
+        call,
+        signature=signature,
+        description=f"saved_model:{name}",
+        to_tensor=_to_tf(tf, dtypes),
+    )

@@ -22,14 +22,16 @@ import dataclasses
 import datetime as dt
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
-from streamflow.api.streamlet import Context, Record, Streamlet
-from streamflow.streamlets.serving import artifacts, remote
-from streamflow.streamlets.serving.embedded import load_embedded
+from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
+from streamflow.streamlets.serving import artifacts, remote, tensors
+from streamflow.streamlets.serving.embedded import EMBEDDED_KINDS, load_embedded
+from streamflow.streamlets.serving.predictor import Predictor
 
 __all__ = ["REMOTE_KINDS", "ActiveModel", "ModelFollower"]
 
@@ -40,13 +42,14 @@ REMOTE_KINDS = (remote.V1, remote.V2)
 
 @dataclasses.dataclass
 class ActiveModel:
-    """A loaded model: an ``EmbeddedModel`` or a remote ``InferenceClient``, and its identity."""
+    """A loaded model, its identity, and the tensor mapping fitted to its signature."""
 
     name: str
     version: int
     kind: str
-    predictor: Any  # EmbeddedModel or InferenceClient
+    predictor: Any  # a Predictor: EmbeddedModel or InferenceClient
     description: str
+    mapping: tensors.BoundMapping
     extra: Any = None  # what ``prepare`` built for this model
 
     @property
@@ -62,7 +65,19 @@ class ModelFollower(Streamlet):
     out = Outlet("out", description="what the streamlet makes of each record")
     status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
 
-    input_fields = params.List(params.Str(), default=[], description="input fields, in order")
+    inputs = params.Mapping(
+        check=tensors.parse_inputs,
+        default={},
+        description="model input -> {field, dtype, shape, pad, max_len}",
+    )
+    outputs = params.Mapping(
+        check=tensors.parse_outputs,
+        default={},
+        description="model output -> {field, transform: raw|argmax|top_k|threshold, k, labels}",
+    )
+    input_fields = params.List(
+        params.Str(), default=[], description="shorthand: flat float fields, in order"
+    )
     on_no_model = params.Choice(
         ("wait", "dlq"), default="wait", description="hold data until a model is ready, or DLQ"
     )
@@ -83,16 +98,50 @@ class ModelFollower(Streamlet):
         self.current: ActiveModel | None = None
         self._pending: tuple[dict[str, Any], concurrent.futures.Future[ActiveModel]] | None = None
         self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model-load")
+        self.tensors = tensors.TensorMapping({}, {})
 
     # -- lifecycle -----------------------------------------------------------
 
     def setup(self, context: Context) -> None:
-        if not self.input_fields:
-            raise ValueError("set input_fields: the record fields that form the model's input")
+        self.tensors = self.tensor_mapping()
+
+    @classmethod
+    def check_config(
+        cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> list[ConfigProblem]:
+        """The tensor mapping against the ports: fields that exist, with types that fit."""
+        try:
+            mapping = cls(dict(config)).tensor_mapping()
+        except tensors.MappingError as exc:
+            return [
+                ConfigProblem(
+                    "invalid-tensor-mapping",
+                    str(exc),
+                    "inputs" if config.get("inputs") else "input_fields",
+                    hint="inputs: {MODEL_INPUT: {field: F, dtype: float32, shape: [...]}}",
+                )
+            ]
+        return [
+            ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint)
+            for p in cls.check_mapping(mapping, schemas)
+        ]
+
+    @classmethod
+    def check_mapping(
+        cls, mapping: tensors.TensorMapping, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> list[tensors.SchemaProblem]:
+        """The mapping's inputs against the ``in`` port (subclasses add their outputs)."""
+        return tensors.check_schemas(mapping, input_schema=schemas.get("in"), output_schema=None)
+
+    def tensor_mapping(self) -> tensors.TensorMapping:
+        """The declared mapping from this streamlet's config (MappingError says what is wrong)."""
+        return tensors.TensorMapping.from_config(
+            inputs=self.inputs, outputs=self.outputs, input_fields=self.input_fields
+        )
 
     async def teardown(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
-        if self.current is not None and isinstance(self.current.predictor, remote.InferenceClient):
+        if self.current is not None:
             await self.current.predictor.aclose()
 
     def accepts_data(self) -> bool:
@@ -119,11 +168,11 @@ class ModelFollower(Streamlet):
                 name, version, "rejected", f"version {version} is not newer than {newest}"
             )
         location = descriptor.get("location")
-        if (
-            descriptor.get("data") is None
-            and location
-            and not _location_allowed(descriptor, self.allowlist)
-        ):
+        if descriptor["kind"] in REMOTE_KINDS and descriptor.get("data") is not None:
+            return self._status(
+                name, version, "rejected", "a remote model's descriptor carries no inline data"
+            )
+        if location and not _location_allowed(descriptor, self.allowlist):
             return self._status(
                 name,
                 version,
@@ -151,14 +200,14 @@ class ModelFollower(Streamlet):
             )
         previous, self.current = self.current, loaded
         self.context.set_state("model", loaded.tag)
-        if previous is not None and isinstance(previous.predictor, remote.InferenceClient):
+        if previous is not None:
             self.context.extras.setdefault("closing", []).append(previous.predictor)
         return self._status(loaded.name, loaded.version, "serving", loaded.description)
 
     async def close_retired(self) -> None:
-        """Close the clients of replaced remote models; call it at the start of a batch."""
-        for client in self.context.extras.pop("closing", []):
-            await client.aclose()
+        """Close the clients of replaced models; call it at the start of a batch."""
+        for predictor in self.context.extras.pop("closing", []):
+            await predictor.aclose()
 
     def _load(self, descriptor: dict[str, Any]) -> ActiveModel:
         """On the worker thread: fetch, verify, load and warm up; raises on any failure."""
@@ -166,9 +215,13 @@ class ModelFollower(Streamlet):
         parameters = dict(descriptor.get("parameters") or {})
         name, version = descriptor["name"], descriptor["version"]
         started = time.perf_counter()
+        predictor: Predictor
         if kind in REMOTE_KINDS:
-            predictor: Any = self._remote(descriptor, parameters)
+            predictor = self._remote(descriptor, parameters)
             what = f"{kind} {descriptor['location']}"
+            mapping = self.tensors.bind(predictor.signature)
+        elif kind not in EMBEDDED_KINDS:
+            raise artifacts.ArtifactError(f"unknown model kind {kind!r}")
         else:
             cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "models")
             artifact = artifacts.fetch(
@@ -178,12 +231,15 @@ class ModelFollower(Streamlet):
                 allowlist=self.allowlist,
                 cache_dir=cache,
             )
-            predictor = load_embedded(
+            embedded = load_embedded(
                 kind=kind, artifact=artifact, parameters=parameters, cache_dir=cache
             )
-            predictor.warm_up(len(self.input_fields))
-            what = f"{kind} ({predictor.description})"
-        active = ActiveModel(name, version, kind, predictor, what)
+            mapping = self.tensors.bind(embedded.signature)
+            for size in (1, 8):  # trace now, so the first real batch does not pay for it
+                embedded.run(mapping.zeros(size))
+            predictor = embedded
+            what = f"{kind} ({embedded.description})"
+        active = ActiveModel(name, version, kind, predictor, what, mapping)
         active.extra = self.prepare(active)
         took = time.perf_counter() - started
         log.info("loaded %s:%s, %s, in %.2fs", name, version, what, took)
@@ -195,19 +251,24 @@ class ModelFollower(Streamlet):
         if not location:
             raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")
         model = parameters.get("model", descriptor["name"])
-        remote.check_ready(
-            protocol=descriptor["kind"],
-            base_url=location,
-            model=model,
-            timeout=self.timeout.total_seconds(),
+        if not _location_allowed(descriptor, self.allowlist):  # checked again where it is used
+            raise artifacts.Rejected(f"location {location!r} is not in the allowlist")
+        timeout = self.timeout.total_seconds()
+        protocol = descriptor["kind"]
+        remote.check_ready(protocol=protocol, base_url=location, model=model, timeout=timeout)
+        signature = remote.fetch_signature(
+            protocol=protocol, base_url=location, model=model, timeout=timeout
         )
         return remote.InferenceClient(
-            protocol=descriptor["kind"],
+            protocol=protocol,
             base_url=location,
             model=model,
             settings=self.client_settings(batch_size=parameters.get("batch_size")),
             input_name=parameters.get("input_name", "input"),
             output_name=parameters.get("output_name"),
+            signature=signature,
+            binary=parameters.get("binary", "") in ("1", "true", "yes"),
+            v1_columnar=parameters.get("v1_format", "") == "columnar",
         )
 
     def client_settings(self, *, batch_size: str | int | None = None) -> remote.ClientSettings:
@@ -242,3 +303,12 @@ def _location_allowed(descriptor: dict[str, Any], allowlist: list[str]) -> bool:
     if descriptor["kind"] in REMOTE_KINDS:
         return artifacts.allowed(location.rstrip("/") + "/", allowlist)
     return artifacts.allowed(location, allowlist)
+
+
+def _param_of(param: str, config: Mapping[str, Any]) -> str:
+    """Point at the parameter the user wrote: the shorthand when that is what they used."""
+    if param == "inputs" and not config.get("inputs") and config.get("input_fields"):
+        return "input_fields"
+    if param == "outputs" and not config.get("outputs"):
+        return "class_field" if config.get("class_field") else "output_field"
+    return param

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
 import numpy as np
 
 from streamflow.api.streamlet import Backpressure
+from streamflow.streamlets.serving import tensors, wire
 
 __all__ = [
     "CircuitBreaker",
@@ -34,12 +36,15 @@ __all__ = [
     "PermanentError",
     "Unavailable",
     "check_ready",
+    "fetch_signature",
 ]
+
+log = logging.getLogger("streamflow.streamlets.serving")
 
 T = TypeVar("T")
 
-V1 = "TF_SERVING"
-V2 = "OPEN_INFERENCE_V2"
+V1 = wire.V1
+V2 = wire.V2
 
 
 class Unavailable(Exception):
@@ -101,20 +106,62 @@ def endpoints(protocol: str, base_url: str, model: str) -> tuple[str, str]:
 
 
 def check_ready(*, protocol: str, base_url: str, model: str, timeout: float) -> None:
-    """Fail (Unavailable or PermanentError) unless the server says the model is ready."""
+    """Fail (Unavailable or PermanentError) unless the server says the model is ready.
+
+    The server's body is not repeated: what a model server says goes into logs at
+    most, never onto the status topic, where anyone reading it would see it.
+    """
     _, ready = endpoints(protocol, base_url, model)
     try:
         response = httpx.get(ready, timeout=timeout)
     except httpx.HTTPError as exc:
-        raise Unavailable(f"model server {base_url} is unreachable: {exc}") from None
+        raise Unavailable(f"model server {base_url} is unreachable: {type(exc).__name__}") from None
     if response.status_code != 200:
         raise PermanentError(
-            f"model {model!r} is not ready on {base_url}: HTTP {response.status_code} "
-            f"{response.text[:200]}"
+            f"model {model!r} is not ready on {base_url}: HTTP {response.status_code}"
         )
 
 
+def fetch_signature(
+    *, protocol: str, base_url: str, model: str, timeout: float
+) -> tensors.ModelSignature | None:
+    """The model's tensors from V2 metadata (``GET /v2/models/{m}``); V1 servers cannot say."""
+    if protocol != V2:
+        return None
+    url = f"{base_url.rstrip('/')}/v2/models/{model}"
+    try:
+        response = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise Unavailable(f"model server {base_url} is unreachable: {type(exc).__name__}") from None
+    if response.status_code != 200:
+        raise PermanentError(
+            f"no metadata for model {model!r} on {base_url}: HTTP {response.status_code}"
+        )
+    try:
+        body = response.json()
+        return tensors.ModelSignature(
+            inputs={t["name"]: _metadata_spec(t) for t in body.get("inputs") or []},
+            outputs={t["name"]: _metadata_spec(t) for t in body.get("outputs") or []},
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PermanentError(f"unreadable metadata for model {model!r}: {exc}") from None
+
+
+def _metadata_spec(tensor: dict[str, Any]) -> tensors.TensorSpec:
+    shape = tensor.get("shape")
+    dims = tuple(int(d) for d in shape) if isinstance(shape, list) else None
+    dtype = wire.FROM_V2.get(str(tensor.get("datatype", "")), "")
+    return tensors.TensorSpec(str(tensor["name"]), dtype, dims)
+
+
 class InferenceClient:
+    """One served model: named arrays in, named arrays out, batched and concurrent.
+
+    ``signature`` is what the server's metadata says (V2), or None (V1); input and
+    output names that are the mapping's ``ONLY`` ("") mean the model's only tensor,
+    sent as plain rows (V1) or under ``input_name`` (V2).
+    """
+
     def __init__(
         self,
         *,
@@ -124,17 +171,28 @@ class InferenceClient:
         settings: ClientSettings,
         input_name: str = "input",
         output_name: str | None = None,
+        signature: tensors.ModelSignature | None = None,
+        binary: bool = False,
+        v1_columnar: bool = False,
     ) -> None:
         self.protocol = protocol
         self.url, _ = endpoints(protocol, base_url, model)
         self.settings = settings
         self.input_name = input_name
         self.output_name = output_name
+        self._signature = signature
+        self.binary = binary and protocol == V2
+        self.v1_columnar = v1_columnar
+        self.description = f"{protocol} {base_url} {model}"
         self.breaker = CircuitBreaker(
             failures=settings.breaker_failures, cooldown=settings.breaker_cooldown
         )
         self._client: httpx.AsyncClient | None = None
         self._limit: asyncio.Semaphore | None = None
+
+    @property
+    def signature(self) -> tensors.ModelSignature | None:
+        return self._signature
 
     def _http(self) -> httpx.AsyncClient:
         # created on first use, so it binds to the event loop that uses it
@@ -149,14 +207,32 @@ class InferenceClient:
             self._limit = asyncio.Semaphore(self.settings.concurrency)
         return self._client
 
-    async def predict(self, batch: np.ndarray) -> np.ndarray:
-        """Predictions for every row of ``batch``, in order."""
+    async def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs for every row of the batch, by output name, in order."""
         self.breaker.check()
         http = self._http()
+        rows = len(next(iter(inputs.values()))) if inputs else 0
         size = self.settings.batch_size
-        chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
-        results = await asyncio.gather(*(self._request(http, chunk) for chunk in chunks))
-        return np.concatenate(results) if results else np.zeros((0,))
+        chunks = [
+            {name: array[i : i + size] for name, array in inputs.items()}
+            for i in range(0, rows, size)
+        ]
+        results = await asyncio.gather(
+            *(self._request(http, chunk, rows=len(next(iter(chunk.values())))) for chunk in chunks)
+        )
+        if not results:
+            return {}
+        return {name: np.concatenate([r[name] for r in results]) for name in results[0]}
+
+    async def predict(self, batch: np.ndarray) -> np.ndarray:
+        """The flat-feature shorthand: one unnamed input, the (chosen) output's rows."""
+        outputs = await self.infer({tensors.ONLY: batch})
+        return self._chosen(outputs).reshape(len(batch), -1).astype(np.float32)
+
+    def _chosen(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
+        if self.output_name and self.output_name in outputs:
+            return outputs[self.output_name]
+        return next(iter(outputs.values()))
 
     async def call(
         self, batch: np.ndarray, *, parse: Callable[[Any, int], T], url: str | None = None
@@ -164,74 +240,80 @@ class InferenceClient:
         """One request for the whole ``batch``, to ``url`` (default: the inference URL).
 
         It has the retries, the concurrency limit and the circuit breaker of
-        ``predict``; ``parse(body, rows)`` turns the JSON answer into the result.
+        ``infer``; ``parse(body, rows)`` turns the JSON answer into the result.
         Hosted detectors (a window in, a verdict out) and explainers (``:explain``)
         answer in shapes of their own, so they bring their own ``parse``.
         """
         self.breaker.check()
-        result: T = await self._request(self._http(), batch, parse=parse, url=url)
+        result: T = await self._request(
+            self._http(), {tensors.ONLY: batch}, rows=len(batch), parse=parse, url=url
+        )
         return result
 
     async def _request(
         self,
         http: httpx.AsyncClient,
-        chunk: np.ndarray,
+        chunk: Mapping[str, np.ndarray],
         *,
+        rows: int,
         parse: Callable[[Any, int], Any] | None = None,
         url: str | None = None,
     ) -> Any:
         assert self._limit is not None
-        payload = self._payload(chunk)
+        content, headers = wire.encode_request(
+            self.protocol,
+            chunk,
+            default_name=self.input_name,
+            binary=self.binary and parse is None,
+            columnar=self.v1_columnar,
+        )
         async with self._limit:
             for attempt in range(self.settings.retries + 1):
                 try:
-                    response = await http.post(url or self.url, json=payload)
+                    response = await http.post(url or self.url, content=content, headers=headers)
                 except httpx.HTTPError as exc:
                     failure = f"{type(exc).__name__}: {exc}"
                 else:
                     if response.status_code < 400:
                         self.breaker.success()
-                        return (parse or self._parse)(response.json(), len(chunk))
+                        if parse is not None:
+                            return parse(_json(response, self.url), rows)
+                        try:
+                            return wire.decode_response(
+                                self.protocol,
+                                response.content,
+                                response.headers,
+                                rows=rows,
+                                url=self.url,
+                            )
+                        except wire.WireError as exc:
+                            raise PermanentError(str(exc)) from None
                     if response.status_code < 500:
-                        raise PermanentError(
-                            f"HTTP {response.status_code} from {url or self.url}: "
-                            f"{response.text[:500]}"
+                        # the body stays in the log: it is the server's text, not ours
+                        log.warning(
+                            "HTTP %s from %s: %s",
+                            response.status_code,
+                            url or self.url,
+                            response.text[:500],
                         )
-                    failure = f"HTTP {response.status_code}: {response.text[:200]}"
+                        raise PermanentError(
+                            f"HTTP {response.status_code} from {url or self.url} "
+                            "(the server's answer is in the replica's log)"
+                        )
+                    failure = f"HTTP {response.status_code}"
                 if attempt < self.settings.retries:
                     await asyncio.sleep(self.settings.backoff * 2**attempt)
             wait = self.breaker.failure()
             raise Backpressure(f"model server failed: {failure}", retry_after=wait)
 
-    def _payload(self, chunk: np.ndarray) -> dict[str, Any]:
-        if self.protocol == V1:
-            return {"instances": chunk.tolist()}
-        return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": list(chunk.shape),
-                    "datatype": "FP32",
-                    "data": chunk.reshape(-1).tolist(),
-                }
-            ]
-        }
-
-    def _parse(self, body: Any, rows: int) -> np.ndarray:
-        try:
-            if self.protocol == V1:
-                return np.asarray(body["predictions"], dtype=np.float32).reshape(rows, -1)
-            outputs = body["outputs"]
-            chosen = (
-                next((o for o in outputs if o["name"] == self.output_name), outputs[0])
-                if self.output_name
-                else outputs[0]
-            )
-            return np.asarray(chosen["data"], dtype=np.float32).reshape(chosen["shape"])
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise PermanentError(f"unexpected response from {self.url}: {exc}") from None
-
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _json(response: httpx.Response, url: str) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise PermanentError(f"unexpected response from {url}: {exc}") from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,10 @@ from streamflow.api import params
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.serving import remote
+from streamflow.streamlets.serving import tensors
 from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
 
-__all__ = ["ModelServing", "NoModelError"]
+__all__ = ["ModelServing", "NoModelError", "PreprocessError"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
 
@@ -39,14 +40,26 @@ class NoModelError(Exception):
     """A data record arrived before any model was loaded (with ``on_no_model: dlq``)."""
 
 
+class PreprocessError(Exception):
+    """One record could not be turned into the model's inputs; it goes to the dead letters."""
+
+
 class ModelServing(ModelFollower):
-    """Serves a model switched live by ModelDescriptor records on the `model` control inlet."""
+    """Serves a model switched live by ModelDescriptor records on the `model` control inlet.
+
+    Override :meth:`preprocess` and :meth:`postprocess` (both per batch, vectorised)
+    to shape what the tensor mapping cannot: tokenising, scaling, joining outputs.
+    """
 
     inp = Inlet("in", description="records with the model's input features")
     out = Outlet("out", description="the input's fields plus the prediction and model version")
 
-    output_field = params.Str(default="probabilities", description="field for the output row")
-    class_field = params.Str(default="", description="field for the argmax class (optional)")
+    output_field = params.Str(
+        default="probabilities", description="shorthand: the field for the only output's row"
+    )
+    class_field = params.Str(
+        default="", description="shorthand: the field for the argmax class (optional)"
+    )
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -58,28 +71,96 @@ class ModelServing(ModelFollower):
         store = store if isinstance(store, SchemaStore) else SchemaStore()
         self._output_fields = set(store.get(type(self).out.schema).field_names())
 
-    async def process_batch(self, records: list[Record]) -> list[Emit]:
+    def tensor_mapping(self) -> tensors.TensorMapping:
+        if self.outputs and self.class_field:
+            raise tensors.MappingError("set outputs or the class_field shorthand, not both")
+        return tensors.TensorMapping.from_config(
+            inputs=self.inputs,
+            outputs=self.outputs,
+            input_fields=self.input_fields,
+            output_field=self.output_field,
+            class_field=self.class_field,
+        )
+
+    @classmethod
+    def check_mapping(
+        cls, mapping: tensors.TensorMapping, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> list[tensors.SchemaProblem]:
+        return tensors.check_schemas(
+            mapping, input_schema=schemas.get("in"), output_schema=schemas.get("out")
+        )
+
+    # -- the hooks ---------------------------------------------------------------------
+
+    def preprocess(self, records: list[Record]) -> dict[str, np.ndarray]:
+        """The model's named input arrays for a batch (default: the tensor mapping).
+
+        Raise for a batch with bad records; each record is then tried alone, and those
+        that still fail go to the dead-letter topic while the rest are served.
+        """
+        assert self.current is not None
+        return self.current.mapping.encode([r.value for r in records])
+
+    def postprocess(self, records: list[Record], outputs: dict[str, np.ndarray]) -> list[dict]:  # type: ignore[type-arg]
+        """One output record per input (default: the mapped outputs beside the input's fields)."""
+        assert self.current is not None
+        decoded = self.current.mapping.decode(outputs, len(records))
+        fields = self._output_fields
+        copied = [k for k in records[0].value if k in fields] if records else []
+        return [
+            {**{k: r.value[k] for k in copied}, **prediction}
+            for r, prediction in zip(records, decoded, strict=True)
+        ]
+
+    # -- the batch ---------------------------------------------------------------------
+
+    async def process_batch(self, records: list[Record]) -> list[Any]:
         await self.close_retired()
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
-        fields = self.input_fields
-        batch = np.array([[r.value[f] for f in fields] for r in records], dtype=np.float32)
+        results: list[Any] = [None] * len(records)
+        inputs, served = self._inputs(records, results)
+        if not served:
+            return results
+        kept = [records[i] for i in served]
         started = time.perf_counter()
-        if isinstance(active.predictor, remote.InferenceClient):
-            predictions = await active.predictor.predict(batch)
-        else:
-            predictions = active.predictor.predict(batch)
+        outputs = await active.predictor.infer(inputs)
         latency_ms = (time.perf_counter() - started) * 1000.0
-        return self._outputs(records, predictions, active, latency_ms)
+        emitted = self._outputs(self.postprocess(kept, outputs), active, latency_ms)
+        for index, emit in zip(served, emitted, strict=True):
+            results[index] = emit
+        return results
+
+    def _inputs(
+        self, records: list[Record], results: list[Any]
+    ) -> tuple[dict[str, np.ndarray], list[int]]:
+        """The inputs of the records that preprocess; the others' results become errors."""
+        try:
+            return self.preprocess(records), list(range(len(records)))
+        except tensors.RecordErrors as exc:
+            failed = exc.errors
+        except Exception:
+            failed = {}
+            for index, record in enumerate(records):
+                try:
+                    self.preprocess([record])
+                except Exception as single:
+                    failed[index] = f"{type(single).__name__}: {single}"
+            if not failed:  # only the whole batch fails (ragged rows): serve them one by one
+                raise
+        for index, reason in failed.items():
+            results[index] = PreprocessError(f"preprocessing failed: {reason}")
+        served = [i for i in range(len(records)) if i not in failed]
+        if not served:
+            return {}, []
+        return self.preprocess([records[i] for i in served]), served
 
     def _outputs(
-        self, records: list[Record], predictions: np.ndarray, active: ActiveModel, latency_ms: float
+        self, predictions: list[dict[str, Any]], active: ActiveModel, latency_ms: float
     ) -> list[Emit]:
-        """One output per record; vectorised where numpy can do it, one header dict shared."""
+        """Each prediction with the model's identity; one header dict shared by the batch."""
         fields = self._output_fields
-        copied = [k for k in records[0].value if k in fields] if records else []
-        rows = predictions.reshape(len(records), -1)
         model_fields = {
             k: v
             for k, v in (
@@ -89,15 +170,5 @@ class ModelServing(ModelFollower):
             )
             if k in fields
         }
-        classes = rows.argmax(axis=1).tolist() if self.class_field else None
         headers = {"streamflow-model": active.tag}
-        out: list[Emit] = []
-        for index, (record, row) in enumerate(zip(records, rows.tolist(), strict=True)):
-            value = record.value
-            result = {k: value[k] for k in copied}
-            result[self.output_field] = row
-            if classes is not None:
-                result[self.class_field] = classes[index]
-            result.update(model_fields)
-            out.append(self.out(result, headers=headers))
-        return out
+        return [self.out({**p, **model_fields}, headers=headers) for p in predictions]

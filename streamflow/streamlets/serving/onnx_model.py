@@ -1,0 +1,146 @@
+"""ONNX models, run with onnxruntime inside the replica.
+
+An ONNX file is data, but two of its features reach outside it, and a model
+from a control topic must not use either:
+
+- **custom operators** live in shared libraries that a session would have to
+  load (``register_custom_ops_library``); we never register one, and a graph
+  whose nodes use an operator domain outside the standard ones is refused up
+  front, with the domain named, instead of failing obscurely in the session;
+- **external data**: a tensor may say its bytes are in another file, by a path
+  that onnxruntime resolves, which would let a descriptor read files beside (or,
+  with ``..``, outside) the cache. Models with external data are refused; push
+  a self-contained model.
+
+The session is made from the verified bytes (never from a path), with a fixed
+small thread pool so replicas on one machine do not oversubscribe its cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamflow.streamlets.serving import artifacts
+from streamflow.streamlets.serving.embedded import EmbeddedModel
+from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
+
+__all__ = ["STANDARD_DOMAINS", "load"]
+
+#: Operator domains onnxruntime implements itself ("" is the default ai.onnx domain).
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+    "tensor(string)": "string",
+}
+
+
+def load(artifact: Path, *, parameters: Mapping[str, str]) -> EmbeddedModel:
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise artifacts.ArtifactError(
+            "ONNX models need onnxruntime: install streamflow[onnx] in the replica's image"
+        )
+    import onnxruntime
+
+    data = artifact.read_bytes()
+    check(data)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = int(parameters.get("threads", "1"))
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    try:
+        session = onnxruntime.InferenceSession(
+            data, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise artifacts.ArtifactError(f"not a loadable ONNX model: {exc}") from None
+    signature = ModelSignature(
+        inputs={i.name: _spec(i) for i in session.get_inputs()},
+        outputs={o.name: _spec(o) for o in session.get_outputs()},
+    )
+    names = list(signature.outputs)
+    dtypes = {name: spec.dtype for name, spec in signature.inputs.items()}
+
+    def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        feed = {name: _feed(array, dtypes.get(name, "")) for name, array in inputs.items()}
+        return dict(zip(names, session.run(names, feed), strict=True))
+
+    return EmbeddedModel(
+        run,
+        signature=signature,
+        description=f"onnx:{len(signature.inputs)} in, {len(names)} out",
+        differentiable=False,
+    )
+
+
+def check(data: bytes) -> None:
+    """Refuse models with custom operator domains or external data (raises ArtifactError)."""
+    from onnx import ModelProto, TensorProto
+
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError
+        raise artifacts.ArtifactError(f"not an ONNX model: {exc}") from None
+    if not model.graph.node and not model.graph.output:
+        raise artifacts.ArtifactError("not an ONNX model: the graph is empty")
+    domains = {op.domain for op in model.opset_import} | set(_node_domains(model.graph))
+    custom = sorted(d for d in domains if d not in STANDARD_DOMAINS)
+    if custom:
+        raise artifacts.ArtifactError(
+            f"the ONNX model uses custom operator domain(s) {', '.join(custom)}; custom-op "
+            "libraries are not loaded from a control topic"
+        )
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
+            raise artifacts.ArtifactError(
+                f"the ONNX model keeps tensor {tensor.name!r} in an external file; "
+                "push a self-contained model (onnx.save with save_as_external_data=False)"
+            )
+
+
+def _node_domains(graph: Any) -> list[str]:
+    out = []
+    for node in graph.node:
+        out.append(node.domain)
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                out += _node_domains(attribute.g)
+            for sub in attribute.graphs:
+                out += _node_domains(sub)
+    return out
+
+
+def _tensors(graph: Any) -> list[Any]:
+    out = list(graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                out.append(attribute.t)
+            out += list(attribute.tensors)
+            if attribute.HasField("g"):
+                out += _tensors(attribute.g)
+            for sub in attribute.graphs:
+                out += _tensors(sub)
+    return out
+
+
+def _spec(node: Any) -> TensorSpec:
+    shape = node.shape
+    dims = None if shape is None else tuple(d if isinstance(d, int) else -1 for d in shape)
+    return TensorSpec(node.name, _DTYPES.get(node.type, ""), dims)
+
+
+def _feed(array: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "string":
+        return np.asarray(array, dtype=object)
+    return array
