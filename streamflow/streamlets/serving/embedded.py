@@ -175,8 +175,13 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
     ]
     dtypes = {n: s.dtype for n, s in zip(input_names, specs, strict=True)}
 
+    by_name = isinstance(getattr(model, "input", None), Mapping)  # built with dict inputs
+
     def forward(*args: Any) -> dict[str, Any]:
-        feed = args[0] if len(args) == 1 else list(args)
+        if by_name:
+            feed: Any = dict(zip(input_names, args, strict=True))
+        else:
+            feed = args[0] if len(args) == 1 else list(args)
         result = model(feed, training=False)
         if isinstance(result, Mapping):
             return {str(k): v for k, v in result.items()}

@@ -485,7 +485,13 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
         return _raw_tensors(spec, column)
     if spec.ragged:
         return _padded(spec, column)
-    array = np.asarray(column, dtype=DTYPES[spec.dtype])
+    array = np.asarray(column)
+    if spec.dtype in ("int32", "int64") and array.dtype.kind == "f":
+        if not np.array_equal(array, np.floor(array)):
+            raise MappingError(
+                f"field {field!r} holds fractions; the mapping expects {spec.dtype}"
+            )
+    array = np.asarray(array, dtype=DTYPES[spec.dtype])
     if array.shape[1:] != spec.shape:
         bad = next(
             (i for i, x in enumerate(column) if np.shape(x) != spec.shape), 0
@@ -494,8 +500,6 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
             f"field {field!r} has shape {list(np.shape(column[bad]))}; the mapping expects "
             f"{list(spec.shape)}"
         )
-    if spec.dtype in ("int32", "int64") and array.dtype.kind == "f":
-        raise MappingError(f"field {field!r} holds fractions; the mapping expects {spec.dtype}")
     return array
 
 
