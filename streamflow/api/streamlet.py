@@ -140,13 +140,14 @@ class ConfigProblem:
     """A config that parses but does not fit the streamlet's ports (see ``check_config``).
 
     ``code`` is stable (for scripts and docs); ``param`` names the parameter whose
-    value the verifier points at.
+    value the verifier points at, and ``path`` the entry inside that value.
     """
 
     code: str
     message: str
     param: str = ""
     hint: str = ""
+    path: tuple[str | int, ...] = ()  # keys and indexes inside the parameter's value
 
 
 class Streamlet:

@@ -20,6 +20,7 @@ from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint.problems import Position
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.structure import StreamletDraft
+from streamflow.blueprint.yamlload import Node
 
 __all__ = [
     "Override",
@@ -208,7 +209,7 @@ def check_config_against_ports(
         return
     for problem in found:
         given = draft.config.get(problem.param)
-        where = report.at(given[1]) if given is not None else report.at(draft.key)
+        where = report.at(_inside(given[1], problem.path) if given else draft.key)
         report.error(
             problem.code,
             f"streamlet {draft.name}: {problem.param + ': ' if problem.param else ''}"
@@ -216,3 +217,15 @@ def check_config_against_ports(
             where,
             hint=problem.hint,
         )
+
+
+def _inside(node: Node, path: tuple[str | int, ...]) -> Node:
+    """The deepest node along ``path`` (mapping keys, list indexes) that exists."""
+    for step in path:
+        found = node.get(step) if isinstance(step, str) and node.kind == "map" else None
+        if isinstance(step, int) and node.kind == "seq" and 0 <= step < len(node.items):
+            found = node.items[step]
+        if found is None:
+            break
+        node = found
+    return node

@@ -122,7 +122,7 @@ class ModelFollower(Streamlet):
                 )
             ]
         return [
-            ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint)
+            ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint, p.path)
             for p in cls.check_mapping(mapping, schemas)
         ]
 

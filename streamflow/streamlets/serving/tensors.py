@@ -486,11 +486,9 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
     if spec.ragged:
         return _padded(spec, column)
     array = np.asarray(column)
-    if spec.dtype in ("int32", "int64") and array.dtype.kind == "f":
-        if not np.array_equal(array, np.floor(array)):
-            raise MappingError(
-                f"field {field!r} holds fractions; the mapping expects {spec.dtype}"
-            )
+    fractions = array.dtype.kind == "f" and not np.array_equal(array, np.floor(array))
+    if spec.dtype in ("int32", "int64") and fractions:
+        raise MappingError(f"field {field!r} holds fractions; the mapping expects {spec.dtype}")
     array = np.asarray(array, dtype=DTYPES[spec.dtype])
     if array.shape[1:] != spec.shape:
         bad = next(
@@ -604,6 +602,7 @@ class SchemaProblem:
     param: str  # the config parameter it is about: inputs, outputs or input_fields
     message: str
     hint: str = ""
+    path: tuple[str | int, ...] = ()  # where inside the parameter's value
 
 
 _AVRO_NUMERIC = ("int", "long", "float", "double", "boolean")
@@ -708,7 +707,8 @@ def check_schemas(
     if input_schema is not None:
         available = _fields(input_schema)
         for spec in mapping.inputs.values():
-            for field in spec.fields:
+            for index, field in enumerate(spec.fields):
+                path = _input_path(spec, index)
                 if field not in available:
                     problems.append(
                         SchemaProblem(
@@ -717,6 +717,7 @@ def check_schemas(
                             f"input {spec.name or field!r} reads field {field!r}, which "
                             f"{input_schema.get('name')} does not have",
                             f"its fields are: {', '.join(available)}",
+                            path,
                         )
                     )
                     continue
@@ -727,11 +728,13 @@ def check_schemas(
                             "tensor-field-type",
                             input_param,
                             f"field {field!r} is {_type_name(available[field])}; {why}",
+                            path=path,
                         )
                     )
     if output_schema is not None:
         available = _fields(output_schema)
-        for out in mapping.outputs.values():
+        for key, out in mapping.outputs.items():
+            path = _output_path(key)
             if out.field not in available:
                 problems.append(
                     SchemaProblem(
@@ -740,6 +743,7 @@ def check_schemas(
                         f"output {out.name or '(the only output)'} writes field {out.field!r}, "
                         f"which {output_schema.get('name')} does not have",
                         f"its fields are: {', '.join(available)}",
+                        path,
                     )
                 )
                 continue
@@ -750,6 +754,21 @@ def check_schemas(
                         "tensor-field-type",
                         output_param,
                         f"field {out.field!r} is {_type_name(available[out.field])}; {why}",
+                        path=path,
                     )
                 )
     return problems
+
+
+def _input_path(spec: TensorInput, index: int) -> tuple[str | int, ...]:
+    """Where a field of ``spec`` is written: under inputs, or in the input_fields list."""
+    if spec.name == ONLY:
+        return (index,)
+    return (spec.name, "fields", index) if spec.stacked else (spec.name, "field")
+
+
+def _output_path(key: str) -> tuple[str | int, ...]:
+    name, _, index = key.partition("#")
+    if not name:  # the output_field / class_field shorthand
+        return ()
+    return (name, int(index), "field") if index else (name, "field")
