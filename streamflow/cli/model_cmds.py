@@ -1,7 +1,7 @@
 """``streamflow model push`` and ``model status``: models for a running application.
 
 ``push`` packs the artifact (a SavedModel directory as a deterministic tar.gz,
-or a ``.keras`` file), or names a model-server URL, computes the sha256, and
+a ``.keras`` or an ``.onnx`` file), or names a model-server URL, computes the sha256, and
 produces a ``ModelDescriptor`` keyed by model name to the compacted topic
 bound to the streamlet's control inlet. Then it follows the streamlet's
 status topic until every replica reports ``serving``, ``failed`` or
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +24,7 @@ from rich.table import Table
 from streamflow.blueprint.model import Application
 from streamflow.cli import apps, output
 from streamflow.schema import SchemaStore, SingleObjectCodec
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.streamlets.serving.publisher import build_descriptor
 
 __all__ = ["register"]
 
@@ -49,6 +48,12 @@ def push(
     ] = None,
     keras: Annotated[
         Path | None, typer.Option(help="A Keras 3 .keras file.", exists=True, dir_okay=False)
+    ] = None,
+    onnx: Annotated[
+        Path | None,
+        typer.Option(
+            help="An ONNX model file (run with onnxruntime).", exists=True, dir_okay=False
+        ),
     ] = None,
     url: Annotated[str | None, typer.Option(help="A model server's base URL.")] = None,
     protocol: Annotated[
@@ -80,10 +85,11 @@ def push(
     ] = None,
 ) -> None:
     """Push a new model version to a serving streamlet and wait until it serves."""
-    sources = [s for s in (saved_model, keras, url) if s is not None]
+    sources = [s for s in (saved_model, keras, onnx, url) if s is not None]
     if len(sources) != 1:
         output.fail(
-            "give exactly one of --saved-model, --keras or --url", exit_code=output.EXIT_USAGE
+            "give exactly one of --saved-model, --keras, --onnx or --url",
+            exit_code=output.EXIT_USAGE,
         )
     if protocol not in _PROTOCOLS:
         output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
@@ -94,18 +100,19 @@ def push(
         bootstrap, control_topic, SingleObjectCodec(store.get(DESCRIPTOR), store=store)
     )
     model_name = name or (
-        history[-1]["name"] if history else (keras or saved_model or Path("model")).stem
+        history[-1]["name"] if history else (keras or saved_model or onnx or Path("model")).stem
     )
     newest = max((d["version"] for d in history if d["name"] == model_name), default=0)
     chosen = version if version is not None else newest + 1
-    descriptor = _descriptor(
+    artifacts = {"keras": keras, "saved_model": saved_model, "onnx": onnx}
+    artifact = next(((form, path) for form, path in artifacts.items() if path), None)
+    descriptor = build_descriptor(
         model_name,
         chosen,
-        saved_model=saved_model,
-        keras=keras,
+        artifact=artifact,
         url=url,
-        kind_for_url=_PROTOCOLS[protocol],
-        params=_params(param or []),
+        protocol=protocol,
+        parameters=_params(param or []),
         by_reference=by_reference,
         description=description,
     )
@@ -204,44 +211,6 @@ def _params(pairs: list[str]) -> dict[str, str]:
             output.fail(f"--param {pair!r}: expected key=value", exit_code=output.EXIT_USAGE)
         out[key] = value
     return out
-
-
-def _descriptor(
-    name: str,
-    version: int,
-    *,
-    saved_model: Path | None,
-    keras: Path | None,
-    url: str | None,
-    kind_for_url: str,
-    params: dict[str, str],
-    by_reference: bool,
-    description: str,
-) -> dict[str, Any]:
-    data: bytes | None = None
-    location: str | None = None
-    if url is not None:
-        kind, location = kind_for_url, url
-    else:
-        kind = "KERAS" if keras is not None else "TF_SAVED_MODEL"
-        artifact = keras or saved_model
-        assert artifact is not None
-        data = artifact.read_bytes() if keras is not None else pack_directory(artifact)
-        if by_reference:
-            location = artifact.resolve().as_uri()
-    return {
-        "name": name,
-        "version": version,
-        "kind": kind,
-        "data": None if by_reference else data,
-        "location": location,
-        "sha256": hashlib.sha256(data).hexdigest()
-        if data is not None and not (by_reference and saved_model)
-        else None,
-        "parameters": params,
-        "description": description,
-        "created_at": dt.datetime.now(dt.UTC),
-    }
 
 
 def _produce(bootstrap: str, topic: str, key: str, value: bytes) -> None:

@@ -20,11 +20,58 @@ from streamflow.api.ports import Outlet
 from streamflow.api.streamlet import Streamlet
 from streamflow.streamlets.serving.artifacts import pack_directory
 
-__all__ = ["ModelPublisher"]
+__all__ = ["ModelPublisher", "build_descriptor"]
+
+#: The kind of an artifact pushed as a file or directory, by how it is given.
+ARTIFACT_KINDS = {"keras": "KERAS", "saved_model": "TF_SAVED_MODEL", "onnx": "ONNX"}
+URL_KINDS = {"v1": "TF_SERVING", "v2": "OPEN_INFERENCE_V2"}
+
+
+def build_descriptor(
+    name: str,
+    version: int,
+    *,
+    artifact: tuple[str, Path] | None = None,
+    url: str | None = None,
+    protocol: str = "v2",
+    parameters: dict[str, str] | None = None,
+    by_reference: bool = False,
+    description: str = "",
+) -> dict[str, Any]:
+    """A ModelDescriptor for an artifact (``("keras"|"saved_model"|"onnx", path)``) or a URL.
+
+    ``model push`` and ``ModelPublisher`` both build theirs here, so a blueprint's
+    first model and a pushed one are the same record.
+    """
+    data: bytes | None = None
+    location: str | None = None
+    if artifact is None:
+        if not url:
+            raise ValueError("give an artifact or a model server's URL")
+        kind, location = URL_KINDS[protocol], url
+    else:
+        form, path = artifact
+        kind = ARTIFACT_KINDS[form]
+        data = pack_directory(path) if form == "saved_model" else path.read_bytes()
+        if by_reference:
+            location = path.resolve().as_uri()
+    # a SavedModel by reference is packed again on the replica: the digest is of that archive
+    digest = hashlib.sha256(data).hexdigest() if data is not None else None
+    return {
+        "name": name,
+        "version": version,
+        "kind": kind,
+        "data": None if by_reference else data,
+        "location": location,
+        "sha256": digest,
+        "parameters": dict(parameters or {}),
+        "description": description,
+        "created_at": dt.datetime.now(dt.UTC),
+    }
 
 
 class ModelPublisher(Streamlet):
-    """Publishes one ModelDescriptor at start: a Keras file, a SavedModel, or a server URL."""
+    """Publishes one ModelDescriptor at start: a Keras, SavedModel or ONNX file, or a server URL."""
 
     out = Outlet("out", "streamflow.ml.ModelDescriptor", key=lambda r: r["name"])
 
@@ -32,8 +79,10 @@ class ModelPublisher(Streamlet):
     version = params.Int(default=1, min=1, description="the version to publish")
     keras = params.Str(default="", description="a .keras file (relative to the blueprint)")
     saved_model = params.Str(default="", description="a SavedModel directory")
+    onnx = params.Str(default="", description="an .onnx file")
     url = params.Str(default="", description="a model server's base URL")
     protocol = params.Choice(("v1", "v2"), default="v2", description="the server's protocol")
+    parameters = params.Mapping(default={}, description="descriptor parameters (strings)")
     by_reference = params.Bool(
         default=False, description="send a file:// location instead of the bytes"
     )
@@ -42,28 +91,26 @@ class ModelPublisher(Streamlet):
         yield self.descriptor()
 
     def descriptor(self) -> dict[str, Any]:
-        chosen = [v for v in (self.keras, self.saved_model, self.url) if v]
-        if len(chosen) != 1:
-            raise ValueError("set exactly one of keras, saved_model or url")
-        data: bytes | None = None
-        location: str | None = None
-        if self.url:
-            kind = "TF_SERVING" if self.protocol == "v1" else "OPEN_INFERENCE_V2"
-            location = self.url
-        else:
-            path = Path(self.keras or self.saved_model)
-            kind = "KERAS" if self.keras else "TF_SAVED_MODEL"
-            data = path.read_bytes() if self.keras else pack_directory(path)
-            if self.by_reference:
-                location = path.resolve().as_uri()
-        return {
-            "name": self.name,
-            "version": self.version,
-            "kind": kind,
-            "data": None if self.by_reference else data,
-            "location": location,
-            "sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
-            "parameters": {},
-            "description": f"published by {self.context.app}.{self.context.streamlet}",
-            "created_at": dt.datetime.now(dt.UTC),
+        given = {
+            form: value
+            for form, value in (
+                ("keras", self.keras),
+                ("saved_model", self.saved_model),
+                ("onnx", self.onnx),
+                ("url", self.url),
+            )
+            if value
         }
+        if len(given) != 1:
+            raise ValueError("set exactly one of keras, saved_model, onnx or url")
+        ((form, value),) = given.items()
+        return build_descriptor(
+            self.name,
+            self.version,
+            artifact=None if form == "url" else (form, Path(value)),
+            url=value if form == "url" else None,
+            protocol=self.protocol,
+            parameters={k: str(v) for k, v in self.parameters.items()},
+            by_reference=self.by_reference,
+            description=f"published by {self.context.app}.{self.context.streamlet}",
+        )
