@@ -1,7 +1,8 @@
 """The background an explanation is measured against: a dataset, or the first records seen.
 
 SHAP fills "absent" features from a background sample, and integrated
-gradients start from a baseline, usually the background's mean. A stable
+gradients start from a baseline, often the background's mean. A row is the
+model's float inputs flattened side by side (:class:`~.scope.Layout`). A stable
 background makes explanations comparable over time, so it is fixed once
 taken: an allowlisted dataset (:mod:`streamflow.streamlets.datasets`), or else the
 first N input records, never a moving window.
@@ -10,12 +11,17 @@ first N input records, never a moving window.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BASELINES", "Background"]
+from streamflow.streamlets import datasets
+from streamflow.streamlets.explain import scope
 
-BASELINES = ("mean", "median", "zeros")
+__all__ = ["BASELINES", "Background", "background_rows"]
+
+#: ``auto``: the mean for feature vectors, zeros for tensors such as images (see :mod:`.scope`)
+BASELINES = ("auto", "mean", "median", "zeros")
 
 
 class Background:
@@ -57,7 +63,8 @@ class Background:
         if explicit:
             if len(explicit) != self.features:
                 raise ValueError(
-                    f"baseline_values has {len(explicit)} values for {self.features} input fields"
+                    f"baseline_values has {len(explicit)} values for {self.features} float "
+                    "input features"
                 )
             return np.asarray(explicit, dtype=np.float32)
         if kind == "zeros":
@@ -65,8 +72,24 @@ class Background:
         statistic = np.median if kind == "median" else np.mean
         return np.asarray(statistic(self._rows, axis=0), dtype=np.float32)
 
-    def needed_for(self, *, method: str, baseline: str, explicit: bool) -> bool:
-        """Whether ``method`` must wait for the background."""
-        if method == "integrated-gradients":
-            return not explicit and baseline != "zeros"
-        return method in ("shap-gradient", "shap-kernel")
+
+def background_rows(
+    layout: scope.Layout,
+    *,
+    location: str,
+    sha256: str | None,
+    allowlist: Sequence[str],
+    cache_dir: Path,
+) -> np.ndarray:
+    """A dataset's rows of the model's float features (its flat numeric fields)."""
+    tensor = next((s for s in layout.specs.values() if not s.stacked), None)
+    if tensor is not None or not layout.specs:
+        raise ValueError(
+            "a dataset is read as numeric columns (input_fields), and "
+            + (tensor.describe() if tensor else "the model has no float input")
+        )
+    fields = [f for spec in layout.specs.values() for f in spec.fields]
+    columns = datasets.load_columns(
+        location=location, sha256=sha256, allowlist=allowlist, cache_dir=cache_dir, numeric=fields
+    )
+    return np.column_stack([columns[f] for f in fields])

@@ -1,19 +1,14 @@
-"""Attribution methods: integrated gradients, SHAP's Gradient and Kernel explainers, ``:explain``.
+"""Attribution methods over a row of features: SHAP's Gradient and Kernel explainers, ``:explain``.
 
-Each turns a batch of inputs ``x`` (n, F) and the output each row is
+Each turns a batch of feature rows ``x`` (n, F) and the output each row is
 explained for (``targets``, n) into per-feature attributions (n, F) and the
-model's output at the baseline (n,):
+model's output at the baseline (n,). Integrated gradients, which work on named
+tensors of any shape, live in :mod:`.gradients`.
 
-* **Integrated gradients** (Sundararajan et al., 2017) integrate the gradient
-  of the target output along the straight path from a baseline to the input:
-  ``(x - b) * mean over alpha of grad f(b + alpha (x - b))``. The integral is
-  a trapezoid rule over ``steps`` intervals, for all rows and steps in one
-  ``tf.GradientTape`` pass. They are *complete*: the attributions sum to
-  ``f(x) - f(b)``, exactly for a linear model and up to the quadrature error
-  otherwise, which is why every explanation can be checked.
 * **SHAP GradientExplainer** (expected gradients) averages integrated
   gradients over baselines drawn from a background set; it needs the Keras
-  model itself.
+  model itself. A row is reshaped to the model's input shape (an image) for
+  it, and the attributions flattened back.
 * **SHAP KernelExplainer** is model-agnostic: it fits a weighted linear model
   to the predict function on coalitions of features, with absent features
   filled from a background summarised by k-means. The predict function may be
@@ -21,38 +16,29 @@ model's output at the baseline (n,):
 * **Remote** ``:explain`` (KServe V1) sends the rows to an explainer server
   and reads attributions from its answer.
 
-TensorFlow and shap are imported when first used, so the explanation
-streamlet imports without them.
+shap is imported when first used, so the explanation streamlet imports
+without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving.embedded import EmbeddedModel
 from streamflow.streamlets.serving.remote import PermanentError
 
 __all__ = [
     "Attributions",
-    "NotDifferentiable",
-    "differentiable",
-    "integrated_gradients",
     "kernel_explainer",
     "parse_explain",
     "shap_gradient",
 ]
 
 Predict = Callable[[np.ndarray], np.ndarray]
-_MAX_PATH_ROWS = 32_768  # rows per gradient pass: bounds the tape's memory
-
-
-class NotDifferentiable(Exception):
-    """The model's output has no gradient with respect to its input."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,85 +47,40 @@ class Attributions:
     baseline_output: np.ndarray  # (n,): the target output at the baseline (or expected value)
 
 
-def differentiable(model: EmbeddedModel, *, features: int) -> str:
-    """ "" if the first output has a gradient at a zero input; else why it has none."""
-    import tensorflow as tf
-
-    probe = tf.zeros((1, features), tf.float32)
-    with tf.GradientTape() as tape:
-        tape.watch(probe)
-        output = model.call(probe)
-        first = tf.reshape(output, (1, -1))[:, 0]
-    if tape.gradient(first, probe) is None:
-        return "its output has no gradient with respect to its input (a non-differentiable op)"
-    return ""
-
-
-def integrated_gradients(
-    model: EmbeddedModel,
-    x: np.ndarray,
-    *,
-    baseline: np.ndarray,
-    targets: np.ndarray,
-    steps: int,
-) -> Attributions:
-    """Integrated gradients of each row's target output, from ``baseline`` to the row."""
-    x = np.asarray(x, dtype=np.float32)
-    per_pass = max(1, _MAX_PATH_ROWS // (steps + 1))
-    values, base = [], []
-    for start in range(0, len(x), per_pass):
-        chunk = slice(start, start + per_pass)
-        v, b = _ig_chunk(model, x[chunk], baseline, targets[chunk], steps)
-        values.append(v)
-        base.append(b)
-    return Attributions(np.concatenate(values), np.concatenate(base))
-
-
-def _ig_chunk(
-    model: EmbeddedModel, x: np.ndarray, baseline: np.ndarray, targets: np.ndarray, steps: int
-) -> tuple[np.ndarray, np.ndarray]:
-    import tensorflow as tf
-
-    n, features = x.shape
-    alphas = np.linspace(0.0, 1.0, steps + 1, dtype=np.float32)
-    weights = np.full(steps + 1, 1.0 / steps)
-    weights[[0, -1]] /= 2  # the trapezoid rule
-    delta = x - baseline[None, :]
-    paths = tf.constant(
-        (baseline[None, None, :] + alphas[:, None, None] * delta[None]).reshape(-1, features)
-    )
-    chosen = tf.constant(np.tile(targets, steps + 1).astype(np.int32))
-    with tf.GradientTape() as tape:
-        tape.watch(paths)
-        output = tf.reshape(model.call(paths), (len(alphas) * n, -1))
-        picked = tf.gather(output, chosen, axis=1, batch_dims=1)
-    gradients = tape.gradient(picked, paths)
-    if gradients is None:
-        raise NotDifferentiable("the model's output has no gradient with respect to its input")
-    grid = gradients.numpy().reshape(len(alphas), n, features).astype(np.float64)
-    average = np.tensordot(weights, grid, axes=1)
-    at_baseline = picked.numpy().reshape(len(alphas), n)[0].astype(np.float64)
-    return delta * average, at_baseline
-
-
 def shap_gradient(
-    keras_model: Any, background: np.ndarray, *, samples: int, seed: int = 0
+    keras_model: Any, background: np.ndarray, *, shape: Sequence[int], samples: int, seed: int = 0
 ) -> Callable[[np.ndarray, np.ndarray], Attributions]:
-    """A function explaining rows with SHAP's GradientExplainer (expected gradients)."""
+    """A function explaining rows with SHAP's GradientExplainer (expected gradients).
+
+    Rows are flat; the model sees them with its per-record ``shape``.
+    """
     import shap
 
-    explainer = shap.GradientExplainer(keras_model, background.astype(np.float32))
-    expected = np.asarray(keras_model(background.astype(np.float32), training=False)).mean(axis=0)
+    def shaped(rows: np.ndarray) -> np.ndarray:
+        return rows.astype(np.float32).reshape(len(rows), *shape)
+
+    explainer = shap.GradientExplainer(keras_model, shaped(background))
+    expected = np.asarray(keras_model(shaped(background), training=False))
+    expected = expected.reshape(len(background), -1).mean(axis=0)
 
     def explain(x: np.ndarray, targets: np.ndarray) -> Attributions:
         with warnings.catch_warnings():
             # shap passes the input as a list; Keras warns that it expected the named input
             warnings.filterwarnings("ignore", "The structure of `inputs`", UserWarning)
-            values = explainer.shap_values(x.astype(np.float32), nsamples=samples, rseed=seed)
-        chosen = _per_target(values, targets)
-        return Attributions(chosen, np.asarray(expected).reshape(-1)[targets])
+            values = explainer.shap_values(shaped(x), nsamples=samples, rseed=seed)
+        chosen = _per_target(_flat(values, len(x), len(shape)), targets)
+        return Attributions(chosen, expected[np.minimum(targets, len(expected) - 1)])
 
     return explain
+
+
+def _flat(values: Any, rows: int, rank: int) -> Any:
+    """SHAP's values for shaped inputs, per output (n, *shape[, outputs]) -> (n, F[, outputs])."""
+    if isinstance(values, list):
+        return [np.asarray(v).reshape(rows, -1) for v in values]
+    array = np.asarray(values)
+    outputs = array.ndim > rank + 1
+    return array.reshape(rows, -1, array.shape[-1]) if outputs else array.reshape(rows, -1)
 
 
 def kernel_explainer(

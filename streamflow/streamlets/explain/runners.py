@@ -1,51 +1,48 @@
-"""From a loaded model and a method to an explaining function, and from its result to a record.
+"""From a loaded model and its plan to an explaining function, and from its result to records.
 
 The streamlet builds one explaining function per model version (SHAP's
 explainers precompute the model's output over the background, and that is
-worth doing once) and keeps it until the model changes. Building it for a
-remote model wires SHAP's synchronous calls through the asynchronous serving
-client: the function runs on the explain thread and hands each prediction to
-the event loop, which is free while it waits.
+worth doing once) and keeps it until the model changes. Every function takes
+the records' named input tensors and answers attributions per explained
+input, whatever the method: integrated gradients work on the tensors
+themselves; SHAP sees the feature row (:class:`~.scope.Layout`) and its
+attributions are split back into tensors. Building one for a remote model
+wires SHAP's synchronous calls through the asynchronous serving client: the
+function runs on the explain thread and hands each prediction to the event
+loop, which is free while it waits.
+
+A record gets one ``Explanation`` per explained input, not one for all: each
+then stands alone, with its input's name and shape, so a consumer can draw an
+image's attributions as a heat map without knowing the model's other inputs,
+and a flat-feature model's explanation is exactly what it was before inputs
+had names. Completeness holds over a record's explanations together: their
+attributions sum to ``prediction[target] - baseline_prediction``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from streamflow.api.streamlet import Record
-from streamflow.streamlets.explain import methods
+from streamflow.streamlets.explain import gradients, methods, scope
 from streamflow.streamlets.serving import remote
 from streamflow.streamlets.serving.follower import ActiveModel
 
-__all__ = ["Explain", "Plan", "build", "explanation"]
+__all__ = ["Explain", "baselines", "build", "explanations", "predict_function"]
 
-Explain = Callable[[np.ndarray, np.ndarray], methods.Attributions]
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The method a model is explained with, and why it differs from the configured one."""
-
-    method: str
-    note: str = ""
-
-    @property
-    def symbol(self) -> str:
-        """The Explanation schema's ExplanationMethod symbol."""
-        return self.method.upper().replace("-", "_")
+Explain = Callable[[Mapping[str, np.ndarray], np.ndarray], gradients.TensorAttributions]
 
 
 def build(
-    plan: Plan,
+    plan: scope.Plan,
     active: ActiveModel,
     *,
-    baseline: np.ndarray | None,
+    baselines: Mapping[str, np.ndarray],
     background: np.ndarray,
     steps: int,
     samples: int,
@@ -53,48 +50,105 @@ def build(
     loop: asyncio.AbstractEventLoop,
 ) -> Explain:
     """The explaining function for ``active`` (not for ``remote``, which is a call, not a model)."""
+    layout = plan.layout
     if plan.method == "integrated-gradients":
-        model, start = active.predictor, baseline
-        assert start is not None
+        call = active.predictor.call_named
 
-        def integrated(x: np.ndarray, targets: np.ndarray) -> methods.Attributions:
-            return methods.integrated_gradients(
-                model, x, baseline=start, targets=targets, steps=steps
+        def integrated(
+            inputs: Mapping[str, np.ndarray], targets: np.ndarray
+        ) -> gradients.TensorAttributions:
+            return gradients.integrated_gradients(
+                call,
+                inputs,
+                explained=plan.explained,
+                baselines=baselines,
+                output=plan.output,
+                targets=targets,
+                steps=steps,
             )
 
         return integrated
     if plan.method == "shap-gradient":
-        return methods.shap_gradient(active.predictor.keras_model, background, samples=samples)
-    return methods.kernel_explainer(
-        predict_function(active, loop), background, clusters=clusters, samples=samples
-    )
+        shape = next(iter(layout.specs.values())).shape
+        flat = methods.shap_gradient(
+            active.predictor.keras_model, background, shape=shape, samples=samples
+        )
+    else:
+        flat = methods.kernel_explainer(
+            predict_function(active, plan, loop),
+            background,
+            clusters=clusters,
+            samples=samples,
+        )
+
+    def on_rows(
+        inputs: Mapping[str, np.ndarray], targets: np.ndarray
+    ) -> gradients.TensorAttributions:
+        return tensor_attributions(layout, flat(layout.flatten(inputs), targets))
+
+    return on_rows
 
 
-def predict_function(active: ActiveModel, loop: asyncio.AbstractEventLoop) -> methods.Predict:
-    """A synchronous predict for SHAP, to call from a thread other than the loop's."""
-    predictor = active.predictor
-    if not isinstance(predictor, remote.InferenceClient):
-        return lambda rows: np.asarray(predictor.predict(rows))
-    return lambda rows: asyncio.run_coroutine_threadsafe(predictor.predict(rows), loop).result()
+def baselines(
+    plan: scope.Plan, *, background: np.ndarray, explicit: np.ndarray | None
+) -> dict[str, np.ndarray] | None:
+    """Per explained input: the IG baseline, SHAP's background mean, or None (remote)."""
+    if plan.method == "remote":
+        return None
+    if plan.method != "integrated-gradients":
+        return plan.layout.split(np.mean(background, axis=0).astype(np.float32))
+    if plan.baseline == "values" and explicit is not None:
+        return plan.layout.split(explicit)
+    if plan.baseline == "zeros":
+        return {name: np.zeros((), dtype=np.float32) for name in plan.explained}
+    statistic = np.median if plan.baseline == "median" else np.mean
+    return plan.layout.split(np.asarray(statistic(background, axis=0), dtype=np.float32))
 
 
-def explanation(
+def tensor_attributions(
+    layout: scope.Layout, flat: methods.Attributions
+) -> gradients.TensorAttributions:
+    """Attributions over feature rows, split back into the inputs' tensors."""
+    return gradients.TensorAttributions(layout.split(flat.values), flat.baseline_output)
+
+
+def predict_function(
+    active: ActiveModel, plan: scope.Plan, loop: asyncio.AbstractEventLoop
+) -> methods.Predict:
+    """A synchronous predict over feature rows for SHAP, to call from a thread other than the
+    loop's: the explained output, flattened per row."""
+    predictor, layout = active.predictor, plan.layout
+
+    def outputs(rows: np.ndarray) -> Mapping[str, np.ndarray]:
+        inputs = layout.split(np.asarray(rows, dtype=np.float32))
+        if isinstance(predictor, remote.InferenceClient):
+            return asyncio.run_coroutine_threadsafe(predictor.infer(inputs), loop).result()
+        result: Mapping[str, np.ndarray] = predictor.run(inputs)
+        return result
+
+    def predict(rows: np.ndarray) -> np.ndarray:
+        chosen = np.asarray(gradients.pick_output(outputs(rows), plan.output))
+        return chosen.reshape(len(rows), -1).astype(np.float64)
+
+    return predict
+
+
+def explanations(
     record: Record,
     *,
     reason: str,
     active: ActiveModel,
-    plan: Plan,
-    features: Sequence[str],
-    x: np.ndarray,
+    plan: scope.Plan,
+    inputs: Mapping[str, np.ndarray],
+    attributions: Mapping[str, np.ndarray],
+    baselines: Mapping[str, np.ndarray] | None,
     prediction: np.ndarray,
     target: int,
-    attributions: np.ndarray,
     baseline_output: float,
-    baseline: np.ndarray | None,
     latency_ms: float,
-) -> dict[str, Any]:
-    """An Explanation record."""
-    return {
+) -> list[dict[str, Any]]:
+    """One Explanation record per explained input of one record (tensors per record)."""
+    common = {
         "key": record.key,
         "topic": record.topic,
         "partition": record.partition,
@@ -106,15 +160,35 @@ def explanation(
         "target": target,
         "prediction": [float(v) for v in np.ravel(prediction)],
         "baseline_prediction": baseline_output if np.isfinite(baseline_output) else None,
-        "attributions": [
-            {
-                "feature": feature,
-                "value": float(x[j]),
-                "baseline": None if baseline is None else float(baseline[j]),
-                "attribution": float(attributions[j]),
-            }
-            for j, feature in enumerate(features)
-        ],
         "latency_ms": latency_ms,
+        "fixed_inputs": list(plan.fixed),
         "time": dt.datetime.now(dt.UTC),
     }
+    out = []
+    for name in plan.explained:
+        value = np.asarray(inputs[name])
+        shape = tuple(int(d) for d in value.shape)
+        start = (
+            None
+            if baselines is None
+            else np.broadcast_to(np.asarray(baselines[name], dtype=np.float64), shape).ravel()
+        )
+        features = plan.layout.feature_names(name, shape)
+        attributed = np.asarray(attributions[name], dtype=np.float64).ravel()
+        out.append(
+            {
+                **common,
+                "input": name,
+                "shape": list(shape),
+                "attributions": [
+                    {
+                        "feature": feature,
+                        "value": float(x),
+                        "baseline": None if start is None else float(start[j]),
+                        "attribution": float(attributed[j]),
+                    }
+                    for j, (feature, x) in enumerate(zip(features, value.ravel(), strict=True))
+                ],
+            }
+        )
+    return out

@@ -12,8 +12,15 @@ than growing memory or lag. Explaining runs on a worker thread while the
 event loop stays free, which is what lets SHAP's synchronous KernelExplainer
 call a remote model through the asynchronous serving client.
 
-A method the model cannot support (gradients of a remote or non-differentiable
-model) falls back to ``shap-kernel`` with the reason on the status outlet, or,
+Inputs come through the tensor mapping it shares with serving (``inputs``, or
+the flat ``input_fields``). Integrated gradients explain float tensors of any
+shape (an image and a feature vector at once), one ``Explanation`` per input;
+text and integer inputs are held at each record's value, because no
+attribution method applies to them (:mod:`.scope` decides, once per model, and
+says so on the status outlet; such records count as
+``skipped{reason="not-applicable"}``). A method the model cannot support
+(gradients of a remote or non-differentiable model) falls back to
+``shap-kernel`` where that applies, with the reason on the status outlet, or,
 with ``fallback: none``, fails the load and keeps the old model.
 
 Bind the input port by subclassing; add a drift inlet to explain more while
@@ -39,11 +46,11 @@ from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Backpressure, Context, Record
 from streamflow.streamlets import datasets
-from streamflow.streamlets.explain import methods, runners
-from streamflow.streamlets.explain.background import BASELINES, Background
+from streamflow.streamlets.explain import gradients, methods, runners, scope
+from streamflow.streamlets.explain.background import BASELINES, Background, background_rows
 from streamflow.streamlets.explain.predicate import Predicate
 from streamflow.streamlets.explain.selection import Budget, Selector
-from streamflow.streamlets.serving import remote
+from streamflow.streamlets.serving import remote, tensors
 from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
 from streamflow.streamlets.serving.streamlet import NoModelError
 
@@ -51,12 +58,7 @@ __all__ = ["METHODS", "ModelExplainer"]
 
 log = logging.getLogger("streamflow.streamlets.explain")
 
-METHODS = ("integrated-gradients", "shap-gradient", "shap-kernel", "remote")
-_GRADIENT = ("integrated-gradients", "shap-gradient")
-
-
-class ExplainError(Exception):
-    """A model the configured method cannot explain (with ``fallback: none``)."""
+METHODS = scope.METHODS
 
 
 class ModelExplainer(ModelFollower):
@@ -71,8 +73,15 @@ class ModelExplainer(ModelFollower):
         description="for a model the gradient methods cannot explain; none: refuse the model",
     )
     steps = params.Int(default=64, min=2, description="integrated gradients: path steps")
-    baseline = params.Choice(BASELINES, default="mean", description="the baseline's statistic")
+    baseline = params.Choice(
+        BASELINES,
+        default="auto",
+        description="the baseline: auto (mean for feature vectors, zeros for tensors), mean, ...",
+    )
     baseline_values = params.List(params.Float(), default=[], description="an explicit baseline")
+    explained_output = params.Str(
+        default="", description="the model output explained; empty: its only or first mapped one"
+    )
     target = params.Int(default=-1, min=-1, description="the output explained; -1: the argmax")
     sample_rate = params.Float(default=0.05, min=0.0, max=1.0, description="share explained")
     low_confidence = params.Float(
@@ -100,7 +109,7 @@ class ModelExplainer(ModelFollower):
 
     def setup(self, context: Context) -> None:
         super().setup(context)
-        features = len(self.input_fields)
+        layout = scope.Layout.of(self.tensors.inputs)
         self.selector = Selector(
             sample_rate=self.sample_rate,
             drift_rate=self.drift_rate,
@@ -108,8 +117,10 @@ class ModelExplainer(ModelFollower):
             predicate=Predicate(self.when) if self.when else None,
         )
         self.budget_clock = Budget(seconds=self.budget.total_seconds())
-        self.backdrop = Background(size=self.background_size, features=features)
+        self.backdrop = Background(size=self.background_size, features=layout.features)
         if self.baseline_values:  # a wrong length is a config mistake: say so at start
+            if not layout.features:
+                raise ValueError("baseline_values needs float inputs of fixed shape")
             self.backdrop.baseline(self.baseline, self.baseline_values)
         if self.method == "remote":
             if not self.explainer_url:
@@ -120,25 +131,26 @@ class ModelExplainer(ModelFollower):
                 model=self.explainer_model or "model",
                 settings=self.client_settings(),
             )
-        if self.background:
-            self._load_background()
+        # integrated gradients from zeros need no background: don't fetch one for nothing
+        uses = self.method.startswith("shap") or self.baseline in ("mean", "median")
+        if self.background and (uses or (self.baseline == "auto" and layout.tabular)):
+            self._load_background(layout)
 
-    def _load_background(self) -> None:
+    def _load_background(self, layout: scope.Layout) -> None:
         cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "datasets")
         location, allowlist = self.background, list(self.allowlist)
         if "://" not in location:  # a path in the streamlet's own config is trusted
             location = Path(location).resolve().as_uri()
             allowlist.append(location)
         try:
-            columns = datasets.load_columns(
+            rows = background_rows(
+                layout,
                 location=location,
                 sha256=self.background_sha256 or None,
                 allowlist=allowlist,
                 cache_dir=cache,
-                numeric=self.input_fields,
             )
-            matrix = np.column_stack([columns[f] for f in self.input_fields])
-            self.backdrop.use(matrix, origin=self.background)
+            self.backdrop.use(rows, origin=self.background)
         except (datasets.DatasetError, ValueError) as exc:
             log.warning(
                 "background %s unusable, using the first records instead: %s", self.background, exc
@@ -160,99 +172,129 @@ class ModelExplainer(ModelFollower):
             return None
         return super().on_control(inlet, record)
 
-    def prepare(self, active: ActiveModel) -> runners.Plan:
-        """On the load thread: the method this model will be explained with."""
-        method = self.method
-        if method not in _GRADIENT:
-            return runners.Plan(method)
-        is_remote = isinstance(active.predictor, remote.InferenceClient)
-        if is_remote:
-            reason = "a remote model exposes no gradients"
-        elif method == "shap-gradient" and active.predictor.keras_model is None:
-            reason = "SHAP's GradientExplainer needs a Keras model"
-        else:
-            reason = methods.differentiable(active.predictor, features=len(self.input_fields))
-        if not reason:
-            return runners.Plan(method)
-        if self.fallback == "none":
-            raise ExplainError(f"{method} cannot explain {active.tag}: {reason}")
-        return runners.Plan(
-            "shap-kernel", f"{method} cannot explain it ({reason}); using shap-kernel"
+    def prepare(self, active: ActiveModel) -> scope.Plan:
+        """On the load thread: how this model will be explained (see :mod:`.scope`)."""
+        layout = scope.Layout.of(active.mapping.inputs)
+        output = (
+            scope.explained_output(active.mapping, self.explained_output) if layout.specs else ""
+        )
+
+        def probe() -> str:
+            return gradients.no_gradient(
+                active.predictor.call_named,
+                active.mapping.zeros(1),
+                explained=layout.explained,
+                output=output,
+            )
+
+        return scope.plan(
+            self.method,
+            tag=active.tag,
+            fallback=self.fallback,
+            layout=layout,
+            predictor=active.predictor,
+            output=output,
+            baseline=self.baseline,
+            explicit_baseline=bool(self.baseline_values),
+            probe=probe,
         )
 
     def between_batches(self) -> Emit | None:
         result = super().between_batches()
         if result is not None and result.value["state"] == "serving" and self.current is not None:
             note = self.current.extra.note
-            if note:
+            if note:  # once per model: when it starts serving
                 log.warning("model %s: %s", self.current.tag, note)
                 result.value["message"] += f"; {note}"
         return result
 
     # -- data ------------------------------------------------------------------
 
-    async def process_batch(self, records: list[Record]) -> list[Emit | None]:
+    async def process_batch(self, records: list[Record]) -> list[Any]:
         await self.close_retired()
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
-        loop = asyncio.get_running_loop()
-        x = np.array(
-            [[_number(r.value.get(f)) for f in self.input_fields] for r in records],
-            dtype=np.float32,
-        )
+        plan: scope.Plan = active.extra
+        results: list[Any] = [None] * len(records)
+        if plan.method == "none":  # said on load; counted for every record
+            self.context.count_skipped("not-applicable", count=len(records))
+            return results
+        kept, inputs = self._encode(active, records)
+        batch = [records[i] for i in kept]
+        layout = plan.layout
+        has_rows = batch and layout.features  # ragged inputs have no feature rows to keep
+        x = layout.flatten(inputs) if has_rows else np.zeros((len(batch), self.backdrop.features))
         background = self._staged_background(x)
         predictions = None
-        if self.selector.needs_predictions:
-            predictions = await self._predict(active, x)
+        if batch and self.selector.needs_predictions:
+            predictions = await self._predict(active, plan, inputs)
         chosen = self.selector.choose(
-            records, predictions=predictions, drifted=any(self._drift.values())
+            batch, predictions=predictions, drifted=any(self._drift.values())
         )
-        results: list[Emit | None] = [None] * len(records)
-        plan: runners.Plan = active.extra
-        needs_background = self.backdrop.needed_for(
-            method=plan.method, baseline=self.baseline, explicit=bool(self.baseline_values)
-        )
-        if needs_background and len(background) < self.backdrop.size:
-            self._commit(x, sampled_out=len(records) - len(chosen), waiting=len(chosen))
+        skipped = {
+            "sampled-out": len(batch) - len(chosen),
+            "invalid-input": len(records) - len(kept),
+        }
+        if plan.needs_background and len(background) < self.backdrop.size:
+            self._commit(x, {**skipped, "no-background-yet": len(chosen)})
             return results
         taken = chosen[: self.budget_clock.affordable(len(chosen))]
-        rows = np.array([c.index for c in taken], dtype=np.int64)
+        done = 0
         if taken:
+            rows = np.array([c.index for c in taken], dtype=np.int64)
+            subset = {name: array[rows] for name, array in inputs.items()}
             outputs = (
                 predictions[rows]
                 if predictions is not None
-                else await self._predict(active, x[rows])
+                else await self._predict(active, plan, subset)
             )
             targets = self._targets(outputs)
             started = time.perf_counter()
             deadline = time.monotonic() + self.budget.total_seconds()
+            loop = asyncio.get_running_loop()
             explained = await self._explain(
-                active, plan, x[rows], targets, background, deadline, loop
+                active, plan, subset, targets, background, deadline, loop
             )
             took = time.perf_counter() - started
-            done = len(explained.values)
+            done = len(explained.baseline_output)
             self.budget_clock.spent(took, done)
-            reference_row = self._baseline(plan, background)
+            reference = self._baselines(plan, background)
             for offset, choice in enumerate(taken[:done]):
-                value = runners.explanation(
-                    records[choice.index],
+                values = runners.explanations(
+                    batch[choice.index],
                     reason=choice.reason,
                     active=active,
                     plan=plan,
-                    features=self.input_fields,
-                    x=x[choice.index],
+                    inputs={name: array[offset] for name, array in subset.items()},
+                    attributions={name: v[offset] for name, v in explained.values.items()},
+                    baselines=reference,
                     prediction=outputs[offset],
                     target=int(targets[offset]),
-                    attributions=explained.values[offset],
                     baseline_output=float(explained.baseline_output[offset]),
-                    baseline=reference_row,
                     latency_ms=took * 1000 / done,
                 )
-                results[choice.index] = self.out(value, headers={"streamflow-model": active.tag})
-            taken = taken[:done]
-        self._commit(x, sampled_out=len(records) - len(chosen), shed=len(chosen) - len(taken))
+                headers = {"streamflow-model": active.tag}
+                results[kept[choice.index]] = [self.out(v, headers=headers) for v in values]
+        skipped["budget"] = len(chosen) - done
+        # records explained without their text (or other non-float) inputs count as well
+        skipped["not-applicable"] = done if plan.fixed else 0
+        self._commit(x, skipped)
         return results
+
+    def _encode(
+        self, active: ActiveModel, records: list[Record]
+    ) -> tuple[list[int], dict[str, np.ndarray]]:
+        """The batch's input tensors, and which records they are (those the mapping fits)."""
+        values = [r.value for r in records]
+        try:
+            return list(range(len(records))), active.mapping.encode(values)
+        except tensors.RecordErrors as exc:
+            kept = [i for i in range(len(records)) if i not in exc.errors]
+            log.debug("%d record(s) do not fit the mapping: %s", len(exc.errors), exc)
+        if not kept:
+            return [], {name: np.zeros((0,)) for name in active.mapping.inputs}
+        return kept, active.mapping.encode([values[i] for i in kept])
 
     def _staged_background(self, x: np.ndarray) -> np.ndarray:
         """The background as it will be once this batch is committed (nothing changes yet)."""
@@ -261,18 +303,20 @@ class ModelExplainer(ModelFollower):
         finite = x[np.isfinite(x).all(axis=1)]
         return np.concatenate([self.backdrop.rows, finite])[: self.backdrop.size]
 
-    def _commit(self, x: np.ndarray, *, sampled_out: int, shed: int = 0, waiting: int = 0) -> None:
+    def _commit(self, x: np.ndarray, skipped: dict[str, int]) -> None:
         """Only once the batch cannot be retried: a retried batch must not count twice."""
-        self.backdrop.add(x)
-        self.context.count_skipped("sampled-out", count=sampled_out)
-        self.context.count_skipped("budget", count=shed)
-        self.context.count_skipped("no-background-yet", count=waiting)
+        if x.shape[1] == self.backdrop.features:
+            self.backdrop.add(x)
+        for reason, count in skipped.items():
+            self.context.count_skipped(reason, count=count)
 
-    async def _predict(self, active: ActiveModel, x: np.ndarray) -> np.ndarray:
-        if isinstance(active.predictor, remote.InferenceClient):
-            predicted: np.ndarray = await active.predictor.predict(x)
-            return predicted
-        return np.asarray(active.predictor.predict(x))
+    async def _predict(
+        self, active: ActiveModel, plan: scope.Plan, inputs: dict[str, np.ndarray]
+    ) -> np.ndarray:
+        """The explained output for each record, flattened: (n, values per record)."""
+        outputs = await active.predictor.infer(inputs)
+        chosen = np.asarray(gradients.pick_output(outputs, plan.output))
+        return chosen.reshape(len(chosen), -1).astype(np.float64)
 
     def _targets(self, outputs: np.ndarray) -> np.ndarray:
         outputs = outputs.reshape(len(outputs), -1)
@@ -284,33 +328,36 @@ class ModelExplainer(ModelFollower):
     async def _explain(
         self,
         active: ActiveModel,
-        plan: runners.Plan,
-        x: np.ndarray,
+        plan: scope.Plan,
+        inputs: dict[str, np.ndarray],
         targets: np.ndarray,
         background: np.ndarray,
         deadline: float,
         loop: asyncio.AbstractEventLoop,
-    ) -> methods.Attributions:
+    ) -> gradients.TensorAttributions:
         if plan.method == "remote":
-            return await self._remote_explain(x, targets)
+            return await self._remote_explain(plan, plan.layout.flatten(inputs), targets)
 
-        def work() -> methods.Attributions:
+        def work() -> gradients.TensorAttributions:
             runner = self._runner_for(active, plan, background, loop)
             if plan.method != "shap-kernel":  # vectorised: one pass for the whole batch
-                return runner(x, targets)
-            parts: list[methods.Attributions] = []
-            for row in range(len(x)):  # one by one, so the budget can stop it
+                return runner(inputs, targets)
+            parts: list[gradients.TensorAttributions] = []
+            for row in range(len(targets)):  # one by one, so the budget can stop it
                 if parts and time.monotonic() > deadline:
                     break
-                parts.append(runner(x[row : row + 1], targets[row : row + 1]))
-            return methods.Attributions(
-                np.concatenate([p.values for p in parts]),
+                one = {name: array[row : row + 1] for name, array in inputs.items()}
+                parts.append(runner(one, targets[row : row + 1]))
+            return gradients.TensorAttributions(
+                {n: np.concatenate([p.values[n] for p in parts]) for n in plan.explained},
                 np.concatenate([p.baseline_output for p in parts]),
             )
 
         return await loop.run_in_executor(self._pool, work)
 
-    async def _remote_explain(self, x: np.ndarray, targets: np.ndarray) -> methods.Attributions:
+    async def _remote_explain(
+        self, plan: scope.Plan, x: np.ndarray, targets: np.ndarray
+    ) -> gradients.TensorAttributions:
         assert self._explainer is not None
         model = self.explainer_model or (self.current.name if self.current else "model")
         url = f"{self.explainer_url.rstrip('/')}/v1/models/{model}:explain"
@@ -327,21 +374,28 @@ class ModelExplainer(ModelFollower):
             if expected is not None
             else np.full(len(x), np.nan)
         )
-        return methods.Attributions(values, base)
+        return runners.tensor_attributions(plan.layout, methods.Attributions(values, base))
+
+    def _baselines(self, plan: scope.Plan, background: np.ndarray) -> dict[str, np.ndarray] | None:
+        values = self.baseline_values
+        explicit = self.backdrop.baseline("values", values) if values else None
+        return runners.baselines(plan, background=background, explicit=explicit)
 
     def _runner_for(
         self,
         active: ActiveModel,
-        plan: runners.Plan,
+        plan: scope.Plan,
         background: np.ndarray,
         loop: asyncio.AbstractEventLoop,
     ) -> runners.Explain:
         """The explaining function for this model, built once per model version."""
         if self._runner is None or self._runner[0] != active.tag:
+            baselines = self._baselines(plan, background)
+            assert baselines is not None
             runner = runners.build(
                 plan,
                 active,
-                baseline=self._baseline(plan, background),
+                baselines=baselines,
                 background=background,
                 steps=self.steps,
                 samples=self.samples,
@@ -350,20 +404,3 @@ class ModelExplainer(ModelFollower):
             )
             self._runner = (active.tag, runner)
         return self._runner[1]
-
-    def _baseline(self, plan: runners.Plan, background: np.ndarray) -> np.ndarray | None:
-        """Per feature: the IG baseline, SHAP's background mean, or None (remote)."""
-        if plan.method == "remote":
-            return None
-        if plan.method != "integrated-gradients":
-            return np.asarray(np.mean(background, axis=0), dtype=np.float32)
-        if self.baseline_values or self.baseline == "zeros":
-            return self.backdrop.baseline(self.baseline, self.baseline_values)
-        statistic = np.median if self.baseline == "median" else np.mean
-        return np.asarray(statistic(background, axis=0), dtype=np.float32)
-
-
-def _number(value: Any) -> float:
-    if value is None or isinstance(value, bool):
-        return float("nan")
-    return float(value)

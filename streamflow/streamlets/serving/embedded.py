@@ -177,12 +177,13 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
 
     by_name = isinstance(getattr(model, "input", None), Mapping)  # built with dict inputs
 
-    def forward(*args: Any) -> dict[str, Any]:
+    def structure(args: tuple[Any, ...]) -> Any:
         if by_name:
-            feed: Any = dict(zip(input_names, args, strict=True))
-        else:
-            feed = args[0] if len(args) == 1 else list(args)
-        result = model(feed, training=False)
+            return dict(zip(input_names, args, strict=True))
+        return args[0] if len(args) == 1 else list(args)
+
+    def forward(*args: Any) -> dict[str, Any]:
+        result = model(structure(args), training=False)
         if isinstance(result, Mapping):
             return {str(k): v for k, v in result.items()}
         if not isinstance(result, list | tuple):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamflow.streamlets.explain import methods
+from streamflow.streamlets.explain import gradients, methods
 from streamflow.streamlets.explain.predicate import Predicate, PredicateError
 from streamflow.streamlets.explain.selection import Budget, Selector
 from streamflow.streamlets.serving.embedded import load_embedded
@@ -48,6 +48,10 @@ def test_integrated_gradients_of_a_linear_model_are_w_times_x_minus_baseline(
         assert total == pytest.approx(explanation["prediction"][target] - f_baseline, abs=1e-3)
         assert [a["baseline"] for a in explanation["attributions"]] == BASELINE
         assert explanation["method"] == "INTEGRATED_GRADIENTS"
+        # input_fields: one stacked input, named as the model names it, features by field
+        assert explanation["input"] == "features" and explanation["shape"] == [2]
+        assert [a["feature"] for a in explanation["attributions"]] == e.FEATURES
+        assert explanation["fixed_inputs"] == []
 
 
 def test_kernel_explainer_agrees_with_integrated_gradients_on_a_linear_model(
@@ -83,12 +87,20 @@ def test_integrated_gradients_are_complete_on_the_wine_classifier(
     model = load_embedded(
         kind="KERAS", artifact=wine_models.v1.keras_file, parameters={}, cache_dir=tmp_path
     )
-    x = wine_models.x[:30]
-    baseline = wine_models.x.mean(axis=0)
-    targets = np.argmax(model.predict(x), axis=1)
-    result = methods.integrated_gradients(model, x, baseline=baseline, targets=targets, steps=128)
-    f_x = model.predict(x)[np.arange(30), targets]
-    gap = result.values.sum(axis=1) - (f_x - result.baseline_output)
+    (name,), (output,) = model.signature.inputs, model.signature.outputs
+    x = wine_models.x[:30].astype(np.float32)
+    f = model.run({name: x})[output]
+    targets = np.argmax(f, axis=1)
+    result = gradients.integrated_gradients(
+        model.call_named,
+        {name: x},
+        explained=[name],
+        baselines={name: wine_models.x.mean(axis=0)},
+        output=output,
+        targets=targets,
+        steps=128,
+    )
+    gap = result.values[name].sum(axis=1) - (f[np.arange(30), targets] - result.baseline_output)
     assert np.max(np.abs(gap)) < 5e-3
 
 

@@ -32,6 +32,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     mixed = models.mixed_keras(where / "mixed.keras")
     mixed.export(str(where / "mixed-saved"))
     text = models.text_keras(where / "text.keras")
+    text.export(str(where / "text-saved"))
     weights = models.mixed_onnx(where / "mixed.onnx")
     return {"dir": where, "mixed": mixed, "text": text, "onnx_weights": weights}
 
@@ -115,11 +116,18 @@ def test_an_onnx_model_runs_with_onnxruntime(built: dict[str, Any], tmp_path: Pa
     _check_mixed(_outputs(h, values), *models.mixed_onnx_predict(built["onnx_weights"], x, region))
 
 
+@pytest.mark.parametrize("kind", ["KERAS", "TF_SAVED_MODEL"])
 def test_raw_text_goes_into_a_model_with_its_own_text_vectorization(
-    built: dict[str, Any], tmp_path: Path
+    built: dict[str, Any], tmp_path: Path, kind: str
 ) -> None:
-    h = _harness(apps.TextServing, apps.TEXT_CONFIG, tmp_path)
-    _serve(h, 1, "KERAS", (built["dir"] / "text.keras").read_bytes())
+    config = apps.TEXT_CONFIG
+    artifact = (built["dir"] / "text.keras").read_bytes()
+    if kind == "TF_SAVED_MODEL":  # model.export() names the signature's output output_0
+        config = {**config, "outputs": {"output_0": config["outputs"]["sentiment"]}}
+        artifact = pack_directory(built["dir"] / "text-saved")
+    h = _harness(apps.TextServing, config, tmp_path)
+    status = _serve(h, 1, kind, artifact)
+    assert status["state"] == "serving", status["message"]
     values = _values()
     got = _outputs(h, values)
     expected = np.asarray(built["text"](np.array([v["text"] for v in values])))
