@@ -1,7 +1,9 @@
 """One window's verdict: per-feature tests, the correction across them, severity, and remote mode.
 
 Local mode tests every watched feature of the window against the prepared
-reference (:mod:`.stats`). Remote mode sends the window's numeric matrix to a
+reference (:mod:`.stats`): scalars one by one, a tensor input element by element
+and as a whole (:mod:`.mmd`), a text input by length, vocabulary and new
+words (:mod:`.text`). Remote mode sends the window's numeric matrix to a
 detector hosted on a model server (Open Inference Protocol V2 ``infer``, the
 way Seldon hosts detectors as models) and reads its answer in the shape
 alibi-detect's servers give: outputs named ``p_val``, ``distance``,
@@ -24,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from streamflow.streamlets.datasets import Columns
-from streamflow.streamlets.drift import stats, windows
+from streamflow.streamlets.drift import inputs, mmd, stats, text, windows
 from streamflow.streamlets.drift.settings import DriftSettings
 from streamflow.streamlets.serving.remote import PermanentError
 
 __all__ = [
     "Reference",
+    "TensorReference",
     "evaluate",
     "parse_detector",
     "prepare",
@@ -40,10 +43,19 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
+class TensorReference:
+    columns: slice  # the tensor's element columns in a window's numeric matrix
+    elements: dict[str, stats.NumericReference]
+    vectors: np.ndarray  # (rows, elements): the reference's whole tensors, flattened
+
+
+@dataclasses.dataclass(frozen=True)
 class Reference:
-    numeric: dict[str, stats.NumericReference]
+    numeric: dict[str, stats.NumericReference]  # the scalar features
     categorical: dict[str, stats.CategoricalReference]
     origin: str  # where it came from, for status messages
+    tensors: dict[str, TensorReference] = dataclasses.field(default_factory=dict)
+    texts: dict[str, text.TextReference] = dataclasses.field(default_factory=dict)
 
 
 def prepare(
@@ -70,15 +82,42 @@ def prepare(
     return Reference(prepared_numeric, prepared_categorical, origin)
 
 
+def prepare_rows(
+    rows: windows.Rows, layout: inputs.Layout, *, settings: DriftSettings, origin: str
+) -> Reference:
+    """A reference from a stream's first rows: every feature and mapped input of ``layout``."""
+    columns: dict[str, Any] = {n: rows.numeric[:, i] for i, n in enumerate(layout.scalars)}
+    columns |= {n: rows.categorical[:, i].tolist() for i, n in enumerate(layout.categorical)}
+    reference = prepare(
+        columns,
+        numeric=layout.scalars,
+        categorical=layout.categorical,
+        bins=settings.psi_bins,
+        origin=origin,
+    )
+    for tensor in layout.tensors:
+        block = rows.numeric[:, tensor.columns]
+        vectors = block[np.isfinite(block).all(axis=1)]
+        if not len(vectors):
+            raise ValueError(f"reference input {tensor.name!r}: no record could be read")
+        elements = {
+            name: stats.NumericReference(vectors[:, i], bins=settings.psi_bins)
+            for i, name in enumerate(tensor.elements)
+        }
+        reference.tensors[tensor.name] = TensorReference(tensor.columns, elements, vectors)
+    for column, name in enumerate(layout.texts):
+        reference.texts[name] = text.TextReference(
+            rows.text[:, column].tolist(), top=settings.vocabulary
+        )
+    return reference
+
+
 def evaluate(
-    reference: Reference,
-    *,
-    numeric: np.ndarray,
-    categorical: np.ndarray,
-    settings: DriftSettings,
+    reference: Reference, rows: windows.Rows, *, settings: DriftSettings, seed: int = 0
 ) -> list[dict[str, Any]]:
     """FeatureDrift entries for one window (columns in the reference's feature order)."""
     entries: list[dict[str, Any]] = []
+    numeric, categorical = rows.numeric, rows.categorical
     for column, (name, ref) in enumerate(reference.numeric.items()):
         values = numeric[:, column]
         if "ks" in settings.tests:
@@ -93,13 +132,70 @@ def evaluate(
             entries.append(_entry(name, "CATEGORICAL", "CHI2", result.statistic, result.p_value))
         if "psi" in settings.tests:
             entries.append(_psi(name, "CATEGORICAL", stats.psi_categorical(cref, labels), settings))
+    for name, tensor in reference.tensors.items():
+        entries += _tensor(name, tensor, numeric[:, tensor.columns], settings, seed)
+    for column, (name, tref) in enumerate(reference.texts.items()):
+        entries += _text(name, tref, rows.text[:, column].tolist(), settings)
     return corrected(entries, settings)
 
 
+def _tensor(
+    name: str, ref: TensorReference, block: np.ndarray, settings: DriftSettings, seed: int
+) -> list[dict[str, Any]]:
+    """KS per element, and one MMD over the whole vectors; they share one share of alpha."""
+    entries = []
+    if "ks" in settings.tests:
+        for column, (element, eref) in enumerate(ref.elements.items()):
+            result = stats.ks_test(eref, block[:, column])
+            entries.append(
+                _entry(element, "TENSOR", "KS", result.statistic, result.p_value, group=name)
+            )
+    if "mmd" in settings.tests:
+        multivariate = mmd.mmd_test(
+            ref.vectors,
+            block,
+            permutations=settings.permutations,
+            max_rows=settings.mmd_rows,
+            seed=(seed, len(block)),
+        )
+        entries.append(
+            _entry(name, "TENSOR", "MMD", multivariate.statistic, multivariate.p_value, part="mmd")
+        )
+    return entries
+
+
+def _text(
+    name: str, ref: text.TextReference, records: list[tuple[str, ...]], settings: DriftSettings
+) -> list[dict[str, Any]]:
+    """Length (KS on tokens per record), vocabulary share (chi-squared) and new words (OOV)."""
+    entries = []
+    if "ks" in settings.tests:
+        result = stats.ks_test(ref.lengths, text.lengths(records))
+        entries.append(_entry(name, "TEXT", "KS", result.statistic, result.p_value, part="length"))
+    if "chi2" in settings.tests:
+        result = text.vocabulary_test(ref, records)
+        entries.append(_entry(name, "TEXT", "CHI2", result.statistic, result.p_value))
+    if "oov" in settings.tests:
+        rate = text.oov_rate(ref, records)
+        entry = _entry(name, "TEXT", "OOV", rate, None, drifted=rate > settings.oov_threshold)
+        entry["threshold"] = settings.oov_threshold
+        entries.append(entry)
+    return entries
+
+
 def corrected(entries: list[dict[str, Any]], settings: DriftSettings) -> list[dict[str, Any]]:
-    """Adjust the entries' p-values together and mark the significant ones drifted."""
+    """Adjust the entries' p-values together and mark the significant ones drifted.
+
+    Each feature or input has one equal share of alpha, split between its kinds
+    of test and then between the tests of a kind (a tensor's elements).
+    """
     tested = [e for e in entries if e["p_value"] is not None]
-    adjusted = stats.adjust([e["p_value"] for e in tested], method=settings.correction)
+    weights = _weights(tested)
+    adjusted = stats.adjust(
+        [e["p_value"] for e in tested], method=settings.correction, weights=weights
+    )
+    for entry in entries:
+        entry.pop("_share", None)
     for entry, p in zip(tested, adjusted, strict=True):
         entry["adjusted_p_value"] = p
         entry["threshold"] = settings.alpha
@@ -107,12 +203,28 @@ def corrected(entries: list[dict[str, Any]], settings: DriftSettings) -> list[di
     return entries
 
 
+def _weights(tested: list[dict[str, Any]]) -> list[float]:
+    """Each test's share of alpha: one per group, split by part, then by test."""
+    shares = [e.get("_share") or (e["feature"], e["test"]) for e in tested]
+    parts: dict[str, set[str]] = {}
+    for group, part in shares:
+        parts.setdefault(group, set()).add(part)
+    sizes = {share: shares.count(share) for share in set(shares)}
+    return [1.0 / len(parts[group]) / sizes[(group, part)] for group, part in shares]
+
+
+def _group(entry: dict[str, Any]) -> str:
+    """The input an entry is about: a tensor's elements all belong to the tensor."""
+    feature = str(entry["feature"])
+    return feature.split("[", 1)[0] if entry.get("kind") == "TENSOR" else feature
+
+
 def verdict(
     features: list[dict[str, Any]], signals: list[dict[str, Any]], settings: DriftSettings
 ) -> tuple[bool, str, str]:
     """(drifted, severity, message) for a window's features and signals."""
-    moved = sorted({e["feature"] for e in features if e["drifted"]})
-    watched = {e["feature"] for e in features}
+    moved = sorted({_group(e) for e in features if e["drifted"]})
+    watched = {_group(e) for e in features}
     fired = sorted({f"{s['signal']} ({s['detector']})" for s in signals if s["drifted"]})
     if not moved and not fired:
         return False, "NONE", f"no drift in {len(watched)} features"
@@ -153,6 +265,7 @@ def window_report(
         "source": source,
         "model": model[0],
         "model_version": model[1],
+        "model_version_from": _version_from(rows.origin),
         "config_version": settings.version,
         "window": {
             "index": window.index,
@@ -217,8 +330,11 @@ def _entry(
     p_value: float | None,
     *,
     drifted: bool = False,
+    group: str = "",
+    part: str = "",
 ) -> dict[str, Any]:
-    return {
+    """A FeatureDrift; ``group`` and ``part`` say which share of alpha its test takes."""
+    entry: dict[str, Any] = {
         "feature": feature,
         "kind": kind,
         "test": test,
@@ -228,12 +344,22 @@ def _entry(
         "threshold": 0.0,
         "drifted": drifted,
     }
+    if group or part:  # taken out by ``corrected``: a report has no such field
+        entry["_share"] = (group or feature, part or test)
+    return entry
 
 
 def _psi(name: str, kind: str, value: float, settings: DriftSettings) -> dict[str, Any]:
     entry = _entry(name, kind, "PSI", value, None, drifted=value >= settings.psi_threshold)
     entry["threshold"] = settings.psi_threshold
     return entry
+
+
+def _version_from(origin: np.ndarray) -> str:
+    """Where a window's model version came from: its predictions, the newest descriptor, both."""
+    found = set(np.unique(origin).tolist())
+    named = {windows.PREDICTION: "predictions", windows.DESCRIPTOR: "descriptor"}
+    return "+".join(name for code, name in named.items() if code in found)
 
 
 def _time(ms: int) -> dt.datetime:

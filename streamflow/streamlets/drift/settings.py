@@ -13,11 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamflow.streamlets.datasets import FORMATS
+from streamflow.streamlets.drift import inputs as mapped
 from streamflow.streamlets.drift import stats
+from streamflow.streamlets.serving import tensors
 
 __all__ = ["TESTS", "DriftSettings"]
 
-TESTS = ("ks", "chi2", "psi")
+#: ks: numbers, tensor elements, text lengths; chi2: categories, vocabulary; psi: numbers and
+#: categories; mmd: whole tensors; oov: the out-of-vocabulary rate of text.
+TESTS = ("ks", "chi2", "psi", "mmd", "oov")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +43,50 @@ class DriftSettings:
     reference_size: int = 1000
     detector_url: str | None = None
     detector_model: str = "drift"
+    inputs: tuple[tensors.TensorInput, ...] = ()  # mapped model inputs: tensors and text
+    permutations: int = 500  # of the MMD test
+    mmd_rows: int = 300  # at most, per side, in the MMD test
+    vocabulary: int = 50  # the top tokens whose shares are compared
+    oov_threshold: float = 0.1  # an out-of-vocabulary rate above this marks drift
+
+    @classmethod
+    def from_params(
+        cls,
+        values: Any,
+        *,
+        name: str,
+        reference: str | None,
+        inputs: tuple[tensors.TensorInput, ...],
+    ) -> DriftSettings:
+        """The settings a detector's parameters give it (``values``: the streamlet)."""
+        v = values
+        return cls(
+            name=name,
+            numeric=tuple(v.numeric),
+            categorical=tuple(v.categorical),
+            tests=tuple(v.tests),
+            window=v.window,
+            step=v.step or v.window,
+            alpha=v.alpha,
+            correction=v.correction,
+            psi_threshold=v.psi_threshold,
+            psi_bins=v.psi_bins,
+            reference_location=reference,
+            reference_sha256=v.reference_sha256 or None,
+            reference_format=v.reference_format,
+            reference_size=v.reference_size,
+            detector_url=v.detector_url or None,
+            detector_model=v.detector_model,
+            inputs=inputs,
+            permutations=v.permutations,
+            mmd_rows=v.mmd_rows,
+            vocabulary=v.vocabulary,
+            oov_threshold=v.oov_threshold,
+        )
+
+    @property
+    def layout(self) -> mapped.Layout:
+        return mapped.layout(numeric=self.numeric, categorical=self.categorical, specs=self.inputs)
 
     def merged(self, config: Mapping[str, Any]) -> DriftSettings:
         """These settings with a DriftConfig record's non-empty fields applied."""
@@ -99,14 +147,44 @@ class DriftSettings:
         both = set(self.numeric) & set(self.categorical)
         if both:
             out.append(f"{', '.join(sorted(both))} cannot be both numeric and categorical")
-        inputs = (fields or {}).get("in")
-        if inputs is not None:
-            if not (self.numeric or self.categorical):
-                out.append("name the input features to watch: numeric, categorical or both")
-            missing = [f for f in (*self.numeric, *self.categorical) if f not in inputs]
+        out += self._input_problems()
+        records = (fields or {}).get("in")
+        if records is not None:
+            if not (self.numeric or self.categorical or self.inputs):
+                out.append(
+                    "name the input features to watch: numeric, categorical or inputs "
+                    "(tensors and text)"
+                )
+            missing = [f for f in (*self.numeric, *self.categorical) if f not in records]
             if missing:
                 out.append(
                     f"the input records have no field {', '.join(repr(m) for m in missing)} "
-                    f"(they have: {', '.join(sorted(inputs))})"
+                    f"(they have: {', '.join(sorted(records))})"
                 )
+            out += mapped.problems(self.inputs, records)
+        return out
+
+    def _input_problems(self) -> list[str]:
+        if not self.inputs:
+            return []
+        out = []
+        names = [s.name for s in self.inputs]
+        clash = sorted(set(names) & {*self.numeric, *self.categorical})
+        if clash:
+            out.append(f"{', '.join(clash)} named both as a feature and as an input")
+        if any(not n for n in names):
+            out.append("name each input (model input name -> {field, dtype, shape})")
+        if self.reference_location:
+            out.append(
+                "tensor and text inputs take their reference from the first reference_size "
+                "records: leave the reference dataset out, or the inputs"
+            )
+        if self.detector_url:
+            out.append("a hosted detector tests numeric features only; it cannot take inputs")
+        if self.permutations < 20:
+            out.append(f"permutations must be at least 20, not {self.permutations}")
+        if self.mmd_rows < 10:
+            out.append(f"mmd_rows must be at least 10, not {self.mmd_rows}")
+        if self.vocabulary < 1:
+            out.append(f"vocabulary must be at least 1, not {self.vocabulary}")
         return out

@@ -1,29 +1,38 @@
 """What a drift detector watches: the model's inputs and its outputs, each a source of rows.
 
 Each source turns records into columns (:class:`~.windows.Rows`), takes a
-reference (a dataset, or its first N rows), and cuts windows. Inputs are
-watched on the configured features; outputs on two derived ones, the top
-probability (``confidence``, numeric) and the predicted class (categorical).
+reference (a dataset, or its first N rows), and cuts windows per model version
+(:mod:`.versions`). Inputs are watched on the configured features and mapped
+inputs (:mod:`.inputs`); outputs on two derived ones, the top probability
+(``confidence``, numeric) and the predicted class (categorical).
 
-``take`` is pure: it returns the source's next state and the windows the
-rows complete, and the streamlet commits that state only once the windows
-are evaluated, so a batch that is retried (a hosted detector was down) is
-not counted twice.
+``gather`` and ``advance`` are pure: they return the source's next state (and
+the windows the rows complete), and the streamlet commits that state only
+once the windows are evaluated, so a batch that is retried (a hosted detector
+was down) is not counted twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from streamflow.api.streamlet import Record
-from streamflow.streamlets.drift import detect, windows
+from streamflow.streamlets.drift import detect, inputs, versions, windows
 from streamflow.streamlets.drift.settings import DriftSettings
 
-__all__ = ["OutputFields", "Source", "input_rows", "model_of", "output_rows"]
+__all__ = [
+    "CONFIDENCE",
+    "OutputFields",
+    "Source",
+    "input_rows",
+    "model_of",
+    "output_layout",
+    "output_rows",
+]
 
 CONFIDENCE = "confidence"
 
@@ -37,16 +46,19 @@ class OutputFields:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One watched stream: its features, reference (or the rows toward one), and windows."""
+    """One watched stream: its columns, reference (or the rows toward one), and windows."""
 
     name: str  # "inputs" or "outputs"
-    numeric: tuple[str, ...]
-    categorical: tuple[str, ...]
-    state: windows.WindowState
+    layout: inputs.Layout
+    state: versions.VersionedWindows
     reference: detect.Reference | None = None
     collect: int = 0  # rows still to collect as the reference; 0 when not collecting
     collected: windows.Rows | None = None
     problem: str = ""  # why there is no reference, when there is none
+
+    @property
+    def numeric(self) -> tuple[str, ...]:
+        return self.layout.numeric
 
     @classmethod
     def start(
@@ -54,73 +66,74 @@ class Source:
         name: str,
         settings: DriftSettings,
         *,
-        numeric: Sequence[str],
-        categorical: Sequence[str],
+        layout: inputs.Layout,
         reference: detect.Reference | None = None,
         problem: str = "",
         hosted: bool = False,
     ) -> Source:
         """A fresh source; it collects a first-N reference unless it has (or needs) none."""
-        state = windows.WindowState.start(
-            size=settings.window,
-            step=settings.step,
-            numeric=len(numeric),
-            categorical=len(categorical),
-        )
+        state = versions.VersionedWindows(settings.window, settings.step, layout.widths)
         collect = 0 if reference is not None or problem or hosted else settings.reference_size
         return cls(
             name,
-            tuple(numeric),
-            tuple(categorical),
+            layout,
             state,
             reference,
             collect,
-            windows.Rows.empty(len(numeric), len(categorical)) if collect else None,
+            windows.Rows.empty(*layout.widths) if collect else None,
             problem,
         )
 
-    def take(
-        self, rows: windows.Rows, settings: DriftSettings
-    ) -> tuple[Source, int, list[windows.Window]]:
-        """(next state, rows used for the reference, windows completed by the rest)."""
-        used = 0
-        source = self
-        if self.collect and self.collected is not None:
-            used = min(self.collect, len(rows))
-            collected = self.collected.concat(rows.take(slice(0, used)))
-            source = dataclasses.replace(self, collect=self.collect - used, collected=collected)
-            if source.collect == 0:
-                try:
-                    reference = self._first_rows(collected, settings)
-                except ValueError as exc:  # e.g. a feature that was never a number
-                    source = dataclasses.replace(source, collected=None, problem=str(exc))
-                else:
-                    source = dataclasses.replace(source, reference=reference, collected=None)
-            rows = rows.take(slice(used, None))
-        state, completed = windows.advance(source.state, rows)
-        return dataclasses.replace(source, state=state), used, completed
+    def gather(self, rows: windows.Rows, settings: DriftSettings) -> tuple[Source, int]:
+        """(next state, how many of ``rows`` it took for its first-N reference)."""
+        if not self.collect or self.collected is None:
+            return self, 0
+        used = min(self.collect, len(rows))
+        collected = self.collected.concat(rows.take(slice(0, used)))
+        source = dataclasses.replace(self, collect=self.collect - used, collected=collected)
+        if source.collect == 0:
+            try:
+                reference = detect.prepare_rows(
+                    collected,
+                    self.layout,
+                    settings=settings,
+                    origin=f"the first {len(collected)} {self.name} records",
+                )
+            except ValueError as exc:  # e.g. a feature that was never a number
+                source = dataclasses.replace(source, collected=None, problem=str(exc))
+            else:
+                source = dataclasses.replace(source, reference=reference, collected=None)
+        return source, used
 
-    def _first_rows(self, rows: windows.Rows, settings: DriftSettings) -> detect.Reference:
-        columns: dict[str, Any] = {n: rows.numeric[:, i] for i, n in enumerate(self.numeric)}
-        columns |= {n: rows.categorical[:, i].tolist() for i, n in enumerate(self.categorical)}
-        return detect.prepare(
-            columns,
-            numeric=self.numeric,
-            categorical=self.categorical,
-            bins=settings.psi_bins,
-            origin=f"the first {len(rows)} {self.name} records",
-        )
+    def advance(self, rows: windows.Rows) -> tuple[Source, list[windows.Window]]:
+        """(next state, the windows these rows, each with its version, complete or close)."""
+        state, completed = versions.advance(self.state, rows)
+        return dataclasses.replace(self, state=state), completed
 
 
-def input_rows(records: Sequence[Record], source: Source) -> windows.Rows:
-    """The input records' watched features as columns."""
-    numeric = windows.stack(
-        [[_number(r.value.get(f)) for f in source.numeric] for r in records], len(source.numeric)
-    )
-    categorical = np.array(
-        [[str(r.value.get(f)) for f in source.categorical] for r in records], dtype=object
-    ).reshape(len(records), len(source.categorical))
-    return _rows(records, numeric, categorical, np.zeros(len(records), dtype=np.int64))
+def summary(watched: Iterable[Source], settings: DriftSettings, *, hosted: bool) -> str:
+    """What the detector compares, for status messages."""
+    parts = []
+    for source in watched:
+        ref = source.reference.origin if source.reference else source.problem
+        if source.name == "inputs" and hosted:
+            ref = f"the detector at {settings.detector_url}"
+        parts.append(f"{source.name}: {ref or f'the first {source.collect} records'}")
+    s = settings
+    kind = "tumbling" if s.step == s.window else f"sliding by {s.step}"
+    return f"{'; '.join(parts)}; {kind} windows of {s.window}, alpha {s.alpha} ({s.correction})"
+
+
+def output_layout(class_field: str) -> inputs.Layout:
+    """The columns of an output: its top probability and its predicted class."""
+    return inputs.layout(numeric=[CONFIDENCE], categorical=[class_field])
+
+
+def input_rows(records: Sequence[Record], source: Source) -> tuple[windows.Rows, int]:
+    """(the input records' watched features as columns, how many the mapping refused)."""
+    numeric, categorical, text, refused = inputs.read([r.value for r in records], source.layout)
+    rows = _rows(records, numeric, categorical, np.zeros(len(records), dtype=np.int64), text)
+    return rows, refused
 
 
 def output_rows(
@@ -129,7 +142,7 @@ def output_rows(
     """(confidence and class as columns, with model versions; the predicted classes)."""
     confidence: list[list[float]] = []
     classes: list[int | None] = []
-    versions: list[int] = []
+    found: list[int] = []
     for record in records:
         probabilities = record.value.get(fields.probabilities)
         predicted = record.value.get(fields.predicted)
@@ -137,10 +150,14 @@ def output_rows(
             predicted = int(np.argmax(probabilities))
         confidence.append([max(probabilities) if probabilities else float("nan")])
         classes.append(None if predicted is None else int(predicted))
-        versions.append(model_of(record)[1])
+        found.append(model_of(record)[1])
     categorical = np.array([[str(c)] for c in classes], dtype=object).reshape(len(records), 1)
     rows = _rows(
-        records, windows.stack(confidence, 1), categorical, np.array(versions, dtype=np.int64)
+        records,
+        windows.stack(confidence, 1),
+        categorical,
+        np.array(found, dtype=np.int64),
+        np.zeros((len(records), 0), dtype=object),
     )
     return rows, classes
 
@@ -158,7 +175,11 @@ def model_of(record: Record) -> tuple[str, int]:
 
 
 def _rows(
-    records: Sequence[Record], numeric: np.ndarray, categorical: np.ndarray, version: np.ndarray
+    records: Sequence[Record],
+    numeric: np.ndarray,
+    categorical: np.ndarray,
+    version: np.ndarray,
+    text: np.ndarray,
 ) -> windows.Rows:
     return windows.Rows(
         numeric,
@@ -168,13 +189,6 @@ def _rows(
         np.array([r.offset for r in records], dtype=np.int64),
         np.array([r.timestamp_ms for r in records], dtype=np.int64),
         version,
+        np.where(version > 0, windows.PREDICTION, 0).astype(np.int8),
+        text,
     )
-
-
-def _number(value: Any) -> float:
-    if value is None or isinstance(value, bool):
-        return float("nan")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")

@@ -17,7 +17,10 @@ reference is large and fixed while windows come and go.
 * Testing F features at level alpha each would raise false alarms roughly
   F-fold, so p-values are corrected across the window's tests: Bonferroni
   controls the family-wise error rate, Benjamini-Hochberg (FDR) the expected
-  share of false discoveries and is less conservative.
+  share of false discoveries and is less conservative. A tensor input adds
+  one test per element; so that a 784-pixel image does not take 784 shares
+  of alpha from a scalar feature, each input gets one equal share, which its
+  own tests split (weighted Bonferroni or weighted BH).
 """
 
 from __future__ import annotations
@@ -125,12 +128,21 @@ def psi_categorical(reference: CategoricalReference, window: Sequence[object]) -
     return _psi(expected / expected.sum(), actual / actual.sum())
 
 
-def adjust(p_values: Sequence[float], *, method: str) -> list[float]:
-    """p-values adjusted for testing them together: compare each with alpha."""
+def adjust(
+    p_values: Sequence[float], *, method: str, weights: Sequence[float] | None = None
+) -> list[float]:
+    """p-values adjusted for testing them together: compare each with alpha.
+
+    ``weights`` (positive, any scale) share alpha unequally: a test of weight w
+    gets ``alpha * w / sum(weights)`` under Bonferroni, and weighted
+    Benjamini-Hochberg under FDR. Equal weights are the plain corrections.
+    """
     p = np.asarray(p_values, dtype=np.float64)
     m = p.size
     if m == 0 or method == "none":
         return [float(x) for x in p]
+    w = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+    p = p / (w * m / w.sum())  # each p-value against its share of alpha, as if shares were equal
     if method == "bonferroni":
         return [float(x) for x in np.minimum(p * m, 1.0)]
     if method == "fdr":  # Benjamini-Hochberg step-up, as monotone adjusted p-values

@@ -10,7 +10,14 @@ Two control inlets make it a dynamically controlled stream like serving:
 ``control`` takes ``DriftConfig`` records (a new reference, features, tests,
 window, alpha), loaded off the hot path and swapped in between batches,
 with each step on ``status``; ``model`` takes the serving streamlet's own
-``ModelDescriptor`` topic, so reports name the model version they watched.
+``ModelDescriptor`` topic. A report names the version that made the
+predictions in its window, taken from the predictions themselves, never the
+version the detector happens to hold when the window closes (it may lag the
+classifier); windows never span two versions (:mod:`.versions`).
+
+``inputs`` reads tensors and text through serving's tensor mapping
+(:mod:`.inputs`): per-element KS and an MMD over whole tensors, and length,
+vocabulary and out-of-vocabulary statistics for text.
 
 Bind the data ports by subclassing; declare the ones you have::
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +40,19 @@ import numpy as np
 from streamflow.api import params
 from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
-from streamflow.api.streamlet import Context, Record, Streamlet
+from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.schema import SchemaStore
 from streamflow.streamlets import datasets
-from streamflow.streamlets.drift import detect, loading, sources, windows
+from streamflow.streamlets.drift import batch, detect, loading, sources, versions, windows
+from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
 from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
-from streamflow.streamlets.serving import artifacts, remote
+from streamflow.streamlets.serving import artifacts, remote, tensors
 
 __all__ = ["DriftDetector"]
 
 log = logging.getLogger("streamflow.streamlets.drift")
 
-INPUTS, OUTPUTS, LABELS = "in", "outputs", "labels"
 _REPORT = "streamflow.ml.DriftReport"
 
 
@@ -62,6 +70,11 @@ class DriftDetector(Streamlet):
     numeric = params.List(params.Str(), default=[], description="numeric input features (KS, PSI)")
     categorical = params.List(
         params.Str(), default=[], description="categorical input features (chi-squared, PSI)"
+    )
+    inputs = params.Mapping(
+        check=tensors.parse_inputs,
+        default={},
+        description="model input -> {field, dtype, shape, pad, max_len}: tensors and text",
     )
     tests = params.List(
         params.Choice(TESTS, default="ks"), default=list(TESTS), description="tests to run"
@@ -89,7 +102,15 @@ class DriftDetector(Streamlet):
     probabilities_field = params.Str(default="probabilities", description="outputs: probabilities")
     class_field = params.Str(default="predicted", description="outputs: the predicted class")
     label_field = params.Str(default="label", description="outputs and labels: the true class")
-    join_capacity = params.Int(default=10_000, min=1, description="predictions awaiting a label")
+    join_capacity = params.Int(
+        default=10_000, min=1, description="predictions awaiting a label; inputs, their prediction"
+    )
+    permutations = params.Int(default=500, min=20, description="of a tensor's MMD test")
+    mmd_rows = params.Int(default=300, min=10, description="rows per side of the MMD, at most")
+    vocabulary = params.Int(default=50, min=1, description="top tokens compared in text")
+    oov_threshold = params.Float(
+        default=0.1, min=0.0, max=1.0, description="out-of-vocabulary rate that marks drift"
+    )
     adwin_delta = params.Float(default=0.002, min=0.0, max=1.0, description="ADWIN confidence")
     ph_threshold = params.Float(default=50.0, min=0.0, description="Page-Hinkley threshold")
     ph_delta = params.Float(default=0.005, min=0.0, description="Page-Hinkley tolerance")
@@ -111,12 +132,24 @@ class DriftDetector(Streamlet):
         self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drift-load")
         self._signals = SignalMonitor(adwin_delta=0.002, ph_threshold=50.0, ph_delta=0.005)
         self._outputs = OutputSignals(self._signals, LabelJoin(capacity=1))
-        self._output_model = ""  # the model named by the newest output record
+        self._names: dict[int, str] = {}  # model names by version
+        self._join = versions.VersionJoin(capacity=1)
         self._verdicts: dict[str, bool] = {}  # per source: the last window's verdict
         self._name = ""
         self._trusted: list[str] = []  # the deploy-time config's own dataset, allowed as given
 
     # -- lifecycle -----------------------------------------------------------
+
+    @classmethod
+    def check_config(
+        cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> list[ConfigProblem]:
+        """``inputs`` against the ``in`` port, as serving checks its own: at verify."""
+        if not config.get("inputs"):
+            return []
+        mapping = tensors.TensorMapping(tensors.parse_inputs(config["inputs"]), {})
+        found = tensors.check_schemas(mapping, input_schema=schemas.get("in"), output_schema=None)
+        return [ConfigProblem(p.code, p.message, p.param, p.hint, p.path) for p in found]
 
     def setup(self, context: Context) -> None:
         store = context.extras.get("schema_store")
@@ -129,23 +162,12 @@ class DriftDetector(Streamlet):
             adwin_delta=self.adwin_delta, ph_threshold=self.ph_threshold, ph_delta=self.ph_delta
         )
         self._outputs = OutputSignals(self._signals, LabelJoin(capacity=self.join_capacity))
-        settings = DriftSettings(
+        self._join = versions.VersionJoin(capacity=self.join_capacity)
+        settings = DriftSettings.from_params(
+            self,
             name=self.detector or context.streamlet,
-            numeric=tuple(self.numeric),
-            categorical=tuple(self.categorical),
-            tests=tuple(self.tests),
-            window=self.window,
-            step=self.step or self.window,
-            alpha=self.alpha,
-            correction=self.correction,
-            psi_threshold=self.psi_threshold,
-            psi_bins=self.psi_bins,
-            reference_location=self._own_location(self.reference),
-            reference_sha256=self.reference_sha256 or None,
-            reference_format=self.reference_format,
-            reference_size=self.reference_size,
-            detector_url=self.detector_url or None,
-            detector_model=self.detector_model,
+            reference=self._own_location(self.reference),
+            inputs=tuple(tensors.parse_inputs(self.inputs).values()) if self.inputs else (),
         )
         problems = settings.problems(fields=self._fields)
         if problems:
@@ -166,6 +188,7 @@ class DriftDetector(Streamlet):
     def on_control(self, inlet: str, record: Record) -> Emit | None:
         if inlet == "model":
             name, version = record.value["name"], record.value["version"]
+            self._names.setdefault(version, name)
             if version > self._model[1]:
                 self._model = (name, version)
                 self.context.set_state("model", f"{name}:{version}")
@@ -230,8 +253,11 @@ class DriftDetector(Streamlet):
         problem: str,
         client: remote.InferenceClient | None,
     ) -> None:
-        dropped = sum(s.state.filled for s in self.sources.values())
+        # rows toward a window, and inputs awaiting their prediction, were cut for the old
+        # settings; the predictions' versions are kept for the inputs still to come
+        dropped = sum(s.state.filled for s in self.sources.values()) + self._join.waiting_rows
         self.context.count_skipped("drift-config-change", count=dropped)
+        self._join = self._join.without_waiting()
         if self._client is not None:
             self.context.extras.setdefault("closing", []).append(self._client)
         self.settings, self._client = settings, client
@@ -240,81 +266,63 @@ class DriftDetector(Streamlet):
             self.sources[INPUTS] = sources.Source.start(
                 "inputs",
                 settings,
-                numeric=settings.numeric,
-                categorical=settings.categorical,
+                layout=settings.layout,
                 reference=loaded,
                 problem=problem,
                 hosted=client is not None,  # the hosted detector holds its own reference
             )
         if OUTPUTS in self._fields:
-            self.sources[OUTPUTS] = sources.Source.start(
-                "outputs", settings, numeric=[sources.CONFIDENCE], categorical=[self.class_field]
-            )
+            layout = sources.output_layout(self.class_field)
+            self.sources[OUTPUTS] = sources.Source.start("outputs", settings, layout=layout)
         self.context.set_state("drift-config", f"{settings.name}:{settings.version}")
 
     def _describe(self) -> str:
-        parts = []
-        for source in self.sources.values():
-            ref = source.reference.origin if source.reference else source.problem
-            if source.name == "inputs" and self._client is not None:
-                ref = f"the detector at {self.settings.detector_url}"
-            parts.append(f"{source.name}: {ref or f'the first {source.collect} records'}")
-        s = self.settings
-        kind = "tumbling" if s.step == s.window else f"sliding by {s.step}"
-        return f"{'; '.join(parts)}; {kind} windows of {s.window}, alpha {s.alpha} ({s.correction})"
+        return sources.summary(
+            self.sources.values(), self.settings, hosted=self._client is not None
+        )
 
     # -- data ------------------------------------------------------------------
 
     async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
         for client in self.context.extras.pop("closing", []):
             await client.aclose()
-        by_role: dict[str, list[int]] = {}
-        for index, record in enumerate(records):
-            by_role.setdefault(record.inlet, []).append(index)
-        planned: dict[str, tuple[sources.Source, list[int], list[windows.Window]]] = {}
-        classes: list[int | None] = []
-        for role, source in self.sources.items():
-            positions = by_role.get(role, [])
-            chosen = [records[i] for i in positions]
-            if role == INPUTS:
-                rows = sources.input_rows(chosen, source)
-            else:
-                rows, classes = sources.output_rows(chosen, self._output_fields)
-            state, used, completed = source.take(rows, self.settings)
-            planned[role] = (state, positions[used:], completed)
+        planned = batch.plan(
+            records,
+            self.sources,
+            self._join.copy(),  # committed below, once every window is evaluated
+            settings=self.settings,
+            descriptor=self._model,
+            fields=self._output_fields,
+        )
         # evaluate before committing anything: a hosted detector that is down raises
         # Backpressure, and the whole batch is retried with the state it started from
-        verdicts = {
-            (role, w.index): await self._features(state, w)
-            for role, (state, _, completed) in planned.items()
-            for w in completed
-        }
+        verdicts = [
+            await self._features(planned.sources[role], window)
+            for role, window, _ in planned.windows
+        ]
+        ends: dict[int, list[tuple[str, windows.Window, list[dict[str, Any]] | str]]] = {}
+        for (role, window, position), features in zip(planned.windows, verdicts, strict=True):
+            ends.setdefault(position, []).append((role, window, features))
         results: list[list[Emit] | None] = [None] * len(records)
-        ends = {
-            positions[w.last]: (role, w)
-            for role, (_, positions, completed) in planned.items()
-            for w in completed
-        }
-        output_index = 0
+        self._names.update(planned.names)
+        classes = iter(planned.classes)
         for index, record in enumerate(records):
-            if record.inlet == OUTPUTS:
-                self._output_model = sources.model_of(record)[0]
+            if record.inlet == OUTPUTS and OUTPUTS in self.sources:
                 self._outputs.output(
                     record.key,
                     probabilities=record.value.get(self.probabilities_field),
-                    predicted=classes[output_index],
+                    predicted=next(classes),
                     label=record.value.get(self.label_field),
                 )
-                output_index += 1
             elif record.inlet == LABELS:
                 self._outputs.label(record.key, record.value.get(self.label_field))
-            if index in ends:
-                role, window = ends[index]
-                features = verdicts[(role, window.index)]
+            for role, window, features in ends.get(index, []):
                 signals = self._signals.report() if role == OUTPUTS else []
-                results[index] = self._report(planned[role][0], window, features, signals)
-        for role, (state, _, _) in planned.items():
-            self.sources[role] = state
+                emitted = self._report(planned.sources[role], window, features, signals)
+                results[index] = [*(results[index] or []), *emitted]
+        self.sources, self._join = planned.sources, planned.join
+        if planned.refused:
+            self.context.count_skipped("drift-unreadable-input", count=planned.refused)
         return results
 
     @property
@@ -337,10 +345,7 @@ class DriftDetector(Streamlet):
         if source.reference is None:
             return f"no reference: {source.problem or 'still collecting'}"
         return detect.evaluate(
-            source.reference,
-            numeric=window.rows.numeric,
-            categorical=window.rows.categorical,
-            settings=self.settings,
+            source.reference, window.rows, settings=self.settings, seed=window.index
         )
 
     def _report(
@@ -350,10 +355,8 @@ class DriftDetector(Streamlet):
         features: list[dict[str, Any]] | str,
         signals: list[dict[str, Any]],
     ) -> list[Emit]:
-        name, version = self._model
-        versions = window.rows.version
-        if source.name == "outputs" and len(versions) and int(versions.max()) > 0:
-            name, version = self._output_model or name, int(versions.max())
+        version = int(window.rows.version.max()) if len(window.rows) else 0  # one per window
+        name = self._names.get(version) or self._model[0]
         report = detect.window_report(
             source=source.name,
             window=window,

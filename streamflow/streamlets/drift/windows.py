@@ -19,7 +19,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Rows", "Window", "WindowState", "advance", "offset_ranges"]
+__all__ = [
+    "DESCRIPTOR",
+    "PREDICTION",
+    "Rows",
+    "Window",
+    "WindowState",
+    "advance",
+    "close",
+    "offset_ranges",
+]
+
+#: Where a row's model version came from (``Rows.origin``); 0: nowhere, it is unknown.
+PREDICTION, DESCRIPTOR = 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +45,14 @@ class Rows:
     offset: np.ndarray  # (n,) int64
     timestamp: np.ndarray  # (n,) int64, milliseconds
     version: np.ndarray  # (n,) int64: the model version that produced the row, 0 if unknown
+    origin: np.ndarray  # (n,) int8: PREDICTION or DESCRIPTOR (where the version came from), or 0
+    text: np.ndarray  # (n, text features) object: each a tuple of tokens
 
     def __len__(self) -> int:
         return int(self.offset.shape[0])
 
     @classmethod
-    def empty(cls, numeric: int, categorical: int) -> Rows:
+    def empty(cls, numeric: int, categorical: int, text: int = 0) -> Rows:
         return cls(
             np.zeros((0, numeric)),
             np.zeros((0, categorical), dtype=object),
@@ -47,9 +61,11 @@ class Rows:
             np.zeros(0, dtype=np.int64),
             np.zeros(0, dtype=np.int64),
             np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int8),
+            np.zeros((0, text), dtype=object),
         )
 
-    def take(self, rows: slice) -> Rows:
+    def take(self, rows: slice | np.ndarray) -> Rows:
         return Rows(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
 
     def concat(self, other: Rows) -> Rows:
@@ -82,17 +98,25 @@ class WindowState:
     index: int = 0  # the next window's index
 
     @classmethod
-    def start(cls, *, size: int, step: int, numeric: int, categorical: int) -> WindowState:
+    def start(
+        cls, *, size: int, step: int, numeric: int, categorical: int, text: int = 0
+    ) -> WindowState:
         if size < 2:
             raise ValueError(f"a window needs at least 2 records, not {size}")
         if not 1 <= step <= size:
             raise ValueError(f"the step must be between 1 and the window size {size}, not {step}")
-        return cls(size, step, Rows.empty(numeric, categorical), 0, size, 0)
+        return cls(size, step, Rows.empty(numeric, categorical, text), 0, size, 0)
 
     @property
     def filled(self) -> int:
         """Rows toward the next window."""
         return self.size - (self.next_end - self.seen)
+
+    @property
+    def unreported(self) -> int:
+        """Rows added since the last window ended: in no window yet."""
+        last_end = self.next_end - self.step if self.index else 0
+        return max(0, self.seen - last_end)
 
 
 def advance(state: WindowState, rows: Rows) -> tuple[WindowState, list[Window]]:
@@ -120,6 +144,20 @@ def advance(state: WindowState, rows: Rows) -> tuple[WindowState, list[Window]]:
         ),
         windows,
     )
+
+
+def close(state: WindowState, *, last: int) -> Window | None:
+    """The window that ``state`` has open, cut short now; None when every row was in one.
+
+    A short window holds the rows toward the next window (for sliding windows, the
+    overlap with the last one too), so it is what that window would have been had
+    the stream ended here. ``last`` is where, among the rows just added, it closed.
+    """
+    if not state.unreported:
+        return None
+    first = state.seen - len(state.buffer)
+    start = max(0, state.next_end - state.size - first)
+    return Window(state.index, state.buffer.take(slice(start, None)), last)
 
 
 def offset_ranges(rows: Rows) -> list[dict[str, Any]]:

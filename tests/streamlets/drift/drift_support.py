@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from streamflow import Inlet
+from streamflow import Inlet, params
+from streamflow.api.ports import Emit
+from streamflow.api.streamlet import Record
 from streamflow.streamlets.drift import DriftDetector
 from streamflow.testkit import StreamletHarness
 
@@ -31,6 +33,25 @@ class OutputDrift(DriftDetector):
 class FullDrift(DriftDetector):
     inp = Inlet("in", POINT)
     outputs = Inlet("outputs", PREDICTION)
+
+
+class HeldDrift(FullDrift):
+    """A detector held back on purpose: it reads no data until it has seen model ``hold_until``,
+    so it reads the records of every older model after it learnt of the newer one."""
+
+    hold_until = params.Int(default=0, min=0, description="the model version to wait for")
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.seen_version = 0
+
+    def on_control(self, inlet: str, record: Record) -> Emit | None:
+        if inlet == "model":
+            self.seen_version = max(self.seen_version, int(record.value["version"]))
+        return super().on_control(inlet, record)
+
+    def accepts_data(self) -> bool:
+        return super().accepts_data() and self.seen_version >= self.hold_until
 
 
 def points(

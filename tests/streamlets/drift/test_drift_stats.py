@@ -74,6 +74,8 @@ def _rows(start: int, n: int) -> windows.Rows:
         index,
         index * 10,
         np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int8),
+        np.zeros((n, 0), dtype=object),
     )
 
 
@@ -105,3 +107,14 @@ def test_a_window_names_its_offset_range_per_partition() -> None:
         {"topic": "t", "partition": 0, "first": 10, "last": 14},
         {"topic": "t", "partition": 1, "first": 11, "last": 13},
     ]
+
+
+def test_weights_share_alpha_unequally_and_equal_weights_change_nothing() -> None:
+    p = [0.01, 0.01, 0.01, 0.04]
+    # a test of weight w (of a total W) is held to alpha * w / W under Bonferroni
+    weighted = stats.adjust(p, method="bonferroni", weights=[0.5, 0.25, 0.125, 0.125])
+    assert weighted == pytest.approx([0.02, 0.04, 0.08, 0.32])
+    for method in ("bonferroni", "fdr", "none"):
+        assert stats.adjust(p, method=method, weights=[3, 3, 3, 3]) == pytest.approx(
+            stats.adjust(p, method=method)
+        )
