@@ -8,8 +8,9 @@ Scenarios (default: all, in this order):
 * ``latency``: end-to-end p50/p95/p99 at 10/50/90% of the maximum rate, both guarantees;
 * ``scaleout``: passthrough and embedded inference with 1 and 2 replicas;
 * ``serving``: micro-batched embedded inference (wine and a wide MLP), remote inference
-  against KServe, and the model switch under load (``inference``, ``remote`` and
-  ``switch`` are names for it too).
+  against KServe, the model switch under load, and the digits CNN through its tensor
+  mapping (batched / per record, Keras / ONNX, V2 JSON / binary) (``inference``,
+  ``remote`` and ``switch`` are names for it too).
 
 It starts its own devkit broker unless ``--bootstrap`` or ``STREAMFLOW_KAFKA_BOOTSTRAP``
 names one, installs the peers into bench/.venv (bench/setup-peers) when passthrough

@@ -277,7 +277,10 @@ def competitor_versions() -> dict[str, dict[str, str]]:
     """
     wanted = {
         "streamflow": (sys.executable, ["streamflow", "confluent-kafka", "fastavro"]),
-        "serving": (sys.executable, ["tensorflow-cpu", "tensorflow", "keras", "numpy", "httpx"]),
+        "serving": (
+            sys.executable,
+            ["tensorflow-cpu", "tensorflow", "keras", "numpy", "httpx", "onnx", "onnxruntime"],
+        ),
         "peers": (
             str(PEERS_PYTHON),
             ["quixstreams", "faust-streaming", "aiokafka", "confluent-kafka", "fastavro"],

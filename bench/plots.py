@@ -6,7 +6,8 @@
   bars at the median with min-max whiskers over the rounds;
 * ``<date>-latency.png``: p50/p95/p99 end-to-end latency against the achieved input rate,
   one panel per delivery guarantee, with min-max whiskers over the rounds;
-* ``<date>-serving.png``: embedded and remote inference records/s (log scale).
+* ``<date>-serving.png``: embedded and remote inference records/s (log scale), and the
+  digits CNN's configurations with min-max whiskers over its rounds.
 
 Matplotlib lives in the bench virtualenv rather than in streamflow's dev tools: only the
 benchmark draws anything. The module reads only the JSON, so any stored result can be
@@ -123,6 +124,10 @@ def serving(result: dict[str, Any], out: Path) -> Path | None:
     scenario = result["scenarios"].get("serving")
     if not scenario:
         return None
+    digits = scenario.get("digits")
+    fig, axes = plt.subplots(
+        1, 2 if digits else 1, figsize=(16 if digits else 9, 4.5), squeeze=False
+    )
     bars = {
         "wine batched": scenario["wine_embedded_batched"],
         "wine batch 1": scenario["wine_embedded_per_record"],
@@ -132,13 +137,48 @@ def serving(result: dict[str, Any], out: Path) -> Path | None:
         "remote V1": scenario["remote_batched_v1"],
         "remote sync": scenario["remote_naive_sync"],
     }
-    fig, ax = plt.subplots(figsize=(9, 4))
     colours = ["#1f77b4", "#aec7e8", "#1f77b4", "#aec7e8", "#ff7f0e", "#ff7f0e", "#ffbb78"]
-    ax.bar(list(bars), list(bars.values()), color=colours)
+    _bars(axes[0][0], bars, colours)
+    axes[0][0].set_title("Flat features: embedded (wine, wide MLP) and remote (KServe)")
+    if digits:
+        _digits(axes[0][1], digits)
+    fig.suptitle(
+        f"Inference through streamflow, {result['environment']['cores']} cores", fontsize=11
+    )
+    fig.tight_layout()
+    return _save(fig, out, "serving")
+
+
+def _digits(ax: Any, digits: dict[str, Any]) -> None:
+    """The digits CNN: median records/s per configuration, min-max whiskers over rounds."""
+    names = {
+        "keras_batched": "Keras\nbatched",
+        "keras_per_record": "Keras\nbatch 1",
+        "onnx_batched": "ONNX\nbatched",
+        "onnx_per_record": "ONNX\nbatch 1",
+        "keras_batched_nested": "Keras batched\nnested input",
+        "v2_json": "remote V2\nJSON",
+        "v2_binary": "remote V2\nbinary",
+    }
+    colours = ["#1f77b4", "#aec7e8", "#2ca02c", "#98df8a", "#9467bd", "#ffbb78", "#ff7f0e"]
+    stats = [digits["rates"][key] for key in names]
+    whiskers = [[s["median"] - s["min"] for s in stats], [s["max"] - s["median"] for s in stats]]
+    bars = {label: s["median"] for label, s in zip(names.values(), stats, strict=True)}
+    _bars(ax, bars, colours, whiskers=whiskers)
+    load = digits["load_1m"]
+    ax.set_title(
+        f"Digits CNN, tensor mapping ({digits['rounds']} rounds, load "
+        f"{load['min']:.0f}-{load['max']:.0f})"
+    )
+
+
+def _bars(ax: Any, bars: dict[str, float], colours: list[str], whiskers: Any = None) -> None:
+    ax.bar(list(bars), list(bars.values()), color=colours, yerr=whiskers, capsize=4)
     for index, value in enumerate(bars.values()):
+        top = value + (whiskers[1][index] if whiskers else 0)  # above the whisker
         ax.annotate(
             f"{value:,.0f}",
-            (index, value),
+            (index, top),
             ha="center",
             va="bottom",
             xytext=(0, 3),
@@ -146,10 +186,12 @@ def serving(result: dict[str, Any], out: Path) -> Path | None:
             fontsize=8,
         )
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.3)  # room for the labels
     ax.set_ylabel("records/s (log)")
-    ax.set_title("Inference through streamflow: embedded (wine, wide MLP) and remote (KServe)")
-    fig.tight_layout()
-    return _save(fig, out, "serving")
+    ax.tick_params(axis="x", labelsize=8)
 
 
 def _save(fig: Any, out: Path, name: str) -> Path:

@@ -10,7 +10,10 @@
 * **remote**: the streamlet calling KServe's V2 endpoint (64 instances a request, 4 in
   flight), against the usual naive client: one synchronous HTTP request per record;
 * **switch**: under a steady load, the time from producing a new descriptor to the first
-  output of the new version, and whether any record was lost while it happened.
+  output of the new version, and whether any record was lost while it happened;
+* **digits**: the digits example's CNN through its named-tensor mapping: batched against
+  per record, embedded Keras against ONNX, remote V2 JSON against V2 binary
+  (:mod:`bench.digits`).
 
 Competitors run as the replica process a pod would run; the clock runs from the first
 output to the N-th, read from the output topic's end offsets, not from sleeps.
@@ -52,7 +55,8 @@ from tests.streamlets.serving.test_serving_kafka import (  # noqa: E402
 )
 
 
-def _end(bootstrap: str, topic: str) -> int:
+def end_offset(bootstrap: str, topic: str) -> int:
+    """The sum of a topic's end offsets: how many records it holds."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
@@ -66,16 +70,18 @@ def _end(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def _time_outputs(bootstrap: str, topic: str, n: int, *, timeout: float = 600) -> float:
-    """Seconds from the first output to the n-th (polling end offsets every 20 ms)."""
+def time_outputs(
+    bootstrap: str, topic: str, n: int, *, base: int = 0, timeout: float = 600
+) -> float:
+    """Seconds from the first output past ``base`` to the n-th (end offsets every 20 ms)."""
     deadline = time.monotonic() + timeout
-    while _end(bootstrap, topic) == 0:
+    while end_offset(bootstrap, topic) <= base:
         if time.monotonic() > deadline:
             raise TimeoutError("no output at all")
         time.sleep(0.02)
     start = time.monotonic()
-    first = _end(bootstrap, topic)
-    while (done := _end(bootstrap, topic)) < n:
+    first = end_offset(bootstrap, topic) - base
+    while (done := end_offset(bootstrap, topic) - base) < n:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{done} of {n} outputs")
         time.sleep(0.02)
@@ -90,7 +96,7 @@ def streamlet_rate(
     _push(bootstrap, app, descriptor)
     with support.replicas(app, tmp) as running:
         running.start("classifier", extra_args=("--batch-size", str(batch_size)))
-        seconds = _time_outputs(bootstrap, support.topic(app, "predictions"), n)
+        seconds = time_outputs(bootstrap, support.topic(app, "predictions"), n)
     return n / seconds
 
 
@@ -266,6 +272,10 @@ def run_scenario(bootstrap: str, tmp: Path, models: Models, url: str, n: int) ->
     )
     results["switch"] = switch_time(bootstrap, tmp, models)
     _say(f"  switch: {results['switch']}")
+    from bench import digits  # trains the digits CNN and starts its own model server
+
+    results["digits"] = digits.run(bootstrap, tmp, n)
+    _say(f"  digits: {json.dumps(results['digits']['ratios'])}")
     results["ratios"] = {
         **{
             f"{name}_embedded_batched_vs_per_record": results[f"{name}_embedded_batched"]

@@ -17,6 +17,21 @@ from typing import Any
 from bench import report
 
 SF = "sf-batch"
+DIGITS_HEADLINE = {
+    "keras_batched_vs_per_record": "digits CNN, embedded batched / per record (Keras)",
+    "onnx_vs_keras_batched": "digits CNN, ONNX / Keras, batched",
+    "v2_binary_vs_json": "digits CNN, remote V2 binary / V2 JSON",
+}
+# (configuration, how the table names it), in table order
+DIGITS_ROWS = [
+    ("keras_batched", "embedded Keras, batches of 500"),
+    ("keras_per_record", "embedded Keras, batch of 1"),
+    ("onnx_batched", "embedded ONNX, batches of 500"),
+    ("onnx_per_record", "embedded ONNX, batch of 1"),
+    ("keras_batched_nested", "embedded Keras, batches of 500, nested-array input"),
+    ("v2_json", "remote V2 (KServe), JSON"),
+    ("v2_binary", "remote V2 (KServe), binary tensors"),
+]
 
 
 def _paired(runs: list[dict[str, Any]], mine: str, theirs: str, size: int, metric: str) -> float:
@@ -59,6 +74,9 @@ def headline(result: dict[str, Any]) -> list[dict[str, Any]]:
         for proto in ("v2", "v1"):
             value = ratios[f"remote_batched_{proto}_vs_naive"]
             add(f"remote batched {proto.upper()} / sync per record", value, ">= 10x", value >= 10)
+        if digits := serving.get("digits"):
+            for key, name in DIGITS_HEADLINE.items():
+                add(name, digits["ratios"][key], "-", None)
     if latency := scenarios.get("latency"):
         for row in latency["summary"]:
             if row["fraction"] == 0.5 and "p99_ms" in row:
@@ -140,6 +158,55 @@ def _serving(serving: dict[str, Any]) -> list[str]:
         "",
         f"Model switch under load: {switch['push_to_first_new_output_s']:.2f} s from push to the "
         f"first output of the new version; records lost: {int(switch['lost'])}.",
+    ]
+    if "digits" in serving:
+        lines += ["", *_digits(serving["digits"])]
+    return lines
+
+
+def _digits(digits: dict[str, Any]) -> list[str]:
+    counts, load = digits["records"], digits["load_1m"]
+    rates, cpu, ratios = digits["rates"], digits["cpu_us_per_record"], digits["ratios"]
+    lines = [
+        f"### Digits CNN through the tensor mapping ({digits['rounds']} interleaved rounds; "
+        f"{counts['batched']:,} records batched, {counts['per_record']:,} per record, "
+        f"{counts['remote']:,} remote; 1-minute load {load['min']:.1f}-{load['max']:.1f})",
+        "",
+        f"Model: {digits['model']}. Input: the pixels as a raw float32 tensor (`bytes`), "
+        "unless said.",
+        "",
+        "| configuration | records/s, median (min-max) | replica CPU us / record |",
+        "|---|---:|---:|",
+    ]
+    for key, name in DIGITS_ROWS:
+        rate = rates[key]
+        lines.append(
+            f"| {name} | {rate['median']:,.0f} ({rate['min']:,.0f}-{rate['max']:,.0f}) "
+            f"| {cpu[key]['median']:,.0f} |"
+        )
+    raw, payload = digits["raw"], digits["payload_bytes"]
+    lines += [
+        "",
+        "| ratio (paired by round, median) | value |",
+        "|---|---:|",
+        f"| batched / per record, Keras | {ratios['keras_batched_vs_per_record']:.1f}x |",
+        f"| batched / per record, ONNX | {ratios['onnx_batched_vs_per_record']:.1f}x |",
+        f"| ONNX / Keras, batched | {ratios['onnx_vs_keras_batched']:.2f}x |",
+        f"| ONNX / Keras, per record | {ratios['onnx_vs_keras_per_record']:.2f}x |",
+        f"| raw-bytes / nested-array input, Keras batched | "
+        f"{ratios['bytes_vs_nested_input']:.2f}x |",
+        f"| V2 binary / V2 JSON | {ratios['v2_binary_vs_json']:.2f}x |",
+        "",
+        f"The models alone (records/s): Keras `model(x)` {raw['keras_batch_64']:,.0f} in "
+        f"batches of {digits['remote_batch_size']} and {raw['keras_batch_1']:,.0f} one by one; "
+        f"onnxruntime `session.run` {raw['onnx_batch_64']:,.0f} and {raw['onnx_batch_1']:,.0f} "
+        f"({ratios['raw_onnx_vs_keras_batch_64']:.1f}x and "
+        f"{ratios['raw_onnx_vs_keras_batch_1']:.1f}x Keras).",
+        "",
+        f"One V2 request of {digits['remote_batch_size']} images: "
+        f"{payload['v2_json']['request']:,} B as JSON, {payload['v2_binary']['request']:,} B "
+        f"binary ({ratios['v2_json_vs_binary_request_bytes']:.2f}x smaller); its answer "
+        f"{payload['v2_json']['response']:,} B and {payload['v2_binary']['response']:,} B.",
     ]
     return lines
 

@@ -52,3 +52,5 @@ def configure_logging(*, fmt: str, level: str = "INFO", **fields: Any) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at INFO: one line per model-server call is noise
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))

@@ -149,7 +149,19 @@ class DriftDetector(Streamlet):
             return []
         mapping = tensors.TensorMapping(tensors.parse_inputs(config["inputs"]), {})
         found = tensors.check_schemas(mapping, input_schema=schemas.get("in"), output_schema=None)
-        return [ConfigProblem(p.code, p.message, p.param, p.hint, p.path) for p in found]
+        problems = [ConfigProblem(p.code, p.message, p.param, p.hint, p.path) for p in found]
+        for other in ("reference", "detector_url"):
+            if config.get(other):
+                problems.append(
+                    ConfigProblem(
+                        "invalid-config-value",
+                        f"{other} cannot be combined with tensor or text inputs, which take "
+                        "their reference from the first reference_size records",
+                        other,
+                        hint="leave it out, or watch flat features with numeric/categorical",
+                    )
+                )
+        return problems
 
     def setup(self, context: Context) -> None:
         store = context.extras.get("schema_store")

@@ -1,0 +1,209 @@
+"""The example blueprints as a user meets them: the console script verifies and runs them.
+
+Each run is `streamflow run` in a process of its own, with its own embedded
+broker (so the examples' fixed topic names never meet another run's) and its
+own STREAMFLOW_HOME; the models come from the session's fixtures through
+`--set`, exactly as a user would point a blueprint at other artifacts. What is
+checked is what the user sees: the accuracy logger's lines, the drift alerts,
+the explanations, and `streamflow model push` switching the model live.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamflow import devkit
+from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
+
+STREAMFLOW = Path(sys.executable).with_name("streamflow")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BLUEPRINTS = [
+    DIGITS / "classifier.yaml",
+    DIGITS / "classifier-bytes.yaml",
+    DIGITS / "monitored.yaml",
+    REVIEWS / "classifier.yaml",
+]
+RUN_FOR = "45s"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("STREAMFLOW_KAFKA_BOOTSTRAP",)}
+    env.update(
+        STREAMFLOW_HOME=str(tmp_path / "home"),
+        NO_COLOR="1",
+        COLUMNS="250",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    return env
+
+
+def _cli(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(STREAMFLOW), *args],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _accuracy(log: str, tag: str) -> tuple[float, int]:
+    """The last running accuracy the logger printed for a model tag, and over how many."""
+    found = re.findall(rf"accuracy: .*?{re.escape(tag)} ([\d.]+)% of (\d+)", log)
+    assert found, f"no accuracy line for {tag}:\n{log[-4000:]}"
+    percent, count = found[-1]
+    return float(percent), int(count)
+
+
+def _served(log: str, tag: str, *, at_least: int = 100) -> bool:
+    """Whether the accuracy logger has counted `at_least` predictions by a model tag."""
+    counts = re.findall(rf"accuracy: .*?{re.escape(tag)} [\d.]+% of (\d+)", log)
+    return bool(counts) and int(counts[-1]) >= at_least
+
+
+def _clean(log: str) -> None:
+    assert "replica failed" not in log and "exited with code" not in log, log[-6000:]
+    assert log.rstrip().endswith("streamflow: stopped"), log[-3000:]
+
+
+@pytest.mark.parametrize("blueprint", BLUEPRINTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_blueprint_verifies(blueprint: Path, tmp_path: Path) -> None:
+    result = _cli(tmp_path, "verify", str(blueprint), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^✓ [\w-]+: \d+ streamlets, \d+ topics, 0 problems$", result.stdout, re.M)
+
+
+@pytest.mark.parametrize(
+    ("blueprint", "dataset"),
+    [
+        ("classifier.yaml", "digits-sample.jsonl"),
+        ("classifier-bytes.yaml", "digits-sample-bytes.jsonl"),
+    ],
+)
+def test_the_digits_classifier_runs_on_each_input_form(
+    digits_models: DigitsModels, tmp_path: Path, blueprint: str, dataset: str
+) -> None:
+    result = _cli(
+        tmp_path,
+        "run", str(DIGITS / blueprint), "--for", RUN_FOR,
+        "--set", f"samples.dataset={digits_models.dir / dataset}",
+        "--set", f"models.keras={digits_models.keras_files[1]}",
+        timeout=240,
+    )  # fmt: skip
+    log = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode == 0, log[-6000:]
+    _clean(log)
+    percent, count = _accuracy(log, "digits:1")
+    assert count >= 200 and percent > 90.0, log[-3000:]
+    assert re.search(r"-> \d \[\d:[\d.]+ \d:[\d.]+ \d:[\d.]+\] by digits:1", log), log[-3000:]
+
+
+def test_the_reviews_classifier_labels_raw_text(
+    reviews_model: ReviewsModel, tmp_path: Path
+) -> None:
+    result = _cli(
+        tmp_path,
+        "run", str(REVIEWS / "classifier.yaml"), "--for", RUN_FOR,
+        "--set", f"samples.dataset={reviews_model.samples}",
+        "--set", f"models.keras={reviews_model.keras_file}",
+        timeout=240,
+    )  # fmt: skip
+    log = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode == 0, log[-6000:]
+    _clean(log)
+    percent, count = _accuracy(log, "reviews:1")
+    assert count >= 200 and percent > 90.0, log[-3000:]
+    assert re.search(r"review-\d+ '.+' -> (negative|positive) \(p=", log), log[-3000:]
+
+
+def test_the_monitored_digits_alert_on_drift_and_explain_pixels(
+    digits_models: DigitsModels, tmp_path: Path
+) -> None:
+    result = _cli(
+        tmp_path,
+        "run", str(DIGITS / "monitored.yaml"), "--for", "90s",
+        "--set", f"samples.dataset={digits_models.samples}",
+        "--set", f"models.keras={digits_models.keras_files[1]}",
+        "--set", "samples.rate=100",
+        "--set", "samples.drift_after=2000",
+        timeout=300,
+    )  # fmt: skip
+    log = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode == 0, log[-6000:]
+    _clean(log)
+    assert re.search(r"drift-alerts-0 .*DRIFT \(\w+\) in the inputs of digits:1", log), log[-6000:]
+    assert re.search(r"explanations-0 .*digit \d \(p=[\d.]+\) by digits:1, .*image\[\d,\d,0\]", log)
+
+
+def _wait_for(
+    condition: Callable[[], bool], *, timeout: float, what: str, process: subprocess.Popen[str]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"streamflow run exited ({process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)  # polling the run's log, not synchronising
+
+
+def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
+    digits_models: DigitsModels, tmp_path: Path
+) -> None:
+    """The README's flow: run, then push the ONNX graph, then a KServe server over V2."""
+    log_file = tmp_path / "run.log"
+    command = [
+        str(STREAMFLOW), "run", str(DIGITS / "classifier.yaml"),
+        "--set", f"samples.dataset={digits_models.samples}",
+        "--set", f"models.keras={digits_models.keras_files[1]}",
+    ]  # fmt: skip
+    with log_file.open("w") as out:
+        process = subprocess.Popen(
+            command, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+    server = devkit.ModelServer(model_path=digits_models.keras_files[2], model_name="digits")
+
+    def log() -> str:
+        return ANSI.sub("", log_file.read_text())
+
+    try:
+        _wait_for(
+            lambda: _served(log(), "digits:1"), timeout=180, what="version 1", process=process
+        )
+        onnx = _cli(
+            tmp_path, "model", "push", "digits-classifier", "classifier",
+            "--onnx", str(digits_models.onnx_file), timeout=180,
+        )  # fmt: skip
+        assert onnx.returncode == 0, onnx.stdout + onnx.stderr + log()[-4000:]
+        assert "pushed digits:2 (ONNX" in onnx.stdout
+        server.start()
+        remote = _cli(
+            tmp_path, "model", "push", "digits-classifier", "classifier",
+            "--url", server.url, "--protocol", "v2", timeout=180,
+        )  # fmt: skip
+        assert remote.returncode == 0, remote.stdout + remote.stderr + log()[-4000:]
+        _wait_for(
+            lambda: _served(log(), "digits:3"), timeout=120, what="version 3", process=process
+        )
+        process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
+        assert process.wait(60) == 0, log()[-6000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        server.stop()
+    text = log()
+    _clean(text)
+    for tag in ("digits:1", "digits:2", "digits:3"):
+        percent, _ = _accuracy(text, tag)
+        assert percent > 90.0, text[-4000:]

@@ -1,0 +1,95 @@
+"""The reviews example: its generated corpus, and a raw-text model served through the mapping."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamflow.schema import SchemaStore, SingleObjectCodec
+from streamflow.streamlets.serving.artifacts import pack_directory
+from tests.examples import support
+from tests.examples.example_models import REVIEWS, ReviewsModel
+
+if str(REVIEWS) not in sys.path:
+    sys.path.insert(0, str(REVIEWS))
+
+import corpus
+import reviews_app
+
+CONFIG = support.blueprint_config(REVIEWS / "classifier.yaml", "classifier")
+
+
+def test_the_corpus_is_deterministic_balanced_and_not_trivial() -> None:
+    reviews = corpus.generate()
+    assert reviews == corpus.generate()
+    assert corpus.generate(seed=12) != reviews
+    assert len(reviews) == 3000 and len({text for text, _ in reviews}) > 1500
+    labels = [label for _, label in reviews]
+    assert 0.45 < sum(labels) / len(labels) < 0.55
+    # the same products and openers in both classes, so no single word gives it away
+    words = [set(text.lower().split()) for text, _ in reviews]
+    for product in ("kettle", "headphones", "router"):
+        assert {label for w, label in zip(words, labels, strict=True) if product in w} == {0, 1}
+
+
+def test_the_model_takes_raw_strings_and_is_accurate(reviews_model: ReviewsModel) -> None:
+    import keras
+
+    loaded = keras.models.load_model(reviews_model.keras_file, safe_mode=True, compile=False)
+    [review] = loaded.inputs
+    assert (review.name, review.dtype, tuple(review.shape)) == ("review", "string", (None,))
+    assert loaded.output_names == ["sentiment"]
+    scores = loaded.predict(reviews_model.x, verbose=0)
+    assert 0.9 < np.mean(scores.argmax(axis=1) == reviews_model.y) < 1.0  # labels are noisy
+
+
+def test_the_saved_model_takes_a_string_tensor(reviews_model: ReviewsModel) -> None:
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(reviews_model.saved_model))
+    signature = loaded.signatures["serving_default"]
+    [(name, spec)] = signature.structured_input_signature[1].items()
+    assert (name, spec.dtype, spec.shape.as_list()) == ("review", tf.string, [None])
+    texts = reviews_model.x[:8].tolist()
+    result = signature(review=tf.constant(texts))["sentiment"].numpy()
+    np.testing.assert_allclose(
+        result, reviews_model.model.predict(reviews_model.x[:8], verbose=0), atol=1e-6
+    )
+
+
+def test_the_samples_fit_the_schema(reviews_model: ReviewsModel) -> None:
+    store = SchemaStore([support.SCHEMAS])
+    codec = SingleObjectCodec(store.get(reviews_app.REVIEW_SCHEMA), store=store)
+    rows = support.read_jsonl(reviews_model.samples)
+    assert len(rows) == 3000
+    assert all(codec.decode(codec.encode(row)) == row for row in rows[:50])
+
+
+@pytest.mark.parametrize("kind", ["KERAS", "TF_SAVED_MODEL"])
+def test_the_classifier_labels_reviews_through_the_blueprints_mapping(
+    reviews_model: ReviewsModel, tmp_path: Path, kind: str
+) -> None:
+    data = (
+        reviews_model.keras_file.read_bytes()
+        if kind == "KERAS"
+        else pack_directory(reviews_model.saved_model)
+    )
+    values = support.read_jsonl(reviews_model.samples, limit=80)
+    with support.classifier(reviews_app.SentimentClassifier, CONFIG, tmp_path) as h:
+        status = support.serve(h, support.descriptor("reviews", 1, kind, data))
+        assert status["state"] == "serving", status
+        got = support.predictions(h, values)
+    expected = reviews_model.model.predict(
+        np.array([v["review"] for v in values], dtype=object), verbose=0
+    )
+    assert [(g["id"], g["review"], g["label"]) for g in got] == [
+        (v["id"], v["review"], v["label"]) for v in values
+    ]
+    np.testing.assert_allclose([g["scores"] for g in got], expected, atol=1e-5)
+    assert [g["predicted"] for g in got] == [reviews_app.LABELS[i] for i in expected.argmax(1)]
+    truth = [reviews_app.LABELS[v["label"]] for v in values]
+    right = sum(t == g["predicted"] for t, g in zip(truth, got, strict=True))
+    assert right / len(values) > 0.85
