@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,3 +94,45 @@ def test_the_classifier_labels_reviews_through_the_blueprints_mapping(
     truth = [reviews_app.LABELS[v["label"]] for v in values]
     right = sum(t == g["predicted"] for t, g in zip(truth, got, strict=True))
     assert right / len(values) > 0.85
+
+
+class _ReadmeReviews(reviews_app.SentimentClassifier):
+    """The README's preprocess/postprocess example, as written there."""
+
+    def preprocess(self, records: list[Any]) -> dict[str, np.ndarray]:
+        text = [r.value["review"].strip().lower() for r in records]
+        return {"review": np.array(text, dtype=object)}
+
+    def postprocess(self, records: list[Any], outputs: dict[str, np.ndarray]) -> list[dict]:  # type: ignore[type-arg]
+        return [
+            {
+                "id": r.value["id"],
+                "review": r.value["review"],
+                "scores": p.tolist(),
+                "predicted": "positive" if p[1] > 0.5 else "negative",
+            }
+            for r, p in zip(records, outputs["sentiment"], strict=True)
+        ]
+
+
+def test_the_readmes_preprocess_and_postprocess_hooks_serve_as_documented(
+    reviews_model: ReviewsModel, tmp_path: Path
+) -> None:
+    config = {
+        "inputs": {"review": {"field": "review", "dtype": "string"}},
+        "outputs": {"sentiment": {"field": "scores"}},
+    }
+    values = support.read_jsonl(reviews_model.samples, limit=40)
+    with support.classifier(_ReadmeReviews, config, tmp_path) as h:
+        data = reviews_model.keras_file.read_bytes()
+        assert support.serve(h, support.descriptor("reviews", 1, "KERAS", data))["state"] == (
+            "serving"
+        )
+        got = support.predictions(h, values)
+    expected = reviews_model.model.predict(
+        np.array([v["review"].strip().lower() for v in values], dtype=object), verbose=0
+    )
+    assert [g["predicted"] for g in got] == [
+        "positive" if p[1] > 0.5 else "negative" for p in expected
+    ]
+    assert all(g["model_version"] == 1 for g in got)

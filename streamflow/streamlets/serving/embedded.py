@@ -165,20 +165,16 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
         model = keras.models.load_model(link, safe_mode=True, compile=False)
     except Exception as exc:
         raise artifacts.ArtifactError(f"not a loadable Keras model: {exc}") from None
-    input_names = [_keras_name(t) for t in model.inputs]
-    output_names = list(getattr(model, "output_names", None) or [])
-    if len(output_names) != len(model.outputs):
-        output_names = [_keras_name(t) for t in model.outputs]
+    input_names, input_tensors, by_name = _keras_side(model, "input")
+    output_names, output_tensors, _ = _keras_side(model, "output")
     specs = [
         tf.TensorSpec([None, *t.shape[1:]], tf.dtypes.as_dtype(t.dtype), name=n)
-        for n, t in zip(input_names, model.inputs, strict=True)
+        for n, t in zip(input_names, input_tensors, strict=True)
     ]
     dtypes = {n: s.dtype for n, s in zip(input_names, specs, strict=True)}
 
-    by_name = isinstance(getattr(model, "input", None), Mapping)  # built with dict inputs
-
     def structure(args: tuple[Any, ...]) -> Any:
-        if by_name:
+        if by_name:  # built with dict inputs: called with the same keys
             return dict(zip(input_names, args, strict=True))
         return args[0] if len(args) == 1 else list(args)
 
@@ -205,7 +201,7 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
         },
         outputs={
             n: TensorSpec(n, _dtype_name(tf.dtypes.as_dtype(t.dtype)), _dims(t.shape))
-            for n, t in zip(output_names, model.outputs, strict=True)
+            for n, t in zip(output_names, output_tensors, strict=True)
         },
     )
     return EmbeddedModel(
@@ -215,6 +211,23 @@ def _keras(tf: Any, artifact: Path) -> EmbeddedModel:
         keras_model=model,
         to_tensor=_to_tf(tf, dtypes),
     )
+
+
+def _keras_side(model: Any, side: str) -> tuple[list[str], list[Any], bool]:
+    """The names and tensors of a Keras model's inputs or outputs, and whether by dict.
+
+    A model built with dicts is called (and answers) with the dict's keys, which need
+    not be its layers' names; otherwise the layer names are the tensors' names.
+    """
+    structure = getattr(model, side, None)
+    if isinstance(structure, Mapping):
+        return [str(k) for k in structure], list(structure.values()), True
+    tensors = list(getattr(model, f"{side}s"))
+    names = [_keras_name(t) for t in tensors]
+    if side == "output":
+        declared = list(getattr(model, "output_names", None) or [])
+        names = declared if len(declared) == len(tensors) else names
+    return names, tensors, False
 
 
 def _keras_name(tensor: Any) -> str:

@@ -45,9 +45,9 @@ _DTYPES = {
 
 
 def load(artifact: Path, *, parameters: Mapping[str, str]) -> EmbeddedModel:
-    if importlib.util.find_spec("onnxruntime") is None:
+    if any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime")):
         raise artifacts.ArtifactError(
-            "ONNX models need onnxruntime: install streamflow[onnx] in the replica's image"
+            "ONNX models need onnx and onnxruntime: install streamflow[onnx] in the replica"
         )
     import onnxruntime
 
@@ -94,13 +94,15 @@ def check(data: bytes) -> None:
     if not model.graph.node and not model.graph.output:
         raise artifacts.ArtifactError("not an ONNX model: the graph is empty")
     domains = {op.domain for op in model.opset_import} | set(_node_domains(model.graph))
+    for function in model.functions:
+        domains |= {function.domain, *_node_domains(function)}
     custom = sorted(d for d in domains if d not in STANDARD_DOMAINS)
     if custom:
         raise artifacts.ArtifactError(
             f"the ONNX model uses custom operator domain(s) {', '.join(custom)}; custom-op "
             "libraries are not loaded from a control topic"
         )
-    for tensor in _tensors(model.graph):
+    for tensor in _tensors(model):
         if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
             raise artifacts.ArtifactError(
                 f"the ONNX model keeps tensor {tensor.name!r} in an external file; "
@@ -120,17 +122,24 @@ def _node_domains(graph: Any) -> list[str]:
     return out
 
 
-def _tensors(graph: Any) -> list[Any]:
-    out = list(graph.initializer)
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                out.append(attribute.t)
-            out += list(attribute.tensors)
-            if attribute.HasField("g"):
-                out += _tensors(attribute.g)
-            for sub in attribute.graphs:
-                out += _tensors(sub)
+def _tensors(message: Any) -> list[Any]:
+    """Every TensorProto anywhere in ``message``: initializers, sparse values and indices,
+    node attributes, subgraphs and local functions alike (walked field by field, so no
+    kind of tensor can be forgotten)."""
+    from onnx import TensorProto
+
+    out: list[Any] = []
+    stack = [message]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, TensorProto):
+            out.append(current)
+            continue
+        for field, value in current.ListFields():
+            if field.message_type is None:
+                continue
+            # a single message has fields of its own; a repeated one is a container of them
+            stack.extend([value] if hasattr(value, "ListFields") else list(value))
     return out
 
 

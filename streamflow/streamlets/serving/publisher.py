@@ -55,8 +55,12 @@ def build_descriptor(
         data = pack_directory(path) if form == "saved_model" else path.read_bytes()
         if by_reference:
             location = path.resolve().as_uri()
-    # a SavedModel by reference is packed again on the replica: the digest is of that archive
-    digest = hashlib.sha256(data).hexdigest() if data is not None else None
+    # a SavedModel directory by reference is packed again on the replica, where the gzip
+    # bytes may differ (zlib build, file modes): its digest would not be comparable
+    comparable = data is not None and not (
+        by_reference and artifact and artifact[0] == "saved_model"
+    )
+    digest = hashlib.sha256(data).hexdigest() if comparable and data is not None else None
     return {
         "name": name,
         "version": version,

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -98,8 +99,15 @@ class CircuitBreaker:
 
 
 def endpoints(protocol: str, base_url: str, model: str) -> tuple[str, str]:
-    """(inference URL, readiness URL) for a protocol."""
+    """(inference URL, readiness URL) for a protocol.
+
+    The model name is one path segment, quoted: a name such as ``../admin`` must not
+    move the request out of the allowlisted location.
+    """
     base = base_url.rstrip("/")
+    if model in ("", ".", ".."):
+        raise PermanentError(f"{model!r} is not a model name")
+    model = urllib.parse.quote(model, safe="")
     if protocol == V1:
         return f"{base}/v1/models/{model}:predict", f"{base}/v1/models/{model}"
     return f"{base}/v2/models/{model}/infer", f"{base}/v2/models/{model}/ready"
@@ -128,7 +136,7 @@ def fetch_signature(
     """The model's tensors from V2 metadata (``GET /v2/models/{m}``); V1 servers cannot say."""
     if protocol != V2:
         return None
-    url = f"{base_url.rstrip('/')}/v2/models/{model}"
+    url = endpoints(V2, base_url, model)[1].removesuffix("/ready")
     try:
         response = httpx.get(url, timeout=timeout)
     except httpx.HTTPError as exc:
@@ -139,9 +147,12 @@ def fetch_signature(
         )
     try:
         body = response.json()
+        inputs, outputs = body.get("inputs") or [], body.get("outputs") or []
+        if not inputs or not outputs:  # optional in the protocol: the server cannot say
+            return None
         return tensors.ModelSignature(
-            inputs={t["name"]: _metadata_spec(t) for t in body.get("inputs") or []},
-            outputs={t["name"]: _metadata_spec(t) for t in body.get("outputs") or []},
+            inputs={t["name"]: _metadata_spec(t) for t in inputs},
+            outputs={t["name"]: _metadata_spec(t) for t in outputs},
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise PermanentError(f"unreadable metadata for model {model!r}: {exc}") from None

@@ -64,23 +64,31 @@ class ModelServing(ModelFollower):
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         self._output_fields: set[str] = set()
+        self._scalar_fields: frozenset[str] = frozenset()
 
     def setup(self, context: Context) -> None:
         super().setup(context)
         store = context.extras.get("schema_store")
         store = store if isinstance(store, SchemaStore) else SchemaStore()
-        self._output_fields = set(store.get(type(self).out.schema).field_names())
+        schema = store.get(type(self).out.schema)
+        self._output_fields = set(schema.field_names())
+        self._scalar_fields = tensors.scalar_fields(schema.raw)
 
     def tensor_mapping(self) -> tensors.TensorMapping:
         if self.outputs and self.class_field:
             raise tensors.MappingError("set outputs or the class_field shorthand, not both")
-        return tensors.TensorMapping.from_config(
+        mapping = tensors.TensorMapping.from_config(
             inputs=self.inputs,
             outputs=self.outputs,
             input_fields=self.input_fields,
             output_field=self.output_field,
             class_field=self.class_field,
         )
+        if not mapping.outputs:
+            raise tensors.MappingError(
+                "the mapping writes no output: set outputs, or output_field/class_field"
+            )
+        return mapping
 
     @classmethod
     def check_mapping(
@@ -104,7 +112,9 @@ class ModelServing(ModelFollower):
     def postprocess(self, records: list[Record], outputs: dict[str, np.ndarray]) -> list[dict]:  # type: ignore[type-arg]
         """One output record per input (default: the mapped outputs beside the input's fields)."""
         assert self.current is not None
-        decoded = self.current.mapping.decode(outputs, len(records))
+        decoded = self.current.mapping.decode(
+            outputs, len(records), scalar_fields=self._scalar_fields
+        )
         fields = self._output_fields
         copied = [k for k in records[0].value if k in fields] if records else []
         return [
@@ -171,4 +181,8 @@ class ModelServing(ModelFollower):
             if k in fields
         }
         headers = {"streamflow-model": active.tag}
-        return [self.out({**p, **model_fields}, headers=headers) for p in predictions]
+        out = []
+        for prediction in predictions:  # fresh dicts from postprocess: completed in place
+            prediction.update(model_fields)
+            out.append(self.out(prediction, headers=headers))
+        return out

@@ -45,6 +45,7 @@ __all__ = [
     "check_schemas",
     "parse_inputs",
     "parse_outputs",
+    "scalar_fields",
 ]
 
 #: A model input or output named by its position: "the model's only one".
@@ -160,15 +161,32 @@ def parse_inputs(raw: Any) -> dict[str, TensorInput]:
                 )
             shape = (len(fields),)
         max_len = spec.get("max_len", 0)
-        if not isinstance(max_len, int) or max_len < 0:
+        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 0:
             raise MappingError(f"{where}: max_len must be a positive integer")
         if max_len and not (shape and shape[0] == -1):
             raise MappingError(f"{where}: max_len applies to a ragged shape such as [-1]")
-        pad = spec.get("pad", "" if dtype in ("string", "bytes") else 0)
+        default_pad = {"string": "", "bytes": b"", "bool": False}.get(dtype, 0)
+        pad = _pad(spec.get("pad", default_pad), dtype, where)
         out[str(name)] = TensorInput(
             str(name), tuple(fields), dtype, shape, pad, max_len, stacked="fields" in spec
         )
     return out
+
+
+def _pad(pad: Any, dtype: str, where: str) -> Any:
+    """The padding value, checked against the dtype it pads."""
+    if dtype == "string" and isinstance(pad, str):
+        return pad
+    if dtype == "bytes" and isinstance(pad, str | bytes):
+        return pad.encode() if isinstance(pad, str) else pad
+    numeric = isinstance(pad, int | float) and not isinstance(pad, bool)
+    if dtype == "bool" and (isinstance(pad, bool) or pad in (0, 1)):
+        return bool(pad)
+    if dtype in ("int32", "int64") and numeric and float(pad).is_integer():
+        return int(pad)
+    if dtype in ("float32", "float64") and numeric:
+        return float(pad)
+    raise MappingError(f"{where}: pad {pad!r} is not a {dtype} value")
 
 
 def parse_outputs(raw: Any) -> dict[str, TensorOutput]:
@@ -382,6 +400,12 @@ def _check_input(mapped: TensorInput, declared: TensorSpec, problems: list[str])
             f"{list(mapped.shape)} in the mapping"
         )
         return
+    if mapped.ragged and model_dims[0] != -1 and mapped.max_len != model_dims[0]:
+        problems.append(
+            f"input {declared.name!r} takes sequences of exactly {model_dims[0]}; set "
+            f"max_len: {model_dims[0]} in the mapping (it pads and cuts to that length)"
+        )
+        return
     for ours, theirs in zip(mapped.shape, model_dims, strict=True):
         if ours != -1 and theirs != -1 and ours != theirs:
             problems.append(
@@ -432,12 +456,25 @@ class BoundMapping:
                 out[name] = np.zeros((batch, *dims), dtype=DTYPES[spec.dtype])
         return out
 
-    def decode(self, outputs: Mapping[str, np.ndarray], rows: int) -> list[dict[str, Any]]:
-        """One dict of output fields per record, from the model's named outputs."""
+    def decode(
+        self,
+        outputs: Mapping[str, np.ndarray],
+        rows: int,
+        *,
+        scalar_fields: frozenset[str] = frozenset(),
+    ) -> list[dict[str, Any]]:
+        """One dict of output fields per record, from the model's named outputs.
+
+        A ``raw`` output of one value per record written to a field in
+        ``scalar_fields`` (a number in the schema) is written as that number.
+        """
         columns: dict[str, list[Any]] = {}
+        unnamed = list(outputs) == [ONLY] and len(self.output_names) == 1
         for name, spec in self.outputs:
             if name == ONLY and len(outputs) == 1:
-                name = next(iter(outputs))  # a server that could not say its output's name
+                name = next(iter(outputs))  # the mapping says "the only output"
+            elif unnamed:
+                name = ONLY  # a V1 server answers one output's rows without its name
             if name not in outputs:
                 raise MappingError(
                     f"the model returned outputs {', '.join(sorted(outputs))}, not {name!r}"
@@ -447,6 +484,14 @@ class BoundMapping:
                 raise MappingError(
                     f"output {name!r} has shape {list(tensor.shape)}; expected {rows} rows"
                 )
+            if spec.transform == "raw" and spec.field in scalar_fields:
+                tensor = tensor.reshape(rows, -1)
+                if tensor.shape[1] != 1:
+                    raise MappingError(
+                        f"output {name!r} has {tensor.shape[1]} values per record; field "
+                        f"{spec.field!r} holds one number"
+                    )
+                tensor = tensor[:, 0]
             columns[spec.field] = _transform(spec, tensor)
         fields = list(columns)
         return [dict(zip(fields, row, strict=True)) for row in zip(*columns.values(), strict=True)]
@@ -474,7 +519,7 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
         if any(x is None for row in rows for x in row):
             missing = next(f for v in values for f in spec.fields if v[f] is None)
             raise MappingError(f"field {missing!r} is null")
-        return np.asarray(rows, dtype=DTYPES[spec.dtype])
+        return _cast(np.asarray(rows), spec.dtype, "+".join(spec.fields))
     field = spec.field
     column = [value[field] for value in values]
     if any(x is None for x in column):
@@ -485,11 +530,7 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
         return _raw_tensors(spec, column)
     if spec.ragged:
         return _padded(spec, column)
-    array = np.asarray(column)
-    fractions = array.dtype.kind == "f" and not np.array_equal(array, np.floor(array))
-    if spec.dtype in ("int32", "int64") and fractions:
-        raise MappingError(f"field {field!r} holds fractions; the mapping expects {spec.dtype}")
-    array = np.asarray(array, dtype=DTYPES[spec.dtype])
+    array = _cast(np.asarray(column), spec.dtype, field)
     if array.shape[1:] != spec.shape:
         bad = next(
             (i for i, x in enumerate(column) if np.shape(x) != spec.shape), 0
@@ -499,6 +540,23 @@ def _encode(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.ndarra
             f"{list(spec.shape)}"
         )
     return array
+
+
+def _cast(array: np.ndarray, dtype: str, field: str) -> np.ndarray:
+    """``array`` as ``dtype``, refusing what the cast would change: fractions or values out
+    of range for an integer input, anything but 0/1 for a bool one."""
+    target = np.dtype(DTYPES[dtype])
+    if array.dtype == object or array.dtype.kind in "US":
+        raise MappingError(f"field {field!r} does not hold numbers of one shape")
+    if target.kind in "iu" and array.dtype.kind in "fiub":
+        if array.dtype.kind == "f" and not np.array_equal(array, np.floor(array)):
+            raise MappingError(f"field {field!r} holds fractions; the mapping expects {dtype}")
+        limits = np.iinfo(target)
+        if array.size and (array.min() < limits.min or array.max() > limits.max):
+            raise MappingError(f"field {field!r} holds values out of the range of {dtype}")
+    if target.kind == "b" and array.dtype.kind != "b" and not np.isin(array, (0, 1)).all():
+        raise MappingError(f"field {field!r} holds values other than 0 and 1 for a bool")
+    return array.astype(target, copy=False)
 
 
 def _text(spec: TensorInput, column: list[Any]) -> np.ndarray:
@@ -542,7 +600,7 @@ def _padded(spec: TensorInput, column: list[Any]) -> np.ndarray:
     for x in column:
         if not isinstance(x, list | tuple):
             raise MappingError(f"field {spec.field!r} is a {type(x).__name__}, not a sequence")
-        row = np.asarray(x, dtype=object if text else DTYPES[spec.dtype])
+        row = np.asarray(x, dtype=object) if text else _cast(np.asarray(x), spec.dtype, spec.field)
         if row.ndim == 0 or row.shape[1:] != inner:
             raise MappingError(
                 f"field {spec.field!r} has items of shape {list(row.shape[1:])}; "
@@ -563,7 +621,9 @@ def _transform(spec: TensorOutput, tensor: np.ndarray) -> list[Any]:
     if spec.transform == "raw":
         if tensor.dtype == object:
             return [_text_value(x) for x in tensor.tolist()]
-        return [row for row in tensor.astype(np.float64).tolist()]
+        kept = tensor if tensor.dtype.kind in "iub" else tensor.astype(np.float64)
+        values: list[Any] = kept.tolist()
+        return values
     flat = tensor.reshape(tensor.shape[0], -1).astype(np.float64)
     labels = spec.labels
     if labels and flat.shape[1] != len(labels) and spec.transform != "threshold":
@@ -679,9 +739,9 @@ def _output_fits(spec: TensorOutput, avro: Any) -> str | None:
             return None
         return "a raw output needs a number, a string or (nested) arrays of them"
     if spec.transform == "argmax":
-        if base in ("int", "long") or (base == "string" and spec.labels):
-            return None
-        return "argmax writes a class index (int or long), or a label (string) when labels are set"
+        if spec.labels:
+            return None if base == "string" else "argmax with labels writes a label (string)"
+        return None if base in ("int", "long") else "argmax writes a class index (int or long)"
     if spec.transform == "threshold":
         if base == "boolean" or (depth == 1 and leaf == "boolean"):
             return None
@@ -772,3 +832,8 @@ def _output_path(key: str) -> tuple[str | int, ...]:
     if not name:  # the output_field / class_field shorthand
         return ()
     return (name, int(index), "field") if index else (name, "field")
+
+
+def scalar_fields(schema: Mapping[str, Any]) -> frozenset[str]:
+    """The fields of a record schema that hold one number (or boolean)."""
+    return frozenset(n for n, avro in _fields(schema).items() if _unwrap(avro) in _AVRO_NUMERIC)

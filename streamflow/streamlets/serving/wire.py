@@ -13,6 +13,7 @@ which for images is several times smaller and faster than JSON numbers.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import Mapping
@@ -81,7 +82,8 @@ def encode_request(
     if protocol == V1:
         return json.dumps(_v1(inputs, columnar=columnar)).encode(), _JSON
     named = {(name or default_name): array for name, array in inputs.items()}
-    if not binary:
+    # JSON carries text, not arbitrary bytes: those always travel as binary tensors
+    if not binary and not any(_raw_bytes(array) for array in named.values()):
         body = {
             "inputs": [
                 {
@@ -133,7 +135,25 @@ def _plain(array: np.ndarray) -> list[Any]:
 def _plain_item(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain_item(x) for x in value]
-    return _text(value)
+    if isinstance(value, bytes):  # TF Serving's form for binary values in JSON
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(value).decode("ascii")}
+    return str(value)
+
+
+def _raw_bytes(array: np.ndarray) -> bool:
+    """Whether an object array holds bytes that are not UTF-8 text."""
+    if array.dtype != object:
+        return False
+    for item in array.reshape(-1).tolist():
+        if isinstance(item, bytes):
+            try:
+                item.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+    return False
 
 
 def _binary(array: np.ndarray) -> bytes:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from streamflow import Inlet, Outlet
+
+__all__ = ["LABELS", "MIXED_CONFIG", "TEXT_CONFIG", "MixedServing", "Outlet", "TextServing"]
 from streamflow.streamlets.serving import ModelServing
 
 LABELS = ["cat", "dog", "eel"]

@@ -111,3 +111,35 @@ def mixed_onnx_predict(weights: dict[str, np.ndarray], x: np.ndarray, region: np
     probabilities = exp / exp.sum(axis=1, keepdims=True)
     score = 1.0 / (1.0 + np.exp(-logits.sum(axis=1, keepdims=True)))
     return probabilities, score
+
+
+def renamed_keras(path: Path) -> Any:
+    """Dict inputs and outputs whose keys are not the layers' names (both must work)."""
+    import keras
+
+    keras.utils.set_random_seed(13)
+    features = keras.Input(shape=(4,), name="features_layer")
+    scale = keras.Input(shape=(1,), name="scale_layer")
+    hidden = keras.layers.Dense(3, name="dense_a")(features) * scale
+    model = keras.Model(
+        inputs={"x": features, "s": scale},
+        outputs={"scores": keras.layers.Softmax(name="dense_b")(hidden), "raw": hidden},
+    )
+    model.save(path)
+    return model
+
+
+def sparse_external_onnx(path: Path) -> None:
+    """A model whose sparse initializer keeps its values in a file beside it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    mixed_onnx(path)
+    model = onnx.load(str(path))
+    values = helper.make_tensor("S_values", TensorProto.FLOAT, [1], [0.0])
+    values.ClearField("float_data")
+    values.data_location = TensorProto.EXTERNAL
+    values.external_data.add(key="location", value="secret.bin")
+    indices = helper.make_tensor("S_indices", TensorProto.INT64, [1], [0])
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [3]))
+    path.write_bytes(model.SerializeToString())

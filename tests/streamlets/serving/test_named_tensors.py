@@ -192,6 +192,7 @@ def test_a_model_that_does_not_fit_the_mapping_fails_and_the_old_one_keeps_servi
     [
         (lambda p: models.mixed_onnx(p, domain="evil.ops"), "custom operator domain(s) evil.ops"),
         (lambda p: models.mixed_onnx(p, external=True), "in an external file"),
+        (models.sparse_external_onnx, "in an external file"),
         (lambda p: p.write_bytes(b"\x08\x07garbage" * 10), "not an ONNX model"),
     ],
 )
@@ -205,3 +206,28 @@ def test_onnx_models_that_reach_outside_themselves_are_refused(
     status = _serve(h, 2, "ONNX", path.read_bytes())
     assert status["state"] == "failed" and message in status["message"], status["message"]
     assert all(g["model_version"] == 1 for g in _outputs(h, _values()))
+
+
+def test_keras_dict_keys_are_the_names_even_when_the_layers_are_named_otherwise(
+    tmp_path: Path,
+) -> None:
+    model = models.renamed_keras(tmp_path / "renamed.keras")
+    config = {
+        "inputs": {
+            "x": {"field": "features", "dtype": "float32", "shape": [4]},
+            "s": {"fields": ["region"], "dtype": "float32"},
+        },
+        "outputs": {"scores": {"field": "scores"}},
+    }
+
+    class Renamed(apps.MixedServing):
+        out = apps.Outlet("out", "tests.serving.ScoresOut")
+
+    h = _harness(Renamed, config, tmp_path)
+    status = _serve(h, 1, "KERAS", (tmp_path / "renamed.keras").read_bytes())
+    assert status["state"] == "serving", status["message"]
+    values = _values()
+    x = np.array([v["features"] for v in values], np.float32)
+    scale = np.array([[v["region"]] for v in values], np.float32)
+    expected = np.asarray(model({"x": x, "s": scale})["scores"])
+    np.testing.assert_allclose([g["scores"] for g in _outputs(h, values)], expected, atol=1e-5)

@@ -218,6 +218,18 @@ def test_binding_names_every_mismatch_with_the_models_signature(
     assert message in str(caught.value) and "the model has inputs:" in str(caught.value)
 
 
+def test_a_ragged_input_into_a_fixed_length_model_needs_max_len() -> None:
+    tokens = {"tokens": {"field": "ids", "dtype": "int64", "shape": [-1]}}
+    signature = t.ModelSignature(
+        inputs={"tokens": t.TensorSpec("tokens", "int64", (-1, 16))},
+        outputs={"p": t.TensorSpec("p", "float32", (-1, 2))},
+    )
+    with pytest.raises(t.MappingError, match="set max_len: 16"):
+        _bound(tokens, {"p": "scores"}, signature)
+    fixed = {"tokens": {**tokens["tokens"], "max_len": 16}}
+    assert list(_bound(fixed, {"p": "scores"}, signature).inputs) == ["tokens"]
+
+
 def test_the_shorthand_needs_a_model_with_one_input() -> None:
     mapping = t.TensorMapping.from_config(input_fields=["a", "b"], output_field="p")
     signature = _signature(x=("float32", (-1, 2)), y=("float32", (-1, 2)))
@@ -319,7 +331,7 @@ def test_a_mapping_that_fits_the_schemas_has_no_problems() -> None:
             {"x": "count"},
             {"y": {"field": "label", "transform": "argmax"}},
             "tensor-field-type",
-            "when labels are set",
+            "a class index (int or long)",
         ),
         (
             {"x": "count"},
@@ -336,3 +348,44 @@ def test_schema_problems_have_stable_codes(
     found = _problems(inputs, outputs)
     assert len(found) == 1, found
     assert found[0][0] == code and message in found[0][1]
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "reason"),
+    [
+        ({"dtype": "int32"}, 3_000_000_000, "out of the range of int32"),
+        ({"dtype": "int64", "shape": [-1]}, [1.5, 2.0], "fractions"),
+        ({"dtype": "bool"}, 0.2, "other than 0 and 1"),
+        ({"dtype": "float32", "shape": [2]}, ["a", "b"], "does not hold numbers"),
+    ],
+)
+def test_casts_that_would_change_a_value_are_refused(
+    spec: dict[str, Any], value: Any, reason: str
+) -> None:
+    bound = _bound({"x": {"field": "v", **spec}})
+    with pytest.raises(t.RecordErrors) as caught:
+        bound.encode([{"v": value}])
+    assert reason in caught.value.errors[0]
+
+
+def test_a_pad_that_is_not_of_the_inputs_dtype_is_a_config_error() -> None:
+    with pytest.raises(t.MappingError, match="pad '<pad>' is not a int64 value"):
+        t.parse_inputs({"ids": {"field": "ids", "dtype": "int64", "shape": [-1], "pad": "<pad>"}})
+    with pytest.raises(t.MappingError, match="max_len must be a positive integer"):
+        t.parse_inputs({"ids": {"field": "ids", "shape": [-1], "max_len": True}})
+
+
+def test_one_value_per_record_is_written_as_a_number_to_a_numeric_field() -> None:
+    bound = _bound(IMAGE, {"score": {"field": "risk"}})
+    (first, second) = bound.decode(
+        {"score": np.array([[0.25], [0.5]])}, 2, scalar_fields=frozenset({"risk"})
+    )
+    assert (first["risk"], second["risk"]) == (0.25, 0.5)
+    with pytest.raises(t.MappingError, match="holds one number"):
+        bound.decode({"score": np.zeros((2, 3))}, 2, scalar_fields=frozenset({"risk"}))
+
+
+def test_a_v1_answer_without_output_names_fills_the_mappings_only_output() -> None:
+    bound = _bound(IMAGE, {"probabilities": {"field": "predicted", "transform": "argmax"}})
+    (row,) = bound.decode({t.ONLY: np.array([[0.1, 0.9]])}, 1)
+    assert row == {"predicted": 1}

@@ -66,3 +66,13 @@ def test_v1_sends_rows_for_one_unnamed_input_and_objects_for_named_ones() -> Non
 def test_a_response_without_the_protocols_shape_is_a_clear_error() -> None:
     with pytest.raises(wire.WireError, match="unexpected response from http://m"):
         wire.decode_response(wire.V2, b'{"answer": 42}', {}, rows=1, url="http://m")
+
+
+def test_a_model_name_stays_one_path_segment_under_the_allowed_location() -> None:
+    from streamflow.streamlets.serving import remote
+
+    infer, ready = remote.endpoints(wire.V2, "http://ms:8080/tenants/a", "x/../../admin?q#f")
+    assert infer == "http://ms:8080/tenants/a/v2/models/x%2F..%2F..%2Fadmin%3Fq%23f/infer"
+    assert ready.startswith("http://ms:8080/tenants/a/v2/models/x%2F")
+    with pytest.raises(remote.PermanentError, match="not a model name"):
+        remote.endpoints(wire.V1, "http://ms:8080/tenants/a", "..")
