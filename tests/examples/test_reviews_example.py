@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from streamflow import devkit
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.serving.artifacts import pack_directory
 from tests.examples import support
@@ -136,3 +138,29 @@ def test_the_readmes_preprocess_and_postprocess_hooks_serve_as_documented(
         "positive" if p[1] > 0.5 else "negative" for p in expected
     ]
     assert all(g["model_version"] == 1 for g in got)
+
+
+def test_the_classifier_sends_raw_text_to_a_model_server_as_v2_bytes(
+    reviews_model: ReviewsModel,
+    model_server_factory: Callable[..., devkit.ModelServer],
+    tmp_path: Path,
+) -> None:
+    server = model_server_factory(model_path=reviews_model.keras_file, model_name="reviews")
+    values = support.read_jsonl(reviews_model.samples, limit=40)
+    config = {**CONFIG, "allowlist": ["http://127.0.0.1:"]}
+    with support.classifier(reviews_app.SentimentClassifier, config, tmp_path) as h:
+        remote = {
+            **support.descriptor("reviews", 1, "OPEN_INFERENCE_V2", b""),
+            "data": None,
+            "sha256": None,
+            "location": server.url,
+            "parameters": {"model": "reviews"},
+        }
+        status = support.serve(h, remote)
+        assert status["state"] == "serving", status
+        got = support.predictions(h, values)
+    expected = reviews_model.model.predict(
+        np.array([v["review"] for v in values], dtype=object), verbose=0
+    )
+    np.testing.assert_allclose([g["scores"] for g in got], expected, atol=1e-5)
+    assert [g["predicted"] for g in got] == [reviews_app.LABELS[i] for i in expected.argmax(1)]
