@@ -204,6 +204,7 @@ def _check(
                 descriptor=descriptor,
                 config=configs[name],
                 schemas=verify_schemas.port_schemas(descriptor, store=store),
+                overrides=wanted,
                 report=report,
             )
     return descriptors, configs

@@ -189,13 +189,16 @@ def check_config_against_ports(
     descriptor: StreamletDescriptor,
     config: Mapping[str, Any],
     schemas: Mapping[str, Mapping[str, Any]],
+    overrides: list[Override],
     report: Reporter,
 ) -> None:
     """The class's own ``check_config`` against its port schemas, each problem located.
 
-    A problem points at the value of the parameter it names (or at the streamlet
-    when it names none, or when the value came from ``--set``).
+    A problem points at the entry inside the value of the parameter it names, at
+    ``<--set>`` when that value came from the command line, or at the streamlet
+    when it names no parameter.
     """
+    overridden = {o.param for o in overrides if o.streamlet == draft.name}
     try:
         found = descriptor.cls.check_config(config, schemas=schemas)
     except Exception as exc:
@@ -209,7 +212,10 @@ def check_config_against_ports(
         return
     for problem in found:
         given = draft.config.get(problem.param)
-        where = report.at(_inside(given[1], problem.path) if given else draft.key)
+        if problem.param in overridden:
+            where = Position(OVERRIDE_FILE)
+        else:
+            where = report.at(_inside(given[1], problem.path) if given else draft.key)
         report.error(
             problem.code,
             f"streamlet {draft.name}: {problem.param + ': ' if problem.param else ''}"

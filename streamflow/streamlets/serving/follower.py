@@ -181,7 +181,9 @@ class ModelFollower(Streamlet):
                 f"({', '.join(self.allowlist) or 'empty'})",
             )
         self._pending = (descriptor, self._workers.submit(self._load, descriptor))
-        return self._status(name, version, "loading", descriptor.get("description", ""))
+        where = "inline" if descriptor.get("data") is not None else descriptor.get("location")
+        note = descriptor.get("description") or f"{descriptor['kind']} ({where})"
+        return self._status(name, version, "loading", note)
 
     def between_batches(self) -> Emit | None:
         if self._pending is None or not self._pending[1].done():

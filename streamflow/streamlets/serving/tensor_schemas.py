@@ -105,7 +105,9 @@ def _output_fits(spec: TensorOutput, avro: Any) -> str | None:
     if spec.transform == "argmax":
         if spec.labels:
             return None if base == "string" else "argmax with labels writes a label (string)"
-        return None if base in ("int", "long") else "argmax writes a class index (int or long)"
+        if base in ("int", "long"):
+            return None
+        return "argmax writes a class index (int or long); with labels set, a label (string)"
     if spec.transform == "threshold":
         if base == "boolean" or (depth == 1 and leaf == "boolean"):
             return None

@@ -175,7 +175,7 @@ def _pad(pad: Any, dtype: str, where: str) -> Any:
         return int(pad)
     if dtype in ("float32", "float64") and numeric:
         return float(pad)
-    raise MappingError(f"{where}: pad {pad!r} is not a {dtype} value")
+    raise MappingError(f"{where}: pad {pad!r} is not a value of dtype {dtype}")
 
 
 def parse_outputs(raw: Any) -> dict[str, TensorOutput]:

@@ -73,3 +73,16 @@ def test_a_malformed_mapping_is_an_invalid_config_value(tmp_path: Path) -> None:
     assert "transform 'softmax' is not one of raw, argmax, top_k, threshold" in str(
         problem["message"]
     )
+
+
+def test_a_problem_in_a_mapping_given_with_set_is_placed_at_the_command_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "blueprint.yaml"
+    path.write_text(BLUEPRINT.format(here=HERE, region="region", transform="argmax"))
+    override = '{"features": {"field": "features", "shape": [4]}, "region": "zone"}'
+    result = CliRunner().invoke(
+        app, ["verify", str(path), "-o", "json", "--set", f"model.inputs={override}"]
+    )
+    problems = [p for p in json.loads(result.stdout)["problems"] if p["severity"] == "error"]
+    assert [(p["code"], p["file"]) for p in problems] == [("unknown-tensor-field", "<--set>")]

@@ -369,7 +369,7 @@ def test_casts_that_would_change_a_value_are_refused(
 
 
 def test_a_pad_that_is_not_of_the_inputs_dtype_is_a_config_error() -> None:
-    with pytest.raises(t.MappingError, match="pad '<pad>' is not a int64 value"):
+    with pytest.raises(t.MappingError, match="pad '<pad>' is not a value of dtype int64"):
         t.parse_inputs({"ids": {"field": "ids", "dtype": "int64", "shape": [-1], "pad": "<pad>"}})
     with pytest.raises(t.MappingError, match="max_len must be a positive integer"):
         t.parse_inputs({"ids": {"field": "ids", "shape": [-1], "max_len": True}})
