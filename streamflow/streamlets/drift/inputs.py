@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.api.streamlet import ConfigProblem
 from streamflow.streamlets.drift import text
 from streamflow.streamlets.serving import tensors as tensormap
 
-__all__ = ["Layout", "TensorColumns", "layout", "read"]
+__all__ = ["Layout", "TensorColumns", "config_problems", "layout", "read"]
 
 TEXT_DTYPES = ("string", "bytes")
 
@@ -180,3 +181,27 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def config_problems(
+    config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
+) -> list[ConfigProblem]:
+    """What ``streamflow verify`` says of ``inputs``: the fields against the ``in`` port,
+    and the settings that cannot go with tensor or text inputs."""
+    if not config.get("inputs"):
+        return []
+    mapping = tensormap.TensorMapping(tensormap.parse_inputs(config["inputs"]), {})
+    found = tensormap.check_schemas(mapping, input_schema=schemas.get("in"), output_schema=None)
+    problems = [ConfigProblem(p.code, p.message, p.param, p.hint, p.path) for p in found]
+    for other in ("reference", "detector_url"):
+        if config.get(other):
+            problems.append(
+                ConfigProblem(
+                    "invalid-config-value",
+                    f"{other} cannot be combined with tensor or text inputs, which take "
+                    "their reference from the first reference_size records",
+                    other,
+                    hint="leave it out, or watch flat features with numeric/categorical",
+                )
+            )
+    return problems

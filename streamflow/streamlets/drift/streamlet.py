@@ -44,6 +44,7 @@ from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.schema import SchemaStore
 from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import batch, detect, loading, sources, versions, windows
+from streamflow.streamlets.drift import inputs as tensor_inputs
 from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
 from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
@@ -145,23 +146,7 @@ class DriftDetector(Streamlet):
         cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
     ) -> list[ConfigProblem]:
         """``inputs`` against the ``in`` port, as serving checks its own: at verify."""
-        if not config.get("inputs"):
-            return []
-        mapping = tensors.TensorMapping(tensors.parse_inputs(config["inputs"]), {})
-        found = tensors.check_schemas(mapping, input_schema=schemas.get("in"), output_schema=None)
-        problems = [ConfigProblem(p.code, p.message, p.param, p.hint, p.path) for p in found]
-        for other in ("reference", "detector_url"):
-            if config.get(other):
-                problems.append(
-                    ConfigProblem(
-                        "invalid-config-value",
-                        f"{other} cannot be combined with tensor or text inputs, which take "
-                        "their reference from the first reference_size records",
-                        other,
-                        hint="leave it out, or watch flat features with numeric/categorical",
-                    )
-                )
-        return problems
+        return tensor_inputs.config_problems(config, schemas=schemas)
 
     def setup(self, context: Context) -> None:
         store = context.extras.get("schema_store")
