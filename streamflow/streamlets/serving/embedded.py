@@ -83,25 +83,6 @@ class EmbeddedModel:
         """The outputs as the framework returns them (tensors, for gradients)."""
         return dict(self._fn(inputs))
 
-    # -- the single-input, single-output shorthand (flat features, one output row) --------
-
-    def _only(self, side: dict[str, TensorSpec]) -> str:
-        if len(side) != 1:
-            raise ValueError(
-                f"the model has {len(side)} tensors ({', '.join(side)}); use named inputs"
-            )
-        return next(iter(side))
-
-    def predict(self, batch: np.ndarray) -> np.ndarray:
-        """One unnamed input to one unnamed output: the flat-feature shorthand."""
-        inputs = {self._only(self._signature.inputs): batch}
-        return self.run(inputs)[self._only(self._signature.outputs)]
-
-    def call(self, batch: Any) -> Any:
-        """``predict`` on tensors, for gradients (the flat-feature shorthand)."""
-        inputs = {self._only(self._signature.inputs): batch}
-        return self._fn(inputs)[self._only(self._signature.outputs)]
-
     async def aclose(self) -> None:
         return None
 

@@ -267,7 +267,6 @@ class ModelFollower(Streamlet):
             model=model,
             settings=self.client_settings(batch_size=parameters.get("batch_size")),
             input_name=parameters.get("input_name", "input"),
-            output_name=parameters.get("output_name"),
             signature=signature,
             binary=parameters.get("binary", "") in ("1", "true", "yes"),
             v1_columnar=parameters.get("v1_format", "") == "columnar",

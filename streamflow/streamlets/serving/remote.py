@@ -181,7 +181,6 @@ class InferenceClient:
         model: str,
         settings: ClientSettings,
         input_name: str = "input",
-        output_name: str | None = None,
         signature: tensors.ModelSignature | None = None,
         binary: bool = False,
         v1_columnar: bool = False,
@@ -190,7 +189,6 @@ class InferenceClient:
         self.url, _ = endpoints(protocol, base_url, model)
         self.settings = settings
         self.input_name = input_name
-        self.output_name = output_name
         self._signature = signature
         self.binary = binary and protocol == V2
         self.v1_columnar = v1_columnar
@@ -234,16 +232,6 @@ class InferenceClient:
         if not results:
             return {}
         return {name: np.concatenate([r[name] for r in results]) for name in results[0]}
-
-    async def predict(self, batch: np.ndarray) -> np.ndarray:
-        """The flat-feature shorthand: one unnamed input, the (chosen) output's rows."""
-        outputs = await self.infer({tensors.ONLY: batch})
-        return self._chosen(outputs).reshape(len(batch), -1).astype(np.float32)
-
-    def _chosen(self, outputs: dict[str, np.ndarray]) -> np.ndarray:
-        if self.output_name and self.output_name in outputs:
-            return outputs[self.output_name]
-        return next(iter(outputs.values()))
 
     async def call(
         self, batch: np.ndarray, *, parse: Callable[[Any, int], T], url: str | None = None
