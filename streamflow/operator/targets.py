@@ -32,6 +32,7 @@ from streamflow.operator import planner
 __all__ = [
     "KINDS",
     "AppStatus",
+    "AutoscaleStatus",
     "Change",
     "LogLine",
     "ReplicaStatus",
@@ -77,6 +78,21 @@ class ReplicaStatus:
 
 
 @dataclass(frozen=True)
+class AutoscaleStatus:
+    """The autoscaler's bounds and its last decision for one streamlet (``autoscale:``)."""
+
+    min: int
+    max: int
+    target_lag: int
+    replicas: int  # what it last decided
+    reason: str  # why, in words: "lag 48210 > 5000 per replica x 2", "stable", ...
+    decided_at: float | None = None  # epoch seconds of the last change, None before the first
+    lag: int | None = None  # the lag it decided on
+    rate: float | None = None  # records/s into the input topics, when known
+    decisions: int = 0  # changes of the replica count since the target started applying it
+
+
+@dataclass(frozen=True)
 class StreamletStatus:
     name: str
     desired: int
@@ -86,6 +102,7 @@ class StreamletStatus:
     lag: int | None = None
     model: str | None = None
     replicas: tuple[ReplicaStatus, ...] = ()
+    autoscale: AutoscaleStatus | None = None
 
 
 @dataclass(frozen=True)
