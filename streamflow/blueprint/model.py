@@ -21,6 +21,7 @@ __all__ = [
     "EXACTLY_ONCE",
     "GUARANTEES",
     "Application",
+    "AutoscaleSpec",
     "KafkaSpec",
     "PortRef",
     "StreamletSpec",
@@ -64,6 +65,39 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class AutoscaleSpec:
+    """``autoscale:`` of a streamlet: replicas follow the lag of its input, within bounds.
+
+    ``target_lag`` is the lag (records behind, summed over the input's
+    partitions) one replica is meant to carry; the windows are how long a
+    higher (``scale_up_after``) or lower (``scale_down_after``) count must
+    keep being wanted before it is applied, against flapping. ``keda``: on a
+    cluster with KEDA, let a ScaledObject do it instead of the operator.
+    """
+
+    min: int = 1
+    max: int = 8
+    target_lag: int = 1000
+    scale_up_after: float = 0.0
+    scale_down_after: float = 120.0
+    keda: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AutoscaleSpec:
+        return cls(
+            min=int(data.get("min", 1)),
+            max=int(data.get("max", 8)),
+            target_lag=int(data.get("target_lag", 1000)),
+            scale_up_after=float(data.get("scale_up_after", 0.0)),
+            scale_down_after=float(data.get("scale_down_after", 120.0)),
+            keda=bool(data.get("keda", False)),
+        )
+
+
+@dataclass(frozen=True)
 class StreamletSpec:
     name: str
     class_path: str
@@ -71,6 +105,7 @@ class StreamletSpec:
     replicas: int = 1
     guarantee: str = AT_LEAST_ONCE
     dlq: str | None = None
+    autoscale: AutoscaleSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +194,7 @@ class Application:
                     "replicas": s.replicas,
                     "guarantee": s.guarantee,
                     "dlq": s.dlq,
+                    "autoscale": s.autoscale.to_dict() if s.autoscale else None,
                 }
                 for name, s in self.streamlets.items()
             },
@@ -197,6 +233,9 @@ class Application:
                     replicas=int(s.get("replicas", 1)),
                     guarantee=s.get("guarantee", AT_LEAST_ONCE),
                     dlq=s.get("dlq"),
+                    autoscale=AutoscaleSpec.from_dict(s["autoscale"])
+                    if s.get("autoscale")
+                    else None,
                 )
                 for name, s in data["streamlets"].items()
             },

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamflow.api.descriptor import is_dns_label
-from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, KafkaSpec, PortRef
+from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
+from streamflow.blueprint.verify_autoscale import read_autoscale
 from streamflow.blueprint.yamlload import Node
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
 
 TOP_FIELDS = ("name", "schemas", "python_paths", "kafka", "streamlets", "topics")
 KAFKA_FIELDS = ("bootstrap", "config", "secret", "schema_registry")
-STREAMLET_FIELDS = ("class", "config", "replicas", "guarantee", "dlq")
+STREAMLET_FIELDS = ("class", "config", "replicas", "guarantee", "dlq", "autoscale")
 TOPIC_FIELDS = ("producers", "consumers", "partitions", "replication", "config", "managed")
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -62,6 +63,9 @@ class StreamletDraft:
     replicas: int = 1
     guarantee: str = AT_LEAST_ONCE
     dlq: str | None = None
+    replicas_node: Node | None = None
+    autoscale: AutoscaleSpec | None = None
+    autoscale_node: Node | None = None
 
 
 @dataclass
@@ -191,10 +195,16 @@ def _streamlet_fields(report: Reporter, node: Node, draft: StreamletDraft) -> No
             draft.config = _config_nodes(report, value, what=f"{draft.name}.config")
         elif text == "replicas":
             draft.replicas = _replicas(report, value, default=draft.replicas)
+            draft.replicas_node = value
         elif text == "guarantee":
             draft.guarantee = _guarantee(report, value)
         elif text == "dlq":
             draft.dlq = _topic_name(report, value, what="dead-letter topic")
+        elif text == "autoscale":
+            draft.autoscale_node = value
+            draft.autoscale = read_autoscale(report, value, streamlet=draft.name)
+    if draft.autoscale is not None and draft.replicas_node is None:
+        draft.replicas = draft.autoscale.min  # autoscaled: it starts at its minimum
 
 
 def _topics(report: Reporter, node: Node) -> dict[str, TopicDraft]:

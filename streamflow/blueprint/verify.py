@@ -19,7 +19,7 @@ from typing import Any
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint import paths as search_paths
-from streamflow.blueprint import verify_schemas, verify_streamlets, verify_topics
+from streamflow.blueprint import verify_autoscale, verify_schemas, verify_streamlets, verify_topics
 from streamflow.blueprint.model import Application, StreamletSpec, TopicSpec
 from streamflow.blueprint.problems import Position, Problem, Severity, has_errors
 from streamflow.blueprint.report import Reporter
@@ -191,6 +191,9 @@ def _check(
         streamlets, topics=topics, descriptors=descriptors, report=report
     )
     verify_topics.check_control_topics(topics, descriptors=descriptors, report=report)
+    verify_autoscale.check_autoscale(
+        streamlets, topics=topics, descriptors=descriptors, report=report
+    )
     verify_schemas.check_port_schemas(
         streamlets, descriptors=descriptors, store=store, report=report
     )
@@ -268,6 +271,7 @@ def _application(
             replicas=s.replicas,
             guarantee=s.guarantee,
             dlq=s.dlq,
+            autoscale=s.autoscale,
         )
         for name, s in draft.streamlets.items()
     }
