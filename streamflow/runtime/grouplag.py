@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import admin as kafka_admin
+
+_OffsetSpec: Any = kafka_admin.OffsetSpec  # type: ignore[attr-defined]  # not in the stubs
 
 __all__ = ["GroupLag", "GroupLagError", "measure"]
 
@@ -42,8 +44,8 @@ def measure(admin: Any, *, group: str, topics: list[str], timeout: float = 10.0)
         ]
         if not partitions:
             return GroupLag(0, 0, 0, 0)
-        ends = _offsets(admin, partitions, OffsetSpec.latest(), timeout)
-        starts = _offsets(admin, partitions, OffsetSpec.earliest(), timeout)
+        ends = _offsets(admin, partitions, _OffsetSpec.latest(), timeout)
+        starts = _offsets(admin, partitions, _OffsetSpec.earliest(), timeout)
         request = [ConsumerGroupTopicPartitions(group, partitions)]
         future = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
         committed = {(tp.topic, tp.partition): tp.offset for tp in future.result().topic_partitions}
