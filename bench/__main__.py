@@ -17,11 +17,16 @@ names one, installs the peers into bench/.venv (bench/setup-peers) when passthro
 runs, and writes ``bench/results/<date>.json``, ``<date>.md`` and ``<date>-*.png``. The
 default sizes keep a full run near 15 minutes on a 2-core machine; ``--full`` runs the
 issue's sizes (1,000,000 passthrough records, more inference records), which takes longer.
+
+Each step is numbered and timed on stderr (``bench 3/7: latency (...)``): a live line on
+a terminal, with the scenario's own lines scrolling above it, and plain lines in a log or
+CI (the CLI's :mod:`streamflow.cli.progress`). stdout carries only the Markdown report.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -30,13 +35,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bench import common, latency, passthrough, report, scaleout, summary
+from streamflow.cli import progress
 
 SCENARIOS = ("passthrough", "latency", "scaleout", "serving")
 ALIASES = {"inference": "serving", "remote": "serving", "switch": "serving"}
+STEPS = {  # every step a run may take, in order, and what it says while it runs
+    "peers": "the peers' virtualenv (bench/setup-peers)",
+    "broker": "starting a devkit broker",
+    "passthrough": "passthrough (streamflow vs the hand-written loop, Quix Streams, faust)",
+    "latency": "latency (p50/p95/p99 at 10/50/90% of the maximum rate)",
+    "models": "training the wine models and the wide MLP",
+    "scaleout": "scale-out (1 and 2 replicas)",
+    "serving": "serving (embedded vs remote, the model switch, digits)",
+    "report": "the report (JSON, Markdown, plots)",
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -82,56 +99,83 @@ def sizes(args: argparse.Namespace) -> dict[str, int]:
     }
 
 
+class Steps:
+    """Numbers the steps of this run (``bench 3/7: ...``) and shows each while it runs."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+    @contextlib.contextmanager
+    def step(self, key: str) -> Iterator[None]:
+        what = f"bench {self.keys.index(key) + 1}/{len(self.keys)}: {STEPS[key]}"
+        with progress.waiting(what) as wait:
+            yield
+            wait.done(f"{what}: done")
+
+
+def planned_steps(args: argparse.Namespace) -> list[str]:
+    """The steps this run takes, in the order of :data:`STEPS`."""
+    wanted = set(args.scenarios) | {"report"}
+    if "passthrough" in args.scenarios or not args.no_plots:
+        wanted.add("peers")
+    if not args.bootstrap:
+        wanted.add("broker")
+    if {"scaleout", "serving"} & set(args.scenarios):
+        wanted.add("models")
+    return [key for key in STEPS if key in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     n = sizes(args)
-    if "passthrough" in args.scenarios or not args.no_plots:
-        subprocess.run([str(common.REPO / "bench" / "setup-peers")], check=True)
+    steps = Steps(planned_steps(args))
+    if "peers" in steps.keys:
+        with steps.step("peers"):
+            subprocess.run([str(common.REPO / "bench" / "setup-peers")], check=True)
     started = time.monotonic()
     scenarios: dict[str, Any] = {}
-    with (
-        common.broker(args.bootstrap) as (bootstrap, broker),
-        tempfile.TemporaryDirectory() as scratch,
-    ):
-        workdir = Path(scratch)
+    with contextlib.ExitStack() as stack:
+        with steps.step("broker") if "broker" in steps.keys else contextlib.nullcontext():
+            bootstrap, broker = stack.enter_context(common.broker(args.bootstrap))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         _say(f"broker: {bootstrap} ({broker}); scenarios: {', '.join(args.scenarios)}")
         if "passthrough" in args.scenarios:
-            _say("== passthrough")
-            options = passthrough.parse_args(
-                ["--records", str(n["passthrough"]), "--rounds", str(n["passthrough_rounds"])]
-            )
-            scenarios["passthrough"] = passthrough.run_scenario(
-                options, bootstrap=bootstrap, broker=broker
-            )
-        if "latency" in args.scenarios:
-            _say("== latency")
-            settings = latency.Settings(rounds=n["rounds"])
-            scenarios["latency"] = latency.run_scenario(bootstrap, workdir, settings)
-        models = None
-        if {"scaleout", "serving"} & set(args.scenarios):
-            _say("== training the wine models and the wide MLP")
-            from bench import serving  # TensorFlow: only when a scenario needs it
-
-            models = serving.Models(workdir / "models")
-        if "scaleout" in args.scenarios:
-            _say("== scale-out")
-            scenarios["scaleout"] = scaleout.run_scenario(
-                bootstrap,
-                workdir,
-                rounds=n["rounds"],
-                records=n["scaleout"],
-                inference_records=n["scaleout_inference"],
-                models=models,
-            )
-        if "serving" in args.scenarios:
-            _say("== serving")
-            from bench import serving
-
-            assert models is not None  # trained above for serving
-            with serving.model_server(models) as url:
-                scenarios["serving"] = serving.run_scenario(
-                    bootstrap, workdir, models, url, n["serving"]
+            with steps.step("passthrough"):
+                options = passthrough.parse_args(
+                    ["--records", str(n["passthrough"]), "--rounds", str(n["passthrough_rounds"])]
                 )
+                scenarios["passthrough"] = passthrough.run_scenario(
+                    options, bootstrap=bootstrap, broker=broker
+                )
+        if "latency" in args.scenarios:
+            with steps.step("latency"):
+                settings = latency.Settings(rounds=n["rounds"])
+                scenarios["latency"] = latency.run_scenario(bootstrap, workdir, settings)
+        models = None
+        if "models" in steps.keys:
+            with steps.step("models"):
+                from bench import serving  # TensorFlow: only when a scenario needs it
+
+                models = serving.Models(workdir / "models")
+        if "scaleout" in args.scenarios:
+            with steps.step("scaleout"):
+                scenarios["scaleout"] = scaleout.run_scenario(
+                    bootstrap,
+                    workdir,
+                    rounds=n["rounds"],
+                    records=n["scaleout"],
+                    inference_records=n["scaleout_inference"],
+                    models=models,
+                )
+        if "serving" in args.scenarios:
+            with steps.step("serving"):
+                from bench import serving
+
+                assert models is not None  # trained above for serving
+                with serving.model_server(models) as url:
+                    scenarios["serving"] = serving.run_scenario(
+                        bootstrap, workdir, models, url, n["serving"]
+                    )
     result: dict[str, Any] = {
         "benchmark": "streamflow",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -149,14 +193,16 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": scenarios,
     }
     result["headline"] = summary.headline(result)
-    path = _write(result, args.no_plots)
+    with steps.step("report"):
+        path, text = _write(result, args.no_plots)
+    print(text)  # after the live line is gone: stdout and a terminal's stderr share a screen
     took = result["settings"]["duration_s"]
     also = ".md" if args.no_plots else ".md, .png"
     _say(f"results: {path.relative_to(common.REPO)} (and {also}) in {took} s")
     return 0
 
 
-def _write(result: dict[str, Any], no_plots: bool) -> Path:
+def _write(result: dict[str, Any], no_plots: bool) -> tuple[Path, str]:
     """``results/<date>.json``, ``.md`` and the PNGs, never overwriting an earlier run."""
     report.RESULTS_DIR.mkdir(exist_ok=True)
     stem = dt.date.today().isoformat()
@@ -179,8 +225,7 @@ def _write(result: dict[str, Any], no_plots: bool) -> Path:
         plots = drawn.stdout.split()
     text = summary.markdown(result, plots=plots)
     path.with_suffix(".md").write_text(text)
-    print(text)
-    return path
+    return path, text
 
 
 def _say(message: str) -> None:

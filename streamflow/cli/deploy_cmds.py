@@ -6,30 +6,29 @@ speaks only the :class:`~streamflow.operator.targets.Target` protocol, so the
 words, flags and output are the same on both. Changes are checked before they
 are applied: a wrong streamlet or a config value of the wrong type ends in a
 message and exit 1 with nothing changed; a malformed argument is a usage
-error (exit 2). Commands that change what runs wait, with a spinner and a
-timeout, until every replica is ready, unless told ``--no-wait``.
+error (exit 2). Commands that change what runs wait until every replica is
+ready (:mod:`streamflow.cli.rollout`), unless told ``--no-wait``: a live line
+on a terminal, plain lines on stderr otherwise, and with ``-o json|yaml`` the
+final status as data on stdout and nothing else there.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from streamflow.blueprint import BlueprintError, load_application
 from streamflow.cli import deploy_views as views
-from streamflow.cli import output, state
+from streamflow.cli import output, progress, rollout, state
 from streamflow.cli import overrides as overrides_mod
-from streamflow.operator import targets
+from streamflow.operator import planner, targets
 
 __all__ = ["register"]
-
-T = TypeVar("T")
 
 
 class Format(enum.StrEnum):
@@ -65,6 +64,9 @@ WaitOpt = Annotated[
     bool, typer.Option("--wait/--no-wait", help="Wait until every replica is ready.")
 ]
 TimeoutOpt = Annotated[str, typer.Option("--timeout", help="How long to wait (e.g. 90s, 5m).")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress while waiting; errors still show.")
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -110,9 +112,11 @@ def deploy(
     namespace: NamespaceOpt = None,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
+    fmt: OutputOpt = Format.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Verify a blueprint and deploy its application (or update it when already deployed)."""
-    seconds = _seconds(timeout)
+    follow = rollout.Follow(wait, _seconds(timeout), fmt.value, quiet)
     replicas = _counts(scale_ or [], option="--scale")
     try:
         app = load_application(blueprint, overrides=overrides_mod.collect(set_ or [], conf))
@@ -126,11 +130,16 @@ def deploy(
         bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
     )
     where = "" if bootstrap or target is not TargetKind.local else " and an embedded Kafka"
-    with output.error_console().status(f"deploying {app.name} (starting the supervisor{where})…"):
-        change = _attempt(lambda: chosen.deploy(targets.scaled(app, replicas), bootstrap=bootstrap))
+    first = f"starting the supervisor{where}" if target is TargetKind.local else "applying"
+    with progress.waiting(
+        f"deploying {app.name}", detail=first, machine_output=follow.machine_output, quiet=quiet
+    ):
+        change = rollout.attempt(
+            lambda: chosen.deploy(targets.scaled(app, replicas), bootstrap=bootstrap)
+        )
     views.print_warnings(change.warnings)
     views.print_actions("deployed", change, target=chosen.kind)
-    _settle(chosen, app.name, wait=wait, timeout=seconds)
+    rollout.finish(chosen, app.name, ("deploying", "deployed"), follow)
 
 
 def undeploy(
@@ -142,16 +151,26 @@ def undeploy(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Stop every replica of an application and remove it; its topics stay unless asked."""
     chosen = _target(target, kubeconfig, context, namespace)
-    with output.error_console().status(f"stopping {name} (each replica finishes its batch)…"):
-        deleted = _attempt(lambda: chosen.undeploy(name, delete_topics=delete_topics))
+
+    def left() -> str:
+        return f"{output.plural(rollout.replicas_left(chosen.status(name)), 'replica')} left"
+
+    first = rollout.attempt(left)  # an unknown app ends here, before anything is asked
+    with progress.waiting(f"stopping {name}", detail=first, quiet=quiet) as waiter:
+        deleted = rollout.attempt(
+            lambda: rollout.run_with_progress(
+                lambda: chosen.undeploy(name, delete_topics=delete_topics), wait=waiter, poll=left
+            )
+        )
+        waiter.done(f"undeployed {name} from {chosen.kind}")
     errors = output.error_console()
-    errors.print(f"undeployed {name} from {chosen.kind}", markup=False, highlight=False)
     if delete_topics:
         errors.print(f"deleted topics: {', '.join(deleted) or 'none'}", markup=False)
-    else:
+    elif not quiet:
         errors.print("its topics are kept (--delete-topics deletes them)", markup=False)
 
 
@@ -164,7 +183,7 @@ def list_(
 ) -> None:
     """The deployed applications, with their phase and ready replicas."""
     chosen = _target(target, kubeconfig, context, namespace)
-    found = _attempt(chosen.list)
+    found = rollout.attempt(chosen.list)
     if fmt is not Format.table:
         output.print_data([views.summary(s) for s in found], fmt=fmt.value)
     else:
@@ -181,7 +200,7 @@ def status(
 ) -> None:
     """Per streamlet: replicas ready and desired, restarts, consumer lag, the model served."""
     chosen = _target(target, kubeconfig, context, namespace)
-    found = _attempt(lambda: chosen.status(name))
+    found = rollout.attempt(lambda: chosen.status(name))
     if fmt is not Format.table:
         output.print_data(found.to_dict(), fmt=fmt.value)
     else:
@@ -202,19 +221,22 @@ def scale(
     namespace: NamespaceOpt = None,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
+    fmt: OutputOpt = Format.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Set the number of replicas of one streamlet or several."""
-    seconds = _seconds(timeout)
+    follow = rollout.Follow(wait, _seconds(timeout), fmt.value, quiet)
     if len(counts) == 2 and "=" not in counts[0] and "=" not in counts[1]:
         counts = [f"{counts[0]}={counts[1]}"]
     replicas = _counts(counts, option="scale")
     if not replicas:
         output.fail("say which streamlet to scale: STREAMLET N", exit_code=output.EXIT_USAGE)
     chosen = _target(target, kubeconfig, context, namespace)
-    change = _attempt(lambda: chosen.scale(name, replicas))
+    change = rollout.attempt(lambda: chosen.scale(name, replicas))
     views.print_warnings(change.warnings)
     views.print_actions("scaled", change, target=chosen.kind)
-    _settle(chosen, name, wait=wait, timeout=seconds)
+    before = {a.streamlet: a.previous for a in change.actions if isinstance(a, planner.Scale)}
+    rollout.finish(chosen, name, ("scaling", "scaled"), follow, previous=before)
 
 
 def configure(
@@ -227,9 +249,11 @@ def configure(
     namespace: NamespaceOpt = None,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
+    fmt: OutputOpt = Format.table,
+    quiet: QuietOpt = False,
 ) -> None:
     """Change config values; only the streamlets whose config changed restart."""
-    seconds = _seconds(timeout)
+    follow = rollout.Follow(wait, _seconds(timeout), fmt.value, quiet)
     try:
         settings = overrides_mod.collect(set_ or [], conf)
     except overrides_mod.OverrideError as exc:
@@ -237,9 +261,9 @@ def configure(
     if not settings:
         output.fail("nothing to configure: give --set or --conf", exit_code=output.EXIT_USAGE)
     chosen = _target(target, kubeconfig, context, namespace)
-    change = _attempt(lambda: chosen.configure(name, settings))
+    change = rollout.attempt(lambda: chosen.configure(name, settings))
     views.print_actions("configured", change, target=chosen.kind)
-    _settle(chosen, name, wait=wait, timeout=seconds)
+    rollout.finish(chosen, name, ("configuring", "configured"), follow)
 
 
 def configuration(
@@ -252,7 +276,7 @@ def configuration(
 ) -> None:
     """The effective config of every streamlet, defaults filled in."""
     chosen = _target(target, kubeconfig, context, namespace)
-    found = _attempt(lambda: chosen.configuration(name))
+    found = rollout.attempt(lambda: chosen.configuration(name))
     if fmt is not Format.table:
         output.print_data(found, fmt=fmt.value)
     else:
@@ -280,7 +304,7 @@ def logs(
     chosen = _target(target, kubeconfig, context, namespace)
     lines = chosen.logs(name, streamlet, follow=follow, replica=replica, tail=tail)
     try:
-        for line in _attempt(lambda: _first_and_rest(lines)):
+        for line in rollout.attempt(lambda: _first_and_rest(lines)):
             typer.echo(line.text if replica is not None else f"{line.replica} | {line.text}")
     except KeyboardInterrupt:
         pass
@@ -302,26 +326,11 @@ def _target(
                    ("--namespace", namespace), ("--image", image)) if value]  # fmt: skip
         if ignored:
             views.print_warnings([f"{', '.join(ignored)}: only for --target kubernetes; ignored"])
-        return _attempt(lambda: targets.get_target("local", home=state.home()))
+        return rollout.attempt(lambda: targets.get_target("local", home=state.home()))
     options: dict[str, Any] = {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}
     if image:
         options["image"] = image
-    return _attempt(lambda: targets.get_target("kubernetes", **options))
-
-
-def _attempt(call: Callable[[], T]) -> T:
-    """``call()``, with a TargetError turned into the user's message and exit 1."""
-    try:
-        return call()
-    except targets.TargetError as exc:
-        _fail(exc)
-
-
-def _fail(exc: targets.TargetError) -> NoReturn:
-    message = exc.message
-    if exc.problems:
-        message += ":\n" + "\n".join(f"  - {problem}" for problem in exc.problems)
-    output.fail(message, hint=exc.hint)
+    return rollout.attempt(lambda: targets.get_target("kubernetes", **options))
 
 
 def _first_and_rest(lines: Iterable[targets.LogLine]) -> Iterator[targets.LogLine]:
@@ -367,26 +376,6 @@ def _seconds(text: str) -> float:
         return overrides_mod.duration_seconds(text)
     except overrides_mod.OverrideError as exc:
         output.fail(f"--timeout {text!r}: {exc}", exit_code=output.EXIT_USAGE)
-
-
-def _settle(target: targets.Target, name: str, *, wait: bool, timeout: float) -> None:
-    """Wait until every replica is ready, then show the status; exit 1 if they are not."""
-    if not wait:
-        return
-    deadline = time.monotonic() + timeout
-    with output.error_console().status(f"waiting for every replica of {name} to be ready…"):
-        while True:
-            found = _attempt(lambda: target.status(name))
-            if found.settled or found.phase == "Failed" or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)  # polling the target's status
-    views.print_status(found)
-    if not found.settled:
-        late = found.not_ready() or [found.message]
-        output.fail(
-            f"{name} is not ready after {timeout:.0f}s: " + ", ".join(late),
-            hint=f"see `streamflow status {name}` and `streamflow logs {name} STREAMLET`",
-        )
 
 
 def register(app: typer.Typer) -> None:

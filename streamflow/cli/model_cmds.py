@@ -5,24 +5,24 @@ a ``.keras`` or an ``.onnx`` file), or names a model-server URL, computes the sh
 produces a ``ModelDescriptor`` keyed by model name to the compacted topic
 bound to the streamlet's control inlet. Then it follows the streamlet's
 status topic until every replica reports ``serving``, ``failed`` or
-``rejected`` for that version, or the timeout passes.
+``rejected`` for that version, or the timeout passes, showing how many serve
+it so far (a live line on a terminal, a plain line per change otherwise; with
+``-o json|yaml`` stdout carries only the result as data).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import time
-import uuid
 from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
-from confluent_kafka import Consumer, Producer, TopicPartition
-from rich.table import Table
+from confluent_kafka import Producer, TopicPartition
+from rich.text import Text
 
 from streamflow.blueprint.model import Application
-from streamflow.cli import apps, output
+from streamflow.cli import apps, model_wait, output
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.serving.publisher import build_descriptor
 
@@ -33,8 +33,7 @@ model_app = typer.Typer(
 )
 
 DESCRIPTOR = "streamflow.ml.ModelDescriptor"
-STATUS = "streamflow.ml.ModelStatus"
-_FINAL = {"serving", "failed", "rejected"}
+STATUS = model_wait.STATUS
 _PROTOCOLS = {"v1": "TF_SERVING", "v2": "OPEN_INFERENCE_V2"}
 
 
@@ -83,6 +82,10 @@ def push(
     bootstrap_servers: Annotated[
         str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
     ] = None,
+    fmt: Annotated[str, typer.Option("-o", "--output", help="table, json or yaml.")] = "table",
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress while waiting; errors still show.")
+    ] = False,
 ) -> None:
     """Push a new model version to a serving streamlet and wait until it serves."""
     sources = [s for s in (saved_model, keras, onnx, url) if s is not None]
@@ -91,6 +94,8 @@ def push(
             "give exactly one of --saved-model, --keras, --onnx or --url",
             exit_code=output.EXIT_USAGE,
         )
+    if fmt not in ("table", "json", "yaml"):
+        output.fail(f"-o {fmt!r}: use table, json or yaml", exit_code=output.EXIT_USAGE)
     if protocol not in _PROTOCOLS:
         output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
     app, bootstrap = apps.resolve(target, bootstrap_servers)
@@ -124,19 +129,29 @@ def push(
         SingleObjectCodec(store.get(DESCRIPTOR), store=store).encode(descriptor),
     )
     size = len(descriptor["data"] or b"")
-    output.console().print(
-        f"pushed [bold]{model_name}:{chosen}[/] ({descriptor['kind']}"
-        f"{f', {size:,} bytes' if size else ''}) to {control_topic}"
+    pushed = Text.assemble(
+        "pushed ",
+        (f"{model_name}:{chosen}", "bold"),
+        f" ({descriptor['kind']}{f', {size:,} bytes' if size else ''}) to {control_topic}",
     )
-    if timeout <= 0 or status_topic is None:
-        return
-    statuses = _await_status(
-        app, streamlet, bootstrap, status_topic, status_start, store, model_name, chosen, timeout
+    # with -o json|yaml, stdout is the data alone
+    (output.console() if fmt == "table" else output.error_console()).print(pushed)
+    awaited = model_wait.Awaited(
+        streamlet, model_name, chosen, timeout, machine_output=fmt != "table", quiet=quiet
     )
-    _print_status_table(statuses)
-    bad = [s for s in statuses.values() if s["state"] != "serving"]
-    if bad or len(statuses) < app.streamlets[streamlet].replicas:
-        raise typer.Exit(output.EXIT_INVALID)
+    awaited_on = status_topic if timeout > 0 else None  # no status topic: nothing to wait for
+    statuses = (
+        model_wait.await_status(app, awaited, bootstrap, awaited_on, status_start, store)
+        if awaited_on is not None
+        else {}
+    )
+    if fmt != "table":
+        summary = {"model": model_name, "version": chosen, "kind": descriptor["kind"]}
+        output.print_data({**summary, "topic": control_topic, "replicas": statuses}, fmt=fmt)
+    elif statuses:
+        model_wait.print_status_table(statuses)
+    if awaited_on is not None:
+        model_wait.check_served(statuses, awaited, app)
 
 
 @model_app.command("status")
@@ -172,7 +187,7 @@ def status(
     if not latest:
         output.console().print("no model status yet")
         return
-    _print_status_table(latest)
+    model_wait.print_status_table(latest)
 
 
 def _serving_streamlets(app: Application) -> list[str]:
@@ -235,19 +250,8 @@ def _produce(bootstrap: str, topic: str, key: str, value: bytes) -> None:
         )
 
 
-def _consumer(bootstrap: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"streamflow-cli-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-
-
 def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = _consumer(bootstrap)
+    consumer = model_wait.consumer(bootstrap)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         return {
@@ -260,7 +264,7 @@ def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def _read_all(bootstrap: str, topic: str, codec: SingleObjectCodec) -> list[dict[str, Any]]:
     """Every decodable record of a (small, compacted) topic, oldest first."""
-    consumer = _consumer(bootstrap)
+    consumer = model_wait.consumer(bootstrap)
     records: list[tuple[int, dict[str, Any]]] = []
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -286,68 +290,6 @@ def _read_all(bootstrap: str, topic: str, codec: SingleObjectCodec) -> list[dict
     finally:
         consumer.close()
     return [r for _, r in sorted(records, key=lambda item: item[0])]
-
-
-def _await_status(
-    app: Application,
-    streamlet: str,
-    bootstrap: str,
-    topic: str,
-    start: dict[int, int],
-    store: SchemaStore,
-    name: str,
-    version: int,
-    timeout: float,
-) -> dict[str, dict[str, Any]]:
-    codec = SingleObjectCodec(store.get(STATUS), store=store)
-    replicas = app.streamlets[streamlet].replicas
-    final: dict[str, dict[str, Any]] = {}
-    consumer = _consumer(bootstrap)
-    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
-    deadline = time.monotonic() + timeout
-    try:
-        with output.error_console().status(
-            f"waiting for {replicas} replica(s) to load {name}:{version}…"
-        ):
-            while len(final) < replicas and time.monotonic() < deadline:
-                for msg in consumer.consume(100, 0.5):
-                    if msg.error() is not None or msg.value() is None:
-                        continue
-                    record = codec.decode(msg.value())  # type: ignore[arg-type]
-                    if (
-                        record["model"] == name
-                        and record["version"] == version
-                        and record["state"] in _FINAL
-                    ):
-                        final[record["replica"]] = record
-    finally:
-        consumer.close()
-    if len(final) < replicas:
-        output.error_console().print(
-            f"[yellow]warning[/]: {len(final)} of {replicas} replica(s) reported "
-            f"within {timeout:g}s"
-        )
-    return final
-
-
-def _print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
-    table = Table("replica", "model", "version", "state", "message", "time")
-    colours = {"serving": "green", "failed": "red", "rejected": "red", "loading": "yellow"}
-    for replica, s in sorted(statuses.items()):
-        state = s["state"]
-        when = (
-            s["time"].strftime("%H:%M:%S") if isinstance(s["time"], dt.datetime) else str(s["time"])
-        )
-        message = s["message"] + (f" (then {s['last_event']})" if s.get("last_event") else "")
-        table.add_row(
-            replica,
-            s["model"],
-            str(s["version"]),
-            f"[{colours.get(state, 'white')}]{state}[/]",
-            message,
-            when,
-        )
-    output.console().print(table)
 
 
 def register(app: typer.Typer) -> None:

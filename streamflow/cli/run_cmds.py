@@ -31,7 +31,7 @@ from streamflow import devkit
 from streamflow.blueprint import BlueprintError, load_application
 from streamflow.blueprint.model import Application
 from streamflow.cli import overrides as overrides_mod
-from streamflow.cli import state
+from streamflow.cli import progress, state
 from streamflow.operator.local import ReplicaProcess, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime.clients import KafkaClients
@@ -136,7 +136,7 @@ def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
         yield bootstrap
         return
     broker = devkit.KafkaBroker()
-    with console.status("starting an embedded Apache Kafka broker (KRaft)…"):
+    with progress.waiting("starting an embedded Apache Kafka broker (KRaft)", console=console):
         try:
             broker.start()
         except devkit.DevkitError as exc:

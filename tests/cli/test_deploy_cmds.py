@@ -11,6 +11,7 @@ on conditions with timeouts, never sleeps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -186,6 +187,21 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def progress_lines(stderr: str, what: str) -> list[str]:
+    """The plain progress lines of a wait (``deploying app: ... [3s]``), without their times."""
+    lines = [re.sub(r" \[[0-9hms]+\]$", "", line) for line in stderr.splitlines()]
+    return [line for line in lines if line.startswith(f"{what}: ") or line == f"{what}…"]
+
+
+def assert_line_oriented(result: subprocess.CompletedProcess[str], what: str) -> list[str]:
+    """Not on a terminal: no ANSI anywhere, and a progress line only when something changed."""
+    assert "\x1b[" not in result.stdout + result.stderr
+    lines = progress_lines(result.stderr, what)
+    assert lines, result.stderr
+    assert all(a != b for a, b in itertools.pairwise(lines)), lines
+    return lines
+
+
 def streamlets(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["name"]: s for s in status["streamlets"]}
 
@@ -230,6 +246,14 @@ def test_deploy_prints_what_it_did_and_waits_until_every_replica_is_ready(
         assert f"create {streamlet} with 1 replica(s)" in result.stderr
         assert re.search(rf"^{streamlet}\s+1/1\s", result.stdout, re.M), result.stdout
     assert f"{project.app} on local: Running" in result.stdout
+    # not a terminal: one plain line on stderr per change, then the outcome
+    lines = assert_line_oriented(result, f"deploying {project.app}")
+    assert lines[0] == f"deploying {project.app}: starting the supervisor", lines
+    assert re.fullmatch(r"numbers \d/1 ready.*, scale \d/1 ready.*, sink \d/1 ready.*",
+                        lines[-1].partition(": ")[2]), lines  # fmt: skip
+    assert re.search(rf"^deployed {project.app}: 3 replicas ready in \d+s$", result.stderr, re.M), (
+        result.stderr
+    )
 
     status = project.status()
     assert status["phase"] == "Running" and status["up_to_date"], status
@@ -284,8 +308,12 @@ def test_scale_rejects_a_bad_request_and_changes_nothing(
 def test_scale_up_warns_about_idle_replicas_and_runs_the_new_count(deployed: Deployed) -> None:
     project = deployed.project
     before = project.pids()
-    result = project.cli("scale", project.app, "scale", "3")
+    result = project.cli("scale", project.app, "scale", "3", "-o", "json")
     assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["phase"] == "Running"  # stdout: the status, nothing else
+    lines = assert_line_oriented(result, f"scaling {project.app}")
+    assert all(line.startswith(f"scaling {project.app}: scale 1→3: ") for line in lines), lines
+    assert re.search(rf"^scaled {project.app}: 5 replicas ready in \d+s$", result.stderr, re.M)
     warning = "scale has 3 replicas but its input has 2 partition(s): 1 replica(s) will sit idle"
     assert warning in one_line(result.stderr)
     assert "scale scale from 1 to 3" in result.stderr
@@ -401,6 +429,8 @@ def test_undeploy_stops_every_replica_keeps_the_topics_and_the_daemon_exits(
     result = project.cli("undeploy", project.app)
     assert result.returncode == 0, result.stderr
     assert f"undeployed {project.app} from local" in result.stderr
+    lines = assert_line_oriented(result, f"stopping {project.app}")
+    assert lines[0] == f"stopping {project.app}: 3 replicas left", lines
     assert "its topics are kept" in result.stderr
     assert not [pid for pid in pids.values() if alive(pid)]
     assert not project.app_dir.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,17 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
         assert first.returncode == 0, first.stdout + first.stderr + running.log()
         assert "pushed wine:1" in first.stdout
         assert first.stdout.count("serving") == 2  # one row per replica
+        # not a terminal: a plain line on stderr per change of the count, then the outcome
+        assert "\x1b[" not in first.stdout + first.stderr
+        waits = [
+            line.rsplit(" [", 1)[0]
+            for line in first.stderr.splitlines()
+            if line.startswith("waiting for classifier to serve wine:1 — ")
+        ]
+        assert waits[0].endswith(" — 0/2 replicas"), first.stderr
+        assert waits[-1].endswith(" — 2/2 replicas"), first.stderr
+        assert len(waits) == len(set(waits)), waits  # never one per poll
+        assert re.search(r"^classifier serves wine:1 on 2/2 replicas in \d+s$", first.stderr, re.M)
         second = _cli(
             "model",
             "push",
@@ -60,10 +72,16 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
             "classifier",
             "--saved-model",
             str(wine_models.v2.saved_model),
+            "-o",
+            "json",
             home=home,
         )
         assert second.returncode == 0, second.stdout + second.stderr
-        assert "pushed wine:2 (TF_SAVED_MODEL" in second.stdout  # the next version, by default
+        assert "pushed wine:2 (TF_SAVED_MODEL" in second.stderr  # the next version, by default
+        pushed = json.loads(second.stdout)  # stdout: the result alone
+        assert (pushed["model"], pushed["version"], pushed["kind"]) == ("wine", 2, "TF_SAVED_MODEL")
+        assert {r["state"] for r in pushed["replicas"].values()} == {"serving"}
+        assert len(pushed["replicas"]) == 2
         rejected = _cli(
             "model",
             "push",
@@ -77,6 +95,10 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
         )
         assert rejected.returncode == 1
         assert "rejected" in rejected.stdout and "allowlist" in rejected.stdout
+        refusal = " ".join(rejected.stderr.split())
+        assert "wine:3 is not served by every replica of classifier: classifier-0 (rejected" in (
+            refusal
+        )
         status = _cli("model", "status", app.name, "-o", "json", home=home)
         assert status.returncode == 0, status.stderr
         rows = json.loads(status.stdout)

@@ -1,0 +1,160 @@
+"""Waiting for every replica to serve a pushed model, and showing what each one said.
+
+``model push`` produces a descriptor and then reads the streamlet's status
+topic from where it ended before the push, so only reports about this push
+count. Each replica says ``loading`` and then ``serving``, ``failed`` or
+``rejected``; the wait shows how many serve so far and what the others said
+(:mod:`streamflow.cli.progress`), and ends with an error naming each replica
+that does not serve the version, and why, or that never answered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from rich.table import Table
+
+from streamflow.blueprint.model import Application
+from streamflow.cli import output, progress
+from streamflow.schema import SchemaStore, SingleObjectCodec
+
+__all__ = [
+    "FINAL",
+    "STATUS",
+    "Awaited",
+    "await_status",
+    "check_served",
+    "consumer",
+    "print_status_table",
+]
+
+STATUS = "streamflow.ml.ModelStatus"
+FINAL = {"serving", "failed", "rejected"}
+
+
+def consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"streamflow-cli-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Awaited:
+    """What ``push`` waits for: ``streamlet`` to serve ``model:version`` within ``timeout``."""
+
+    streamlet: str
+    model: str
+    version: int
+    timeout: float
+    machine_output: bool = False
+    quiet: bool = False
+
+
+def await_status(
+    app: Application,
+    awaited: Awaited,
+    bootstrap: str,
+    topic: str,
+    start: dict[int, int],
+    store: SchemaStore,
+) -> dict[str, dict[str, Any]]:
+    """The final status of each replica for the version; the latest word of each meanwhile."""
+    codec = SingleObjectCodec(store.get(STATUS), store=store)
+    replicas = app.streamlets[awaited.streamlet].replicas
+    final: dict[str, dict[str, Any]] = {}
+    states: dict[str, str] = {}  # replica -> the latest state it reported for this version
+    reader = consumer(bootstrap)
+    reader.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    deadline = time.monotonic() + awaited.timeout
+    try:
+        with progress.waiting(
+            f"waiting for {awaited.streamlet} to serve {awaited.model}:{awaited.version}",
+            detail=_served(states, replicas),
+            separator=" — ",
+            machine_output=awaited.machine_output,
+            quiet=awaited.quiet,
+        ) as wait:
+            while len(final) < replicas and time.monotonic() < deadline:
+                for msg in reader.consume(100, 0.5):
+                    if msg.error() is not None or msg.value() is None:
+                        continue
+                    record = codec.decode(msg.value())  # type: ignore[arg-type]
+                    if record["model"] == awaited.model and record["version"] == awaited.version:
+                        states[record["replica"]] = record["state"]
+                        if record["state"] in FINAL:
+                            final[record["replica"]] = record
+                wait.update(_served(states, replicas))
+            if len(final) == replicas and all(s == "serving" for s in states.values()):
+                wait.done(
+                    f"{awaited.streamlet} serves {awaited.model}:{awaited.version}"
+                    f" on {replicas}/{replicas} replicas"
+                )
+    finally:
+        reader.close()
+    for replica in _expected(awaited.streamlet, replicas):
+        if replica not in final:
+            final[replica] = {
+                "replica": replica,
+                "model": awaited.model,
+                "version": awaited.version,
+                "state": states.get(replica, "no report"),
+                "message": f"no final report within {awaited.timeout:g}s",
+                "time": None,
+            }
+    return final
+
+
+def _served(states: dict[str, str], replicas: int) -> str:
+    """``1/2 replicas, classifier-1 loading``: how many serve, and what the others said."""
+    serving = sum(state == "serving" for state in states.values())
+    others = [f"{r} {state}" for r, state in sorted(states.items()) if state != "serving"]
+    return ", ".join([f"{serving}/{replicas} replicas", *others])
+
+
+def _expected(streamlet: str, replicas: int) -> list[str]:
+    """The replicas' names as they report them (``classifier-0``, ...)."""
+    return [f"{streamlet}-{index}" for index in range(replicas)]
+
+
+def check_served(statuses: dict[str, dict[str, Any]], awaited: Awaited, app: Application) -> None:
+    """Exit 1, naming each replica that does not serve the version, and why."""
+    missing = [
+        f"{replica} ({s['state']}: {s['message']})" if s["message"] else f"{replica} ({s['state']})"
+        for replica, s in sorted(statuses.items())
+        if s["state"] != "serving"
+    ]
+    if missing:
+        output.fail(
+            f"{awaited.model}:{awaited.version} is not served by every replica of "
+            f"{awaited.streamlet}: " + ", ".join(missing),
+            hint=f"see `streamflow model status {app.name} {awaited.streamlet}`"
+            f" and `streamflow logs {app.name} {awaited.streamlet}`",
+        )
+
+
+def print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
+    table = Table("replica", "model", "version", "state", "message", "time")
+    colours = {"serving": "green", "failed": "red", "rejected": "red", "loading": "yellow"}
+    for replica, s in sorted(statuses.items()):
+        state = s["state"]
+        when = s["time"].strftime("%H:%M:%S") if isinstance(s["time"], dt.datetime) else "-"
+        message = s["message"] + (f" (then {s['last_event']})" if s.get("last_event") else "")
+        table.add_row(
+            replica,
+            s["model"],
+            str(s["version"]),
+            f"[{colours.get(state, 'white')}]{state}[/]",
+            message,
+            when,
+        )
+    output.console().print(table)
