@@ -74,6 +74,49 @@ def _streamlet() -> dict[str, Any]:
             "guarantee": _string(enum=list(GUARANTEES)),
             "dlq": _optional_string("The dead-letter topic; default <app>.<streamlet>.dlq."),
             "resources": _resources("CPU and memory of this streamlet's pods."),
+            "autoscale": _autoscale(),
+        },
+    }
+
+
+def _autoscale() -> dict[str, Any]:
+    seconds = {"type": "number", "minimum": 0}
+    return {
+        "type": "object",
+        "nullable": True,
+        "description": "Replicas follow the lag of the streamlet's input, within bounds.",
+        "properties": {
+            "min": {"type": "integer", "minimum": 0, "description": "The fewest replicas."},
+            "max": {"type": "integer", "minimum": 1, "description": "The most replicas."},
+            "target_lag": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The lag (records) one replica is meant to carry.",
+            },
+            "scale_up_after": {**seconds, "description": "Seconds a higher count must last."},
+            "scale_down_after": {**seconds, "description": "Seconds a lower count must last."},
+            "keda": {"type": "boolean", "description": "Let KEDA scale it, where installed."},
+        },
+    }
+
+
+def _autoscale_status() -> dict[str, Any]:
+    """``status.autoscale.<streamlet>``: the last decision and why (see scaling.py)."""
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "by": _string(enum=["operator", "keda"], description="Who scales it."),
+                "replicas": count,
+                "wanted": count,
+                "reason": _string(),
+                "lag": {"type": "integer"},
+                "rateIn": {"type": "number", "description": "Records/s into the input."},
+                "decidedAt": _string(format="date-time"),
+                "decisions": count,
+            },
         },
     }
 
@@ -161,6 +204,7 @@ def status_schema() -> dict[str, Any]:
                 },
             },
             "conditions": {"type": "array", "items": condition},
+            "autoscale": _autoscale_status(),
         },
     }
 

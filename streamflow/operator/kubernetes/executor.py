@@ -9,7 +9,8 @@ those calls:
 * ``Create`` writes the ConfigMap first (the pods mount it), then the Service
   of an HTTP ingress, then the Deployment;
 * ``Roll`` rewrites the ConfigMap and replaces the Deployment's spec, whose
-  new pod-template checksum makes the Deployment controller roll the pods;
+  new pod-template checksum makes the Deployment controller roll the pods
+  (at the action's replicas: an autoscaled streamlet keeps its count);
 * ``Scale`` patches ``spec.replicas`` and nothing else, so nothing rolls;
 * ``Delete`` removes the three children (each may already be gone).
 
@@ -28,7 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator import planner
-from streamflow.operator.kubernetes import names, resources
+from streamflow.operator.kubernetes import keda, names, resources
 from streamflow.operator.kubernetes.classes import Facts
 from streamflow.operator.kubernetes.client import REQUEST_TIMEOUT
 from streamflow.operator.kubernetes.spec import AppResource
@@ -153,6 +154,50 @@ class Cluster:
             }
         replace(name, namespace, updated, _request_timeout=REQUEST_TIMEOUT)
 
+    # -- KEDA's ScaledObjects --------------------------------------------------------
+
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` in ``group/version`` (by discovery)."""
+        try:
+            found = decode(self.custom.get_api_resources(group, version, **_RAW))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in found.get("resources") or [])
+
+    def scaled_objects(self, namespace: str, app: str) -> dict[str, dict[str, Any]]:
+        found = self.custom.list_namespaced_custom_object(
+            keda.GROUP, keda.VERSION, namespace, keda.PLURAL, label_selector=_of(app), **_RAW
+        )
+        return _by_streamlet(decode(found))
+
+    def put_scaled_object(self, body: Mapping[str, Any]) -> None:
+        """Create the ScaledObject, or replace its spec and labels (its status is KEDA's)."""
+        metadata = body["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        where = (keda.GROUP, keda.VERSION, namespace, keda.PLURAL)
+        try:
+            self.custom.create_namespaced_custom_object(*where, dict(body), **_RAW)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        current = decode(self.custom.get_namespaced_custom_object(*where, name, **_RAW))
+        updated = {**current, "spec": body["spec"], "metadata": {**current["metadata"]}}
+        for key in ("labels", "annotations", "ownerReferences"):
+            updated["metadata"][key] = metadata[key]
+        self.custom.replace_namespaced_custom_object(*where, name, updated, **_RAW)
+
+    def delete_scaled_object(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                keda.GROUP, keda.VERSION, namespace, keda.PLURAL, name, **_RAW
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         self.apps.patch_namespaced_deployment(
             name, namespace, {"spec": {"replicas": replicas}}, _request_timeout=REQUEST_TIMEOUT
@@ -231,11 +276,15 @@ class Executor:
     def apply(self, resource: AppResource, action: planner.Action, facts: Facts | None) -> None:
         namespace = resource.namespace
         match action:
-            case planner.Create(streamlet=streamlet) | planner.Roll(streamlet=streamlet):
+            case (
+                planner.Create(streamlet=streamlet, replicas=replicas)
+                | planner.Roll(streamlet=streamlet, replicas=replicas)
+            ):
                 assert facts is not None
                 self.write_config(resource, streamlet, facts)
                 self.sync_service(resource, streamlet, facts)
-                self.cluster.put(resources.deployment(resource, streamlet, facts))
+                body = resources.deployment(resource, streamlet, facts, replicas=replicas)
+                self.cluster.put(body)
             case planner.Scale(streamlet=streamlet, replicas=replicas):
                 name = names.child_name(resource.name, streamlet)
                 self.cluster.scale(namespace, name, replicas)

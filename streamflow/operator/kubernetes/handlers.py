@@ -10,6 +10,11 @@ resource, so the handlers hold no logic of their own:
 * a periodic resync, for anything no event reports (a ConfigMap deleted by
   hand, topics that could not be created before).
 
+One more timer, ``autoscale``, runs only for applications with an
+autoscaled streamlet: every few seconds, the operator's autoscaler measures
+and decides (:mod:`~streamflow.operator.kubernetes.autoscaler`), and it too
+ends in a reconcile when a count changes.
+
 The handlers are registered on a registry of their own (not kopf's global
 one), bound to one :class:`Reconciler`, so several operators can live in one
 process, as the tests run them. kopf keeps its bookkeeping in annotations
@@ -30,6 +35,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator.kubernetes import names
+from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess, api_message
 from streamflow.operator.kubernetes.reconcile import Reconciler
 
@@ -97,7 +103,12 @@ def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
 
 
 def build_registry(
-    reconciler: Reconciler, access: KubeAccess, *, resync_s: float = 60.0
+    reconciler: Reconciler,
+    access: KubeAccess,
+    *,
+    resync_s: float = 60.0,
+    autoscaler: Autoscaler | None = None,
+    autoscale_s: float = 5.0,
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -135,6 +146,30 @@ def build_registry(
     def resync(namespace: str | None, name: str | None, **_: Any) -> None:
         run(namespace, name)
 
+    if autoscaler is not None:
+
+        @kopf.timer(
+            names.GROUP,
+            names.VERSION,
+            names.PLURAL,
+            interval=autoscale_s,
+            initial_delay=autoscale_s,
+            when=_autoscaled,
+            id="autoscale",
+            registry=registry,
+        )
+        def autoscale(namespace: str | None, name: str | None, **_: Any) -> None:
+            if not namespace or not name:
+                return
+            try:
+                autoscaler.tick(namespace, name)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                # not retried by kopf: the next tick measures and decides afresh
+                message = api_message(exc) if isinstance(exc, ApiException) else str(exc)
+                logging.getLogger("streamflow.operator").warning(
+                    "autoscaling %s/%s: %s", namespace, name, message
+                )
+
     @kopf.on.event(
         "apps",
         "v1",
@@ -152,6 +187,11 @@ def build_registry(
                 logging.getLogger("streamflow.operator").warning("reconcile of %s: %s", owner, exc)
 
     return registry
+
+
+def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
+    streamlets = spec.get("streamlets") or {}
+    return any(isinstance(s, Mapping) and s.get("autoscale") for s in streamlets.values())
 
 
 def _owner(body: kopf.Body) -> str | None:

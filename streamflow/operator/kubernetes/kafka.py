@@ -29,7 +29,14 @@ from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes.status import Condition
 from streamflow.runtime import topics
 
-__all__ = ["TOPICS_READY", "admin_config", "ensure_topics", "property_name", "secret_config"]
+__all__ = [
+    "TOPICS_READY",
+    "admin_config",
+    "client_config",
+    "ensure_topics",
+    "property_name",
+    "secret_config",
+]
 
 TOPICS_READY = "TopicsReady"
 _LOG = logging.getLogger("streamflow.operator.kafka")
@@ -60,11 +67,23 @@ def admin_config(app: Application, secret: Mapping[str, str] | None = None) -> d
     return config
 
 
+def client_config(
+    app: Application, secret: Mapping[str, str] | None = None, *, timeout: float = 5.0
+) -> dict[str, Any]:
+    """An admin client's config: the app's and the Secret's, failing within ``timeout``."""
+    config = admin_config(app, secret)
+    # Keep librdkafka from retrying an unreachable broker past our own timeout, and
+    # route its complaints through logging rather than straight to stderr.
+    config.setdefault("socket.connection.setup.timeout.ms", int(timeout * 1000))
+    config["logger"] = _LOG
+    return config
+
+
 def ensure_topics(
     app: Application, *, secret: Mapping[str, str] | None = None, timeout: float = 5.0
 ) -> tuple[Condition, list[str]]:
     """Create the missing topics; the ``TopicsReady`` condition, and the names created."""
-    config = admin_config(app, secret)
+    config = client_config(app, secret, timeout=timeout)
     if not config.get("bootstrap.servers"):
         return Condition(
             TOPICS_READY,
@@ -72,10 +91,6 @@ def ensure_topics(
             "NoBootstrap",
             "spec.kafka.bootstrap is not set, so the topics cannot be created",
         ), []
-    # Keep librdkafka from retrying an unreachable broker past our own timeout, and
-    # route its complaints through logging rather than straight to stderr.
-    config.setdefault("socket.connection.setup.timeout.ms", int(timeout * 1000))
-    config["logger"] = _LOG
     try:
         admin = AdminClient(config)
         report = topics.ensure_topics(admin, app, timeout=timeout)

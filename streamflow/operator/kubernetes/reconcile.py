@@ -6,10 +6,12 @@ restart), the same function runs on a fresh read of the resource:
 
 1. the desired state is the spec, through the pure planner; the observed
    state is the Deployments labelled for the application (replicas from
-   ``spec.replicas``, fingerprint from the pod template's checksum);
+   ``spec.replicas``, fingerprint from the pod template's checksum). An
+   autoscaled streamlet's replicas are its autoscaler's, not the spec's
+   (:mod:`~streamflow.operator.kubernetes.scaling`);
 2. ``plan(desired, observed)`` gives the actions, and the executor applies them;
 3. missing ConfigMaps and Services are put back (they are not in the plan,
-   which is about pods);
+   which is about pods), and KEDA's ScaledObjects are made to match;
 4. the status is computed from the Deployments, and written only if it changed.
 
 Because every step compares before it writes, a second reconcile of an
@@ -32,7 +34,15 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator import planner
-from streamflow.operator.kubernetes import classes, kafka, names, resources, status
+from streamflow.operator.kubernetes import (
+    classes,
+    kafka,
+    keda,
+    names,
+    resources,
+    scaling,
+    status,
+)
 from streamflow.operator.kubernetes.client import api_message
 from streamflow.operator.kubernetes.executor import Cluster, Executor
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
@@ -87,6 +97,15 @@ class Reconciler:
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
     _topics: dict[tuple[str, str], _TopicsCheck] = field(default_factory=dict)
+    # Whether the cluster serves KEDA's ScaledObjects; a cached discovery call unless given.
+    keda_installed: Callable[[], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.keda_installed is None:
+            cluster = self.cluster
+            self.keda_installed = keda.Probe(
+                lambda: cluster.serves(keda.GROUP, keda.VERSION, keda.PLURAL), clock=self.clock
+            )
 
     def reconcile(self, namespace: str, name: str) -> Outcome | None:
         """Bring one application's children in line with its spec; None if it is gone.
@@ -94,7 +113,7 @@ class Reconciler:
         The topics are checked after the children are applied and outside the
         lock: an unreachable Kafka delays neither the pods nor the status.
         """
-        with self._lock(namespace, name):
+        with self.lock(namespace, name):
             body = self.cluster.get_app(namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 self._topics.pop((namespace, name), None)
@@ -109,7 +128,8 @@ class Reconciler:
             self._check_topics(body, resource)
         return outcome
 
-    def _lock(self, namespace: str, name: str) -> threading.Lock:
+    def lock(self, namespace: str, name: str) -> threading.Lock:
+        """Held while one application's resource and children are read and written."""
         with self._guard:
             return self._locks.setdefault((namespace, name), threading.Lock())
 
@@ -125,14 +145,21 @@ class Reconciler:
         if problems:
             message = "invalid config: " + "; ".join(problems)
             return self._failed(body, generation, "InvalidConfig", message), None
+        scalers = scaling.who_scales(resource.app, keda_installed=self.keda_for(body))
         try:
-            actions, repairs = self._apply(body, resource, facts)
+            actions, repairs, desired = self._apply(body, resource, facts, scalers)
+            repairs += self._sync_scaled_objects(body, resource, scalers)
         except ApiException as exc:
             if exc.status in (409, 429) or exc.status >= 500:
                 raise  # transient: the handler retries
             return self._failed(body, generation, "ApplyFailed", api_message(exc)), None
-        desired = {s: spec.replicas for s, spec in resource.app.streamlets.items()}
         deployments = self.cluster.deployments(namespace, name)
+        autoscaling = scaling.condition(resource.app, scalers)
+        previous = dict(body.get("status") or {})
+        if autoscaling is None:  # no streamlet autoscaled any more: drop the condition
+            previous["conditions"] = [
+                c for c in previous.get("conditions") or [] if c.get("type") != scaling.AUTOSCALING
+            ]
         new = status.build(
             generation=generation,
             desired=desired,
@@ -140,16 +167,60 @@ class Reconciler:
             conditions=[
                 status.Condition("Reconciled", True, "Applied"),
                 _classes_condition(facts),
+                *([autoscaling] if autoscaling else []),
             ],
-            previous=body.get("status"),
+            previous=previous,
             now=_now(),
         )
-        self._write_status(body, new)
+        entries = scaling.entries(resource.name, scalers, body.get("status"), deployments)
+        if entries:
+            new["autoscale"] = entries
+        if self._write_status(body, new) and autoscaling and autoscaling.reason == "KedaMissing":
+            before = status.condition(body.get("status"), scaling.AUTOSCALING) or {}
+            if before.get("reason") != "KedaMissing":
+                self.events.warn(body, reason="KedaMissing", message=autoscaling.message)
         return Outcome(namespace, name, actions, repairs, new), resource
 
+    def keda_for(self, body: Mapping[str, Any]) -> bool:
+        """Whether KEDA scales what asks for it; the cluster is asked only when asked for."""
+        streamlets = (body.get("spec") or {}).get("streamlets") or {}
+        asks = any((s.get("autoscale") or {}).get("keda") for s in streamlets.values())
+        return (asks or scaling.keda_recorded(body.get("status"))) and bool(
+            self.keda_installed and self.keda_installed()
+        )
+
+    def _sync_scaled_objects(
+        self, body: Mapping[str, Any], resource: AppResource, scalers: Mapping[str, str]
+    ) -> list[str]:
+        """KEDA's ScaledObjects for the streamlets KEDA scales, and none for the others."""
+        ours = {s for s, by in scalers.items() if by == scaling.KEDA}
+        if not ours and not scaling.keda_recorded(body.get("status")):
+            return []
+        existing = self.cluster.scaled_objects(resource.namespace, resource.name)
+        repairs = []
+        for streamlet in sorted(ours):
+            topics = scaling.input_topics(resource.app, streamlet)
+            wanted = keda.scaled_object(resource, streamlet, topics=topics)
+            found = existing.get(streamlet)
+            if found is None or not keda.same(found, wanted):
+                self.cluster.put_scaled_object(wanted)
+                repairs.append(f"scaledobject {streamlet}")
+        for streamlet in sorted(set(existing) - ours):
+            name = existing[streamlet]["metadata"]["name"]
+            self.cluster.delete_scaled_object(resource.namespace, name)
+            repairs.append(f"stray scaledobject {streamlet}")
+        for repair in repairs:
+            _LOG.info("%s/%s: %s", resource.namespace, resource.name, repair)
+        return repairs
+
     def _apply(
-        self, body: Mapping[str, Any], resource: AppResource, facts: Mapping[str, classes.Facts]
-    ) -> tuple[list[planner.Action], list[str]]:
+        self,
+        body: Mapping[str, Any],
+        resource: AppResource,
+        facts: Mapping[str, classes.Facts],
+        scalers: Mapping[str, str],
+    ) -> tuple[list[planner.Action], list[str], dict[str, int]]:
+        """The actions applied, the repairs made, and the replicas wanted of each streamlet."""
         executor = Executor(self.cluster)
         namespace, name = resource.namespace, resource.name
         deployments = self.cluster.deployments(namespace, name)
@@ -161,16 +232,27 @@ class Reconciler:
             )
             for streamlet, d in deployments.items()
         }
+        entries = scaling.recorded(body.get("status"))
+        replicas = {
+            s: scaling.desired_replicas(
+                resource.app,
+                s,
+                scaler=scalers.get(s),
+                entry=entries.get(s),
+                observed=observed[s].replicas if s in observed else None,
+            )
+            for s in resource.app.streamlets
+        }
         desired = {
-            s: planner.StreamletState(s, spec.replicas, resources.checksum(resource, s))
-            for s, spec in resource.app.streamlets.items()
+            s: planner.StreamletState(s, replicas[s], resources.checksum(resource, s))
+            for s in resource.app.streamlets
         }
         actions = planner.plan(desired, observed)
         for action in actions:
             executor.apply(resource, action, facts.get(action.streamlet))
             _LOG.info("%s/%s: %s", namespace, name, action.describe())
             self.events.info(body, reason=_REASONS[type(action)], message=action.describe())
-        return actions, self._repair(executor, resource, facts, actions)
+        return actions, self._repair(executor, resource, facts, actions), replicas
 
     def _repair(
         self,
@@ -225,7 +307,7 @@ class Reconciler:
         elif not condition.status:
             _LOG.warning("%s/%s: %s", *key, condition.message)
             self.events.warn(body, reason="TopicsNotReady", message=condition.message)
-        with self._lock(*key):
+        with self.lock(*key):
             fresh = self.cluster.get_app(*key)
             if fresh is None:
                 return
@@ -280,11 +362,14 @@ def _classes_condition(facts: Mapping[str, classes.Facts]) -> status.Condition:
 
 
 def _with_nulls(body: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch that also removes streamlets no longer in the status."""
+    """A merge patch that also removes streamlets no longer in the status (or autoscaled)."""
     patch = dict(new)
-    old = (body.get("status") or {}).get("streamlets") or {}
-    if "streamlets" in new:
-        patch["streamlets"] = {**{s: None for s in old}, **new["streamlets"]}
+    for key in ("streamlets", "autoscale"):
+        old = (body.get("status") or {}).get(key)
+        if key in new:
+            patch[key] = {**{s: None for s in old or {}}, **new[key]}
+        elif old is not None:  # nothing autoscaled any more: no empty map left behind
+            patch[key] = None
     return patch
 
 

@@ -130,7 +130,10 @@ def service(resource: AppResource, streamlet: str, port: int) -> dict[str, Any]:
     }
 
 
-def deployment(resource: AppResource, streamlet: str, facts: Facts) -> dict[str, Any]:
+def deployment(
+    resource: AppResource, streamlet: str, facts: Facts, *, replicas: int | None = None
+) -> dict[str, Any]:
+    """``replicas``: the planner's count, which for an autoscaled streamlet is not the spec's."""
     spec = resource.app.streamlets[streamlet]
     annotations = {
         names.CHECKSUM_ANNOTATION: checksum(resource, streamlet),
@@ -143,7 +146,7 @@ def deployment(resource: AppResource, streamlet: str, facts: Facts) -> dict[str,
         "kind": "Deployment",
         "metadata": _metadata(resource, streamlet),
         "spec": {
-            "replicas": spec.replicas,
+            "replicas": spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector(resource, streamlet)},
             "strategy": {
                 "type": "RollingUpdate",

@@ -14,6 +14,7 @@ resource's status, written by the operator, with the pods themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -26,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from streamflow.api.descriptor import ClassLoadError, DeclarationError
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
-from streamflow.operator.kubernetes import kafka, names, pods, spec
+from streamflow.operator.kubernetes import kafka, names, pods, scaling, spec
 from streamflow.operator.kubernetes.client import KubeAccess, KubeError, api_message, explain
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.runtime.topics import all_topics
@@ -207,8 +208,7 @@ class KubernetesTarget:
         up_to_date = int(recorded.get("observedGeneration") or -1) == generation
         by_streamlet = self._pods(str(metadata.get("name")))
         streamlets = tuple(
-            pods.streamlet_status(s, spec_.replicas, by_streamlet.get(s, []))
-            for s, spec_ in app.streamlets.items()
+            _streamlet_status(app, s, recorded, by_streamlet.get(s, [])) for s in app.streamlets
         )
         if not recorded:
             phase, message = (
@@ -257,6 +257,21 @@ class KubernetesTarget:
                 problems=problems,
             )
         return deleted
+
+
+def _streamlet_status(
+    app: Application, streamlet: str, recorded: Mapping[str, Any], found: list[Any]
+) -> targets.StreamletStatus:
+    """An autoscaled streamlet wants what the operator last decided, not ``spec.replicas``."""
+    spec_ = app.streamlets[streamlet]
+    if spec_.autoscale is None:
+        return pods.streamlet_status(streamlet, spec_.replicas, found)
+    counts = (recorded.get("streamlets") or {}).get(streamlet) or {}
+    desired = int(counts.get("desired", spec_.replicas))
+    entry = scaling.recorded(recorded).get(streamlet)
+    autoscale = scaling.autoscale_status(spec_.autoscale, entry, replicas=desired)
+    status = pods.streamlet_status(streamlet, desired, found)
+    return dataclasses.replace(status, autoscale=autoscale)
 
 
 def _names_an_object(exc: ApiException) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,12 +38,14 @@ def namespace(kubectl: Kubectl, crd: str) -> Iterator[str]:
 @pytest.fixture
 def start_operator(
     kube_cluster: devkit.KubeCluster, namespace: str
-) -> Iterator[Callable[[], OperatorThread]]:
-    """``start_operator()`` runs an operator for the test's namespace; all stop at the end."""
+) -> Iterator[Callable[..., OperatorThread]]:
+    """``start_operator(**options)`` runs an operator for the test's namespace; all stop after."""
     started: list[OperatorThread] = []
 
-    def start() -> OperatorThread:
-        operator = OperatorThread(kubeconfig=kube_cluster.kubeconfig, namespace=namespace)
+    def start(**options: Any) -> OperatorThread:
+        operator = OperatorThread(
+            kubeconfig=kube_cluster.kubeconfig, namespace=namespace, **options
+        )
         started.append(operator)
         return operator.start()
 

@@ -48,9 +48,13 @@ def make_application(*, bootstrap: str) -> Application:
 class OperatorThread:
     """The operator, started on a thread until :meth:`stop`."""
 
-    def __init__(self, *, kubeconfig: Path, namespace: str) -> None:
+    def __init__(self, *, kubeconfig: Path, namespace: str, **options: Any) -> None:
+        """``options``: more :class:`Operator` settings (``autoscale_s``, ``keda_installed``)."""
         self.operator = Operator(
-            access=KubeAccess(kubeconfig=str(kubeconfig)), namespaces=[namespace], resync_s=30
+            access=KubeAccess(kubeconfig=str(kubeconfig)),
+            namespaces=[namespace],
+            resync_s=30,
+            **options,
         )
         self._stop = threading.Event()
         self._ready = threading.Event()
