@@ -8,6 +8,7 @@ so one set of views serves ``deploy``, ``status``, ``scale``, ``list`` and
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from streamflow.cli import output
 from streamflow.operator import targets
 
 __all__ = [
+    "autoscale_line",
     "print_actions",
     "print_configuration",
     "print_list",
@@ -51,8 +53,37 @@ def print_status(status: targets.AppStatus) -> None:
             )
         )
     console.print(table)
+    for streamlet in status.streamlets:
+        if streamlet.autoscale is not None:
+            console.print(autoscale_line(streamlet.name, streamlet.autoscale))
     if status.message:
         console.print(Text(status.message, style="dim"))
+
+
+def autoscale_line(
+    name: str, scaling: targets.AutoscaleStatus, *, now: float | None = None
+) -> Text:
+    """``scorer  autoscale 1..8, target lag 5000: 8 replicas — <why> (last change 12s ago)``."""
+    line = Text.assemble(
+        (name, "bold"),
+        f"  autoscale {scaling.min}..{scaling.max}, target lag {scaling.target_lag}: ",
+        (f"{scaling.replicas} replica{'s' if scaling.replicas != 1 else ''}", "bold"),
+        f" — {scaling.reason}",
+    )
+    if scaling.decided_at is not None:
+        ago = max(0.0, (time.time() if now is None else now) - scaling.decided_at)
+        changes = f", {scaling.decisions} change{'s' if scaling.decisions != 1 else ''} so far"
+        line.append(f" (last change {_ago(ago)} ago{changes})", style="dim")
+    return line
+
+
+def _ago(seconds: float) -> str:
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60}s"
+    return f"{whole // 3600}h {whole % 3600 // 60}m"
 
 
 def print_list(statuses: Sequence[targets.AppStatus]) -> None:

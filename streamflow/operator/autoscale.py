@@ -20,8 +20,10 @@ How it decides, and why:
 * **Stabilised** the way Kubernetes' HPA is: a higher count is applied only
   once it has been wanted for the whole ``scale_up_after`` window (the lowest
   wanted in it), a lower one once it has been wanted for the whole
-  ``scale_down_after`` window (the highest wanted in it). A burst therefore
-  costs one step up and one step down, not a staircase each way.
+  ``scale_down_after`` window (the highest wanted in it), and only once the
+  demand has settled there (the newest wanted is that highest), so a
+  draining backlog is one step down, not a staircase down every count it
+  passes through. A burst therefore costs one step up and one step down.
 """
 
 from __future__ import annotations
@@ -163,10 +165,19 @@ def _stabilised(
         left = window - (now - since)
         return current, f"waiting {left:.0f}s more before scaling {'up' if up else 'down'}"
     inside = [n for at, n in recent if at >= now - window]
-    target = min(inside) if up else max(inside)
-    if (target <= current) if up else (target >= current):
-        return current, f"waiting for {'more' if up else 'less'} lag to last {window:.0f}s"
-    return target, "up" if up else "down"
+    if up:
+        target = min(inside)
+        if target <= current:
+            return current, f"waiting for the lag to stay high for {window:.0f}s"
+        return target, "up"
+    target = max(inside)
+    if target >= current:
+        return current, f"waiting: {target} were wanted within the last {window:.0f}s"
+    if bounded != target:
+        # still falling (a backlog draining): step down once, when it has settled, rather
+        # than down a staircase of every count the drain passes through
+        return current, f"waiting for demand to settle: {target} wanted within {window:.0f}s"
+    return target, "down"
 
 
 def _explain(

@@ -39,6 +39,7 @@ __all__ = [
     "StreamletStatus",
     "Target",
     "TargetError",
+    "data_inputs",
     "effective_config",
     "get_target",
     "idle_replica_warnings",
@@ -248,15 +249,37 @@ def _kubernetes(**options: str | None) -> Target:
 
 
 def scaled(app: Application, replicas: Mapping[str, int]) -> Application:
-    """``app`` with new replica counts; TargetError for unknown streamlets or negative counts."""
+    """``app`` with new replica counts; TargetError for unknown streamlets or negative counts.
+
+    An autoscaled streamlet is refused: its autoscaler owns the count (as an
+    HPA owns a Deployment's replicas), and would undo a manual one at its
+    next look at the lag; its bounds are what a user changes, in the blueprint.
+    """
     problems = [_unknown_streamlet(app, name) for name in replicas if name not in app.streamlets]
     problems += [
         f"{name}: the number of replicas must be 0 or more, not {count}"
         for name, count in replicas.items()
         if count < 0
     ]
+    autoscaled = [
+        (name, bounds)
+        for name in replicas
+        if name in app.streamlets and (bounds := app.streamlets[name].autoscale) is not None
+    ]
+    problems += [
+        f"{name} is autoscaled between {bounds.min} and {bounds.max} replicas "
+        f"(target lag {bounds.target_lag}); change its autoscale: in the blueprint and "
+        "deploy it again"
+        for name, bounds in autoscaled
+    ]
     if problems:
-        raise TargetError(f"cannot scale {app.name!r}", problems=problems)
+        raise TargetError(
+            f"cannot scale {app.name!r}",
+            problems=problems,
+            hint="autoscaled streamlets follow their input's lag; `streamflow status` shows why"
+            if autoscaled
+            else "",
+        )
     for name, count in replicas.items():
         app = app.with_replicas(name, count)
     return app
@@ -279,17 +302,26 @@ def idle_replica_warnings(app: Application, streamlets: Sequence[str]) -> list[s
 
 def _input_partitions(app: Application, streamlet: str) -> int:
     """The most partitions among the streamlet's data inlets (control inlets are broadcast)."""
+    return max((app.topics[name].partitions for name in data_inputs(app, streamlet)), default=0)
+
+
+def data_inputs(app: Application, streamlet: str) -> list[str]:
+    """The topics the streamlet reads through its data inlets: what its consumer group owns.
+
+    Control inlets are left out: every replica reads all of a control topic,
+    outside the group, so their topics say nothing of the streamlet's backlog
+    or of how many replicas can share the work. A class that cannot be loaded
+    is taken to have none.
+    """
     try:
         control = {p.name for p in app.descriptor(streamlet).control_inlets}
     except (descriptors.ClassLoadError, descriptors.DeclarationError):
         control = set()
-    counts = [
-        topic.partitions
-        for topic in app.topics.values()
-        for ref in topic.consumers
-        if ref.streamlet == streamlet and ref.port not in control
+    return [
+        name
+        for name, topic in app.topics.items()
+        if any(ref.streamlet == streamlet and ref.port not in control for ref in topic.consumers)
     ]
-    return max(counts, default=0)
 
 
 def reconfigured(app: Application, settings: Mapping[str, Any]) -> Application:

@@ -1,7 +1,8 @@
 """The local target: each replica is an OS process on this machine.
 
 ``processes`` starts, watches and restarts replica processes; ``supervisor``
-reconciles applications onto them with the planner; ``daemon`` runs one
+reconciles applications onto them with the planner, with ``autoscaler``
+measuring lag and keeping the counts of autoscaled streamlets; ``daemon`` runs one
 supervisor per ``$STREAMFLOW_HOME`` behind ``streamflow deploy``, and
 ``control`` finds or starts it; ``target`` is the :class:`Target` the CLI
 speaks to; ``store``, ``logfiles``, ``locks`` and ``probe`` are the files,

@@ -40,7 +40,7 @@ from typing import Any
 
 from streamflow import devkit
 from streamflow.blueprint.model import Application
-from streamflow.operator.local import locks, store
+from streamflow.operator.local import autoscaler, locks, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 
 __all__ = ["Daemon", "main"]
@@ -60,12 +60,13 @@ class Daemon:
         lock: locks.FileLock,
         poll: float = POLL_S,
         idle_exit: float = IDLE_EXIT_S,
+        autoscale_interval: float | None = None,
     ) -> None:
         self.home = home
         self.poll = poll
         self.idle_exit = idle_exit
         self.stopping = threading.Event()
-        self.supervisor = LocalSupervisor(home=home)
+        self.supervisor = LocalSupervisor(home=home, autoscale_interval=autoscale_interval)
         self._lock = lock
         self._broker: devkit.KafkaBroker | None = None
         self._kafka_error = ""
@@ -293,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle-exit", type=float, default=IDLE_EXIT_S, help="exit this long after the last app"
     )
+    parser.add_argument(
+        "--autoscale-interval",
+        type=float,
+        default=autoscaler.default_interval(),
+        help=f"seconds between measurements of an autoscaled streamlet's lag "
+        f"(default: ${autoscaler.INTERVAL_ENV}, else {autoscaler.INTERVAL_S:g})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
@@ -304,7 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     if not lock.acquire(timeout=0):
         log.info("a daemon already runs for %s", home.root)
         return 0
-    daemon = Daemon(home, lock=lock, poll=args.poll, idle_exit=args.idle_exit)
+    daemon = Daemon(
+        home,
+        lock=lock,
+        poll=args.poll,
+        idle_exit=args.idle_exit,
+        autoscale_interval=args.autoscale_interval,
+    )
 
     def stop(signum: int, frame: object) -> None:
         log.info("received %s; stopping every replica", signal.Signals(signum).name)

@@ -10,8 +10,9 @@ the CLI and the daemon talk only through them:
   foreground run) and Kafka's address. The CLI writes it.
 * ``apps/<app>/applied.json``: the spec the supervisor last applied, which
   its replicas read at start (``--app-spec``).
-* ``apps/<app>/status.json``: one entry per replica process, and the digest
-  of the spec it reflects. The supervisor writes it.
+* ``apps/<app>/status.json``: one entry per replica process, the digest of
+  the spec it reflects, and the autoscaler's count, last decision and recent
+  changes for each autoscaled streamlet. The supervisor writes it.
 * ``apps/<app>/logs/<streamlet>-<i>.log``: each replica's output.
 * ``operator/``: the daemon's lock, pid record and log; ``kafka/``: the data
   of the daemon's embedded broker.

@@ -6,8 +6,13 @@ compares the wanted state (``planner.desired_state``) with what it runs (its
 replica processes grouped by streamlet, each tagged with the fingerprint of
 the spec it started with) and carries out the planner's actions, so scaling
 and reconfiguring are the same operation as deploying, and applying the same
-spec twice does nothing. ``tick()`` restarts crashed replicas (with backoff)
-and writes ``status.json``.
+spec twice does nothing. ``tick()`` restarts crashed replicas (with backoff),
+applies the autoscaler's counts and writes ``status.json``.
+
+A streamlet with ``autoscale:`` runs as many replicas as its
+:class:`~streamflow.operator.local.autoscaler.AppAutoscaler` says, not its
+spec's ``replicas``: the autoscaler measures on a thread of its own and the
+supervisor scales through the same planner actions as ``streamflow scale``.
 
 The same class serves ``streamflow run`` (in-process, one app, lines echoed to
 the terminal) and the daemon behind ``streamflow deploy`` (many apps, spec
@@ -37,13 +42,15 @@ from typing import Any
 
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner
-from streamflow.operator.local import logfiles, processes, store
+from streamflow.operator.local import autoscaler, logfiles, processes, store
+from streamflow.runtime.clients import KafkaClients
 
 __all__ = ["EventSink", "LocalSupervisor"]
 
 log = logging.getLogger("streamflow.operator.local")
 
 EventSink = Callable[[str, str], None]  # (app, message)
+MeasureFactory = Callable[[Application, str], autoscaler.Measure]  # (app, bootstrap) -> measure
 
 
 @dataclass
@@ -56,6 +63,11 @@ class _Running:
     digest: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # streamlets created, even at 0
     last_status: dict[str, Any] | None = None
+    autoscaler: autoscaler.AppAutoscaler | None = None
+
+    def wanted(self) -> Application:
+        """The spec, with the autoscaler's counts for the streamlets it owns."""
+        return self.autoscaler.applied_to(self.app) if self.autoscaler else self.app
 
 
 class LocalSupervisor:
@@ -70,6 +82,8 @@ class LocalSupervisor:
         log_format: str = "text",
         stop_timeout: float = 30.0,
         log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
+        autoscale_interval: float | None = None,  # None: $STREAMFLOW_AUTOSCALE_INTERVAL, else 5 s
+        autoscale_measure: MeasureFactory | None = None,  # default: the app's Kafka
     ) -> None:
         self._home = home
         self._on_line = on_line
@@ -77,6 +91,8 @@ class LocalSupervisor:
         self._log_format = log_format
         self._stop_timeout = stop_timeout
         self._log_max_bytes = log_max_bytes
+        self._autoscale_interval = autoscale_interval
+        self._autoscale_measure = autoscale_measure or _kafka_measure
         self._apps: dict[str, _Running] = {}
         self._lock = threading.RLock()
 
@@ -109,16 +125,15 @@ class LocalSupervisor:
                 log.info("%s: Kafka is now at %s; restarting every replica", app.name, bootstrap)
                 running.group.remove(*running.group.replicas, timeout=self._stop_timeout)
                 running.fingerprints.clear()
+                self._stop_autoscaler(running)  # it measures the old Kafka
             if running is None:
                 running = self._new(app, bootstrap)
                 self._apps[app.name] = running
             running.app, running.bootstrap = app, bootstrap
             running.digest = spec_digest or store.digest(app.to_dict())
             store.write_json(running.folder.applied, app.to_dict())
-            actions = planner.plan(planner.desired_state(app), self._observed(running))
-            for action in actions:
-                log.info("%s: %s", app.name, action.describe())
-                self._execute(running, action)
+            self._follow_spec(running)
+            actions = self._reconcile(running)
             self._write_status(running)
             return actions
 
@@ -128,6 +143,7 @@ class LocalSupervisor:
             running = self._apps.pop(name, None)
         if running is None:
             return False
+        self._stop_autoscaler(running)
         running.group.stop(timeout=self._stop_timeout)
         running.logs.close()
         self._write_status(running)
@@ -140,10 +156,11 @@ class LocalSupervisor:
             self.remove(name)
 
     def tick(self) -> None:
-        """Restart replicas that exited (after their backoff) and record the status."""
+        """Restart replicas that exited, follow the autoscaler, and record the status."""
         with self._lock:
             for running in list(self._apps.values()):
                 running.group.supervise_once()
+                self._follow_autoscaler(running)
                 self._write_status(running)
 
     # -- internals -------------------------------------------------------------
@@ -165,6 +182,49 @@ class LocalSupervisor:
 
     def _event(self, app: str, message: str) -> None:
         self._on_event(app, message)
+
+    def _reconcile(self, running: _Running) -> list[planner.Action]:
+        actions = planner.plan(planner.desired_state(running.wanted()), self._observed(running))
+        for action in actions:
+            log.info("%s: %s", running.app.name, action.describe())
+            self._execute(running, action)
+        return actions
+
+    # -- autoscaling -------------------------------------------------------------
+
+    def _follow_spec(self, running: _Running) -> None:
+        """Start, update or stop the app's autoscaler for a new spec."""
+        autoscaled = any(s.autoscale for s in running.app.streamlets.values())
+        if running.autoscaler is not None:
+            running.autoscaler.update(running.app)
+            if not autoscaled:
+                self._stop_autoscaler(running)
+        elif autoscaled:
+            running.autoscaler = autoscaler.AppAutoscaler(
+                running.app,
+                measure=self._autoscale_measure(running.app, running.bootstrap),
+                interval=self._autoscale_interval,
+            )
+            running.autoscaler.start()
+        self._announce(running)
+
+    def _follow_autoscaler(self, running: _Running) -> None:
+        """Scale to the autoscaler's new counts, if it changed any since the last tick."""
+        if self._announce(running):
+            self._reconcile(running)
+
+    def _announce(self, running: _Running) -> bool:
+        """Log the autoscaler's changes as events; whether there were any."""
+        changes = running.autoscaler.take_changes() if running.autoscaler else []
+        for change in changes:
+            self._event(running.app.name, change.describe())
+        return bool(changes)
+
+    @staticmethod
+    def _stop_autoscaler(running: _Running) -> None:
+        if running.autoscaler is not None:
+            running.autoscaler.stop()
+            running.autoscaler = None
 
     @staticmethod
     def _observed(running: _Running) -> dict[str, planner.StreamletState]:
@@ -244,6 +304,7 @@ def _status(running: _Running) -> dict[str, Any]:
     counts = {name: 0 for name in running.fingerprints}
     for replica in replicas:
         counts[replica.streamlet] = counts.get(replica.streamlet, 0) + 1
+    scaling = running.autoscaler.status() if running.autoscaler else {}
     return {
         "app": running.app.name,
         "spec": running.digest,
@@ -251,6 +312,7 @@ def _status(running: _Running) -> dict[str, Any]:
         "supervisor_pid": os.getpid(),
         "streamlets": {
             name: {"replicas": counts[name], "fingerprint": fingerprint}
+            | ({"autoscale": scaling[name]} if name in scaling else {})
             for name, fingerprint in sorted(running.fingerprints.items())
         },
         "replicas": [
@@ -269,3 +331,9 @@ def _status(running: _Running) -> dict[str, Any]:
             for r in replicas
         ],
     }
+
+
+def _kafka_measure(app: Application, bootstrap: str) -> autoscaler.Measure:
+    # librdkafka's informational lines (log_level 6+) would land in the daemon's log
+    config = {**app.kafka.config, "log_level": 3}
+    return autoscaler.kafka_measure(KafkaClients(bootstrap=bootstrap, config=config).admin())

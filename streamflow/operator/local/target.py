@@ -11,6 +11,7 @@ everything as it was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
-from streamflow.operator.local import control, logfiles, probe, store
+from streamflow.operator.local import autoscaler, control, logfiles, probe, store
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, all_topics, ensure_topics
 
@@ -87,10 +88,7 @@ class LocalTarget:
         runtime = store.read_json(folder.runtime) or {}
         pids = _replica_pids(folder)
         with self._lock():  # first every replica stops (each commits), the app still known
-            stopped = app
-            for streamlet in app.streamlets:
-                stopped = stopped.with_replicas(streamlet, 0)
-            digest = store.write_json(folder.spec, stopped.to_dict())
+            digest = store.write_json(folder.spec, _stopped(app).to_dict())
             daemon_up = control.daemon_info(self.home) is not None
         if daemon_up:
             _wait(lambda: _all_stopped(folder, digest), timeout=_STOP_TIMEOUT_S)
@@ -127,8 +125,16 @@ class LocalTarget:
         rows = [r for r in recorded.get("replicas", ()) if r.get("streamlet") in app.streamlets]
         alive = {r["name"]: bool(r.get("running")) and _exists(r.get("pid")) for r in rows}
         answers = probe.probe_all(r["health_port"] for r in rows if alive[r["name"]])
+        recorded_streamlets = recorded.get("streamlets") or {}
         streamlets = tuple(
-            _streamlet_status(name=s, desired=spec.replicas, rows=rows, alive=alive, probes=answers)
+            _streamlet_status(
+                name=s,
+                rows=rows,
+                alive=alive,
+                probes=answers,
+                autoscale=autoscaler.recorded_status(spec, recorded_streamlets.get(s)),
+                desired=spec.replicas,
+            )
             for s, spec in app.streamlets.items()
         )
         failure = str(recorded.get("error") or "")
@@ -164,10 +170,12 @@ class LocalTarget:
                 hint=f"its streamlets: {', '.join(app.streamlets)}",
             )
 
+        spec = app.streamlets[streamlet]
+        most = max(spec.replicas, spec.autoscale.max if spec.autoscale else 0)
         wanted = (
             {f"{streamlet}-{replica}"}
             if replica is not None  # any replica's, even one scaled away
-            else {f"{streamlet}-{i}" for i in range(app.streamlets[streamlet].replicas)}
+            else {f"{streamlet}-{i}" for i in range(most)}  # autoscaled: any it may run
         )
 
         def discover() -> dict[str, Path]:
@@ -290,6 +298,15 @@ def _delete_topics(app: Application, bootstrap: str) -> list[str]:
     return deleted
 
 
+def _stopped(app: Application) -> Application:
+    """``app`` with no replica anywhere, and no autoscaler to start them again."""
+    specs = {
+        name: dataclasses.replace(spec, replicas=0, autoscale=None)
+        for name, spec in app.streamlets.items()
+    }
+    return dataclasses.replace(app, streamlets=specs)
+
+
 def _streamlet_status(
     *,
     name: str,
@@ -297,6 +314,7 @@ def _streamlet_status(
     rows: list[dict[str, Any]],
     alive: dict[str, bool],
     probes: dict[int, probe.Probe],
+    autoscale: targets.AutoscaleStatus | None = None,
 ) -> targets.StreamletStatus:
     replicas = []
     for row in (r for r in rows if r["streamlet"] == name):
@@ -322,13 +340,14 @@ def _streamlet_status(
     models = sorted({r.model for r in replicas if r.model})
     return targets.StreamletStatus(
         name=name,
-        desired=desired,
+        desired=autoscale.replicas if autoscale is not None else desired,
         ready=sum(r.ready for r in replicas),
         running=sum(r.running for r in replicas),
         restarts=sum(r.restarts for r in replicas),
         lag=sum(lags) if lags else None,
         model=", ".join(models) or None,
         replicas=tuple(replicas),
+        autoscale=autoscale,
     )
 
 
