@@ -194,7 +194,7 @@ def _container(resource: AppResource, streamlet: str, facts: Facts) -> dict[str,
         "command": ["/bin/sh", "-c", _ENTRYPOINT, "streamflow"],
         "args": _args(streamlet),
         "ports": ports,
-        "env": _env(),
+        "env": _env(http=facts.http_port is not None),
         "resources": resource.pods.resources_of(streamlet),
         "livenessProbe": _probe("/healthz", period=10, failures=3, initial=10),
         "readinessProbe": _probe("/readyz", period=5, failures=2, initial=5),
@@ -226,17 +226,21 @@ def _args(streamlet: str) -> list[str]:
     ]
 
 
-def _env() -> list[dict[str, Any]]:
+def _env(*, http: bool) -> list[dict[str, Any]]:
     def field(path: str) -> dict[str, Any]:
         return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
-    return [
+    env = [
         {"name": "POD_NAME", **field("metadata.name")},
         {"name": "POD_NAMESPACE", **field("metadata.namespace")},
         {"name": "HOME", "value": "/tmp"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
     ]
+    if http:
+        # The HTTP ingress binds loopback by default; its Service reaches it on the pod's IP.
+        env.append({"name": "STREAMFLOW_HTTP_HOST", "value": "0.0.0.0"})
+    return env
 
 
 def _probe(path: str, *, period: int, failures: int, initial: int) -> dict[str, Any]:

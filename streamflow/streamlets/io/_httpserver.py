@@ -1,288 +1,208 @@
-"""A small HTTP/1.1 server: asyncio streams for I/O, h11 for the protocol.
+"""The HTTP ingress's server: uvicorn, inside the replica's own event loop.
 
-The HTTP ingress needs very little of a web framework (a few routes, JSON in
-and out) but must get the protocol right: keep-alive, ``Content-Length`` and
-chunked bodies, ``Expect: 100-continue``, pipelining, malformed requests.
-h11 is a small, well-tested state machine that does exactly that and no I/O;
-it comes with httpx, which the project already depends on, so no web server
-(uvicorn, aiohttp) is added for one streamlet.
+The ingress is exposed to whoever can reach its port, so the protocol layer is
+a well-kept server rather than one of our own: uvicorn (over h11) brings
+keep-alive, pipelining, ``Expect: 100-continue``, head size limits, a
+concurrency limit with ``503``, and a graceful shutdown. It runs in the loop
+that ``serve()`` runs in, because that loop is the one the Kafka emitter
+resolves acknowledgements on. It is stopped the way uvicorn documents for
+embedding (``should_exit``), and never captures signals: the replica owns
+SIGTERM and cancels ``serve()`` on it.
 
-Bodies are capped twice: a declared ``Content-Length`` over the limit is
-refused before anything is read, and a chunked body is refused as soon as
-what was read passes the limit. A refused body is never drained, so the
-connection is closed after the answer.
+What uvicorn leaves open is added around it, no more:
 
-Shutdown stops accepting at once, closes idle connections, and gives requests
-in flight ``shutdown_grace`` seconds to be answered (with ``Connection:
-close``) before they are cancelled.
+* a deadline on the request head (:mod:`._httpguard`), and a hard cap on
+  connections that answers ``503`` at once past it;
+* the cap is kept under the process's descriptor limit, so a flood of
+  half-open connections cannot make ``accept()`` run out of descriptors;
+* should ``accept()`` fail anyway (descriptors taken by something else),
+  asyncio already retries after a pause, but logs every failed attempt: the
+  log is kept to one line per :data:`_ACCEPT_LOG_EVERY` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+import socket
+from collections.abc import Iterator
 from typing import Any
 
-import h11
+import uvicorn
 
-__all__ = ["HttpServer", "Request", "Response"]
+from streamflow.streamlets.io import _httpapp, _httpguard
 
-_READ_SIZE = 65536
-_MAX_HEAD_BYTES = 65536
-_LINGER_SECONDS = 2.0
-_LINGER_BYTES = 8 * 1024 * 1024
+__all__ = ["HttpServer"]
 
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: bytes = b""
-    query: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    status: int
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-    content_type: str = "application/json"
-
-    @classmethod
-    def json(cls, status: int, doc: Any, *, headers: tuple[tuple[str, str], ...] = ()) -> Response:
-        return cls(status, json.dumps(doc, separators=(",", ":")).encode() + b"\n", headers)
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class _BodyTooLarge(Exception):
-    pass
+_BACKLOG = 128
+_RESERVED_DESCRIPTORS = 64  # for Kafka, logs, the health server, and what asyncio accepts at once
+_HEAD_BYTES = 65536
+_ACCEPT_LOG_EVERY = 10.0
+_ACCEPT_FAILED = "socket.accept() out of system resource"
 
 
 class HttpServer:
-    """Serves ``handler`` on ``host:port`` (0: any free port) until :meth:`close`."""
+    """Serves an ASGI app on ``host:port`` (0: any free port) until :meth:`close`."""
 
     def __init__(
         self,
-        handler: Handler,
+        app: _httpapp.App,
         *,
         host: str,
         port: int,
-        max_body_bytes: int,
         logger: logging.Logger,
-        idle_timeout: float = 60.0,
-        read_timeout: float = 30.0,
+        max_connections: int,
+        header_timeout: float,
+        idle_timeout: float,
         shutdown_grace: float = 10.0,
     ) -> None:
-        self.handler = handler
+        self.app = app
         self.host = host
         self.port = port
-        self.max_body_bytes = max_body_bytes
         self.logger = logger
+        self.max_connections = _under_descriptor_limit(max_connections, logger)
+        self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
-        self.read_timeout = read_timeout
         self.shutdown_grace = shutdown_grace
-        self.closing = False
-        self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
+        self._server: _Embedded | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
+        self._restore_handler: Any = None
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
-        return int(self._server.sockets[0].getsockname()[1])
+        config = uvicorn.Config(
+            self._closing_aware(self.app),
+            interface="asgi3",
+            http=_httpguard.guarded_protocol(
+                header_timeout=self.header_timeout, max_connections=self.max_connections
+            ),
+            ws="none",
+            lifespan="off",
+            log_config=None,  # the replica owns logging; uvicorn must not reconfigure it
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            # uvicorn counts the connection asking too; ours refuses past max_connections at once.
+            limit_concurrency=self.max_connections + 1,
+            timeout_keep_alive=max(1, round(self.idle_timeout)),
+            timeout_graceful_shutdown=max(1, round(self.shutdown_grace)),
+            h11_max_incomplete_event_size=_HEAD_BYTES,
+            backlog=_BACKLOG,
+        )
+        self._socket = _bind(self.host, self.port)
+        self._throttle_accept_errors()
+        self._server = _Embedded(config)
+        self._task = asyncio.get_running_loop().create_task(
+            self._server.serve(sockets=[self._socket])
+        )
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # it failed to start: say why
+                raise RuntimeError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+        return int(self._socket.getsockname()[1])
 
     async def close(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close the rest."""
-        self.closing = True
-        if self._server is not None:
-            self._server.close()
-        for connection in list(self._connections):
-            if not connection.busy:
-                connection.task.cancel()
-        tasks = [c.task for c in self._connections]
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=self.shutdown_grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A plain callback that starts a task of our own: asyncio (3.11) logs a cancelled
-        # coroutine callback as an error, and a cancelled idle connection is routine here.
-        if self.closing:
-            writer.close()
-            return
-        connection = _Connection(self, reader, writer)
-        self._connections.add(connection)
-        connection.task.add_done_callback(lambda _: self._connections.discard(connection))
-
-
-class _Connection:
-    """One client connection: requests answered in order, until either side closes."""
-
-    def __init__(
-        self, server: HttpServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        self.server = server
-        self.reader = reader
-        self.writer = writer
-        self.busy = False
-        self.protocol = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD_BYTES)
-        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self.run())
-
-    async def run(self) -> None:
         try:
-            await self._serve_requests()
-        except h11.RemoteProtocolError as exc:
-            await self._refuse(exc.error_status_hint, "bad-request", f"malformed HTTP: {exc}")
-        except _BodyTooLarge:
-            limit = self.server.max_body_bytes
-            await self._refuse(413, "too-large", f"the body is larger than {limit} bytes")
-        except (ConnectionError, TimeoutError):
-            pass  # the client went away, or stalled mid-request: nothing to answer
-        except Exception:
-            self.server.logger.exception("HTTP connection failed")
+            if self._server is not None and self._task is not None:
+                self._server.should_exit = True
+                await asyncio.shield(self._task)
         finally:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            if self._socket is not None:
+                self._socket.close()
+            asyncio.get_running_loop().set_exception_handler(self._restore_handler)
 
-    async def _serve_requests(self) -> None:
-        while not self.server.closing:
-            request = await self._read_request()
-            if request is None:
-                return
-            await self._send(request, await self._answer(request))
-            self.busy = False
-            if self.protocol.our_state is not h11.DONE or self.protocol.their_state is not h11.DONE:
-                return
-            self.protocol.start_next_cycle()
+    def _closing_aware(self, app: _httpapp.App) -> _httpapp.App:
+        """``app``, whose answers say ``Connection: close`` once shutdown began."""
 
-    async def _read_request(self) -> Request | None:
-        event = await self._next_event(self.server.idle_timeout, idle=True)
-        if not isinstance(event, h11.Request):
-            return None
-        self.busy = True  # from here on, shutdown waits for the answer
-        self._check_declared_length(event)
-        if self.protocol.they_are_waiting_for_100_continue:
-            self._write(h11.InformationalResponse(status_code=100, headers=[]))
-        body = await self._read_body()
-        if body is None:
-            return None
-        target = event.target.decode("latin-1")
-        path, _, query = target.partition("?")
-        return Request(
-            method=event.method.decode("ascii"),
-            path=path,
-            headers=_headers(event.headers),
-            body=body,
-            query=query,
-        )
+        async def wrapped(
+            scope: dict[str, Any], receive: _httpapp.Receive, send: _httpapp.Send
+        ) -> None:
+            async def send_closing(message: dict[str, Any]) -> None:
+                closing = self._server is not None and self._server.should_exit
+                if closing and message["type"] == "http.response.start":
+                    headers = [h for h in message["headers"] if h[0].lower() != b"connection"]
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+                await send(message)
 
-    def _check_declared_length(self, event: h11.Request) -> None:
-        for name, value in event.headers:
-            if name == b"content-length" and int(value) > self.server.max_body_bytes:
-                raise _BodyTooLarge
+            await app(scope, receive, send_closing)
 
-    async def _read_body(self) -> bytes | None:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            event = await self._next_event(self.server.read_timeout)
-            if isinstance(event, h11.EndOfMessage):
-                return b"".join(chunks)
-            if not isinstance(event, h11.Data):
-                return None
-            size += len(event.data)
-            if size > self.server.max_body_bytes:
-                raise _BodyTooLarge
-            chunks.append(bytes(event.data))
+        return wrapped
 
-    async def _next_event(self, timeout: float, *, idle: bool = False) -> Any:
-        while True:
-            event = self.protocol.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            try:
-                data = await asyncio.wait_for(self.reader.read(_READ_SIZE), timeout)
-            except TimeoutError:
-                if idle:
-                    return h11.ConnectionClosed()
-                raise
-            self.protocol.receive_data(data)
-
-    async def _answer(self, request: Request) -> Response:
-        try:
-            return await self.server.handler(request)
-        except Exception:
-            self.server.logger.exception("%s %s failed", request.method, request.path)
-            return Response.json(500, {"error": "internal", "message": "internal server error"})
-
-    async def _send(self, request: Request, response: Response) -> None:
-        body = b"" if request.method == "HEAD" else response.body
-        self._write(self._head(response, len(response.body)))
-        if body:
-            self._write(h11.Data(data=body))
-        self._write(h11.EndOfMessage())
-        await self.writer.drain()
-
-    def _head(self, response: Response, length: int, *, close: bool = False) -> h11.Response:
-        headers = [
-            ("content-type", response.content_type),
-            ("content-length", str(length)),
-            *response.headers,
-        ]
-        if close or self.server.closing:
-            headers.append(("connection", "close"))
-        return h11.Response(status_code=response.status, headers=headers)
-
-    async def _refuse(self, status: int, code: str, message: str) -> None:
-        """Answer an error the protocol layer found; the connection is closed after it."""
-        if self.protocol.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        response = Response.json(status, {"error": code, "message": message})
-        with contextlib.suppress(Exception):
-            self._write(self._head(response, len(response.body), close=True))
-            self._write(h11.Data(data=response.body))
-            self._write(h11.EndOfMessage())
-            await self.writer.drain()
-            await self._linger()
-
-    async def _linger(self) -> None:
-        """Read and discard what the client still sends, for a while, before closing.
-
-        Closing a socket with unread input resets the connection, and the client
-        (still uploading the body we refused) may then never see our answer.
-        """
-        if self.writer.can_write_eof():
-            self.writer.write_eof()
-        discarded = 0
+    def _throttle_accept_errors(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + _LINGER_SECONDS
-        while discarded < _LINGER_BYTES and loop.time() < deadline:
-            data = await asyncio.wait_for(self.reader.read(_READ_SIZE), deadline - loop.time())
-            if not data:
+        previous = loop.get_exception_handler()
+        self._restore_handler = previous
+        last = -_ACCEPT_LOG_EVERY
+        suppressed = 0
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            nonlocal last, suppressed
+            if context.get("message") == _ACCEPT_FAILED:
+                if loop.time() - last < _ACCEPT_LOG_EVERY:
+                    suppressed += 1
+                    return
+                last, count, suppressed = loop.time(), suppressed, 0
+                self.logger.error(
+                    "cannot accept connections: %s (%d more since the last report); "
+                    "asyncio retries after a pause",
+                    context.get("exception"),
+                    count,
+                )
                 return
-            discarded += len(data)
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
 
-    def _write(self, event: Any) -> None:
-        data = self.protocol.send(event)
-        if data:
-            self.writer.write(data)
+        loop.set_exception_handler(handler)
 
 
-def _headers(raw: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, value in raw:
-        key = name.decode("latin-1")
-        text = value.decode("latin-1")
-        out[key] = f"{out[key]}, {text}" if key in out else text
-    return out
+class _Embedded(uvicorn.Server):
+    """uvicorn's server, minus the signal handlers: the replica installed its own."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket of our own, so the bound port is known before uvicorn starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP, and without it every answer of a kept-alive connection waits for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _under_descriptor_limit(wanted: int, logger: logging.Logger) -> int:
+    """``wanted``, lowered to what the process's descriptor limit can hold with room to spare."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: nothing to read
+        return wanted
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    room = max(1, soft - _RESERVED_DESCRIPTORS - _BACKLOG)
+    if wanted > room:
+        logger.warning(
+            "max_connections %d lowered to %d: the process may open %d descriptors "
+            "(raise it with ulimit -n)",
+            wanted,
+            room,
+            soft,
+        )
+        return room
+    return wanted

@@ -4,38 +4,52 @@ A client that gets ``202 Accepted`` may forget its records: the answer is sent
 after Kafka acknowledged every one of them (``Emitter.emit``), never when they
 are merely queued. Anything else is an error the client can act on:
 
-* ``400`` lists every reason the body is invalid (malformed JSON, or per field
-  and, for an array, per index); a batch is all-or-nothing, so a bad item
-  means nothing of it is emitted;
-* ``413`` for a body over ``max_body_bytes``, ``415`` for a body that is not
-  JSON, ``404``/``405`` for other routes;
-* ``503`` with ``Retry-After`` when Kafka did not acknowledge in time. Some
-  records of a batch may have been written: retrying is safe under the
-  pipeline's at-least-once guarantee, and may repeat them.
+* ``400`` lists the reasons the body is invalid (malformed JSON, or per field
+  and, for an array, per index; the first 100); a batch is all-or-nothing, so
+  a bad item means nothing of it is emitted;
+* ``401`` without the bearer token (when ``token_env`` names one), ``413`` for
+  a body over ``max_body_bytes`` or a batch over ``max_records``, ``415`` for
+  a body that is not ``application/json``, ``408`` for a head or body slower
+  than its deadline, ``404``/``405`` for other routes;
+* ``503`` with ``Retry-After`` when Kafka did not acknowledge in time, or past
+  ``max_connections``. Some records of a batch may have been written: retrying
+  is safe under the pipeline's at-least-once guarantee, and may repeat them.
+
+The port is reachable by whoever can reach the pod, so nothing a request holds
+may cost more than a bound: the protocol is uvicorn's (``_httpserver``), the
+deadlines and the connection cap are ``_httpguard``'s and ``_httpapp``'s, and
+a body becomes records in a worker thread (``_jsonbody``), off the event loop
+that answers everyone else. It binds ``127.0.0.1`` unless told otherwise;
+``STREAMFLOW_HTTP_HOST`` (which the Kubernetes operator sets to ``0.0.0.0`` in
+an ingress's pods, where its Service must reach it) overrides ``host``.
 
 Routes: ``POST /`` and ``POST /records`` (one JSON object, or an array of
-them), ``GET /healthz``. The protocol layer is ``_httpserver`` (asyncio + h11).
+them), ``GET /healthz`` (open, without a token: it says nothing but "ok").
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import hmac
+import ipaddress
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Context, EmitError, Emitter, Streamlet
-from streamflow.schema.codecs import DecodeError
-from streamflow.streamlets.io import _binding, _records
-from streamflow.streamlets.io._httpserver import HttpServer, Request, Response
+from streamflow.streamlets.io import _binding, _jsonbody, _records
+from streamflow.streamlets.io._httpapp import Request, Response, asgi_app
+from streamflow.streamlets.io._httpserver import HttpServer
 
-__all__ = ["HttpIngress"]
+__all__ = ["BIND_ENV", "HttpIngress"]
 
+BIND_ENV = "STREAMFLOW_HTTP_HOST"
 _RECORD_PATHS = frozenset({"/", "/records"})
 _HEALTH_PATH = "/healthz"
+_INLINE_BODY_BYTES = 8192  # decoded on the event loop: well under a millisecond
 
 
 class HttpIngress(_binding.SchemaBound, Streamlet):
@@ -47,10 +61,32 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
 
     out = Outlet("out", description="the records posted")
 
-    host = params.Str(default="0.0.0.0", description="the address to listen on")
+    host = params.Str(
+        default="127.0.0.1",
+        description=f"the address to listen on ({BIND_ENV}, when set, overrides it)",
+    )
     port = params.Int(default=8000, min=0, max=65535, description="the port; 0: any free port")
     max_body_bytes = params.Int(
         default=1024 * 1024, min=1, description="the largest body accepted (413 above)"
+    )
+    max_records = params.Int(
+        default=10_000, min=1, description="the most records in one request (413 above)"
+    )
+    token_env = params.Str(
+        default="",
+        description="the environment variable holding the bearer token; empty: no token",
+    )
+    max_connections = params.Int(
+        default=512, min=1, description="the most open connections (503 past it)"
+    )
+    header_timeout = params.Duration(
+        default="10s", min="1ms", description="the time a request head may take in all (408)"
+    )
+    body_timeout = params.Duration(
+        default="15s", min="1ms", description="the time a request body may take in all (408)"
+    )
+    idle_timeout = params.Duration(
+        default="5s", min="1s", description="how long an idle kept-alive connection stays open"
     )
     key_field = params.Str(default="", description="key each record by this field; empty: unkeyed")
     emit_timeout = params.Duration(
@@ -64,6 +100,7 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
         super().__init__(config)
         self.bound_port: int | None = None
         self.listening = asyncio.Event()
+        self._token: str | None = None
 
     def setup(self, context: Context) -> None:
         self.context = context
@@ -73,16 +110,33 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
 
     async def serve(self, emitter: Emitter) -> None:
         """Serve until cancelled; then stop accepting and let requests in flight finish."""
-        server = HttpServer(
-            lambda request: self.handle(request, emitter=emitter),
-            host=self.host,
-            port=self.port,
+        host = os.environ.get(BIND_ENV) or self.host
+        self._token = self._read_token()
+        if self._token is None and not _is_loopback(host):
+            self.context.logger.warning(
+                "the ingress on %s takes records from anyone who can reach it: no bearer "
+                "token is set (set token_env, and the variable it names)",
+                host,
+            )
+        app = asgi_app(
+            check=self.check,
+            handler=lambda request: self.handle(request, emitter=emitter),
             max_body_bytes=self.max_body_bytes,
+            body_timeout=self.body_timeout.total_seconds(),
             logger=self.context.logger,
+        )
+        server = HttpServer(
+            app,
+            host=host,
+            port=self.port,
+            logger=self.context.logger,
+            max_connections=self.max_connections,
+            header_timeout=self.header_timeout.total_seconds(),
+            idle_timeout=self.idle_timeout.total_seconds(),
         )
         self.bound_port = await server.start()
         self.context.logger.info(
-            "listening on http://%s:%d", self.host, self.bound_port, extra={"port": self.bound_port}
+            "listening on http://%s:%d", host, self.bound_port, extra={"port": self.bound_port}
         )
         self.listening.set()
         try:
@@ -92,37 +146,62 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
             await server.close()
             self.context.logger.info("stopped listening on port %d", self.bound_port)
 
-    async def handle(self, request: Request, *, emitter: Emitter) -> Response:
-        """The answer to one request."""
+    def _read_token(self) -> str | None:
+        """The bearer token, or None when none is asked for; a named but unset one fails closed."""
+        if not self.token_env:
+            return None
+        token = os.environ.get(self.token_env, "")
+        if not token:
+            raise RuntimeError(
+                f"token_env names {self.token_env!r}, but that environment variable is unset "
+                "or empty: set it (on Kubernetes, from a Secret), or unset token_env"
+            )
+        return token
+
+    def check(self, request: Request) -> Response | None:
+        """The answer a request gets from its head alone, before its body is read; or None."""
         if request.path == _HEALTH_PATH:
             if request.method in ("GET", "HEAD"):
                 return Response.json(200, {"status": "ok"})
             return _not_allowed(request, "GET, HEAD")
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         if request.path not in _RECORD_PATHS:
             return _error(404, "not-found", f"no route {request.path}: POST records to /records")
         if request.method != "POST":
             return _not_allowed(request, "POST")
-        return await self._post(request, emitter)
-
-    async def _post(self, request: Request, emitter: Emitter) -> Response:
         content_type = request.headers.get("content-type")
-        if content_type is not None and not _is_json(content_type):
-            return _error(
-                415, "unsupported-media-type", f"send application/json, not {content_type}"
-            )
+        if content_type is None or not _is_json(content_type):
+            sent = f"not {content_type}" if content_type else "with a Content-Type header"
+            return _error(415, "unsupported-media-type", f"send application/json, {sent}")
+        return None
+
+    def _unauthorized(self, request: Request) -> Response | None:
+        token = self._token
+        if token is None:
+            return None
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        # compare_digest: the time taken says nothing about how much of the token matched.
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), token.encode()
+        ):
+            return None
+        challenge = 'Bearer realm="streamflow"'
+        if presented:
+            challenge += ', error="invalid_token"'
+        message = "send the ingress's token as Authorization: Bearer <token>"
+        return _error(401, "unauthorized", message, headers=(("www-authenticate", challenge),))
+
+    async def handle(self, request: Request, *, emitter: Emitter) -> Response:
+        """The answer to one request that passed :meth:`check`, body read."""
+        early = self.check(request)
+        if early is not None:
+            return early
         try:
-            doc = json.loads(request.body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            message = f"the body is not valid JSON: {exc}"
-            return _error(400, "malformed-json", message, problems=[{"message": message}])
-        values, problems = self._convert(doc)
-        if problems:
-            return _error(
-                400,
-                "invalid-records",
-                f"{len(problems)} problem(s) with the records; nothing was accepted",
-                problems=[p.to_json() for p in problems],
-            )
+            values = await self._decode(request.body)
+        except _jsonbody.Refusal as refusal:
+            return Response.json(refusal.status, refusal.to_json())
         try:
             await self._emit_all([self.converter.output(v) for v in values], emitter)
         except EmitError as exc:
@@ -135,22 +214,17 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
             )
         return Response.json(202, {"accepted": len(values)})
 
-    def _convert(self, doc: Any) -> tuple[list[dict[str, Any]], list[_records.Problem]]:
-        if isinstance(doc, dict):
-            items, indexed = [doc], False
-        elif isinstance(doc, list):
-            items, indexed = doc, True
-        else:
-            message = "expected a JSON object (one record) or an array of objects (a batch)"
-            return [], [_records.Problem(message)]
-        values: list[dict[str, Any]] = []
-        problems: list[_records.Problem] = []
-        for index, item in enumerate(items):
-            try:
-                values.append(self.converter.convert(item))
-            except DecodeError as exc:
-                problems += _records.problems_of(exc, index=index if indexed else None)
-        return values, problems
+    async def _decode(self, body: bytes) -> list[dict[str, Any]]:
+        """The records in ``body``; a large body is decoded in a worker thread.
+
+        A small body costs less to decode than the hop to a thread and back, and
+        its cost is bounded by its size (at most 100 problems are collected).
+        """
+        if len(body) <= _INLINE_BODY_BYTES:
+            return _jsonbody.decode(body, self.converter, max_records=self.max_records)
+        return await asyncio.to_thread(
+            _jsonbody.decode, body, self.converter, max_records=self.max_records
+        )
 
     async def _emit_all(self, outputs: list[Emit], emitter: Emitter) -> None:
         """Emit concurrently (so Kafka batches them); raise the first failure after all ended."""
@@ -164,6 +238,15 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
             raise emit_errors[0]
         if failures:
             raise failures[0]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 def _is_json(content_type: str) -> bool:

@@ -75,6 +75,7 @@ def test_operator_manifests_prints_the_crd_rbac_and_deployment() -> None:
         "kind: Role",
         "kind: RoleBinding",
         "kind: Deployment",
+        "kind: Service",  # the web view's
     ]
     assert "image: registry.example/sf:1" in result.stdout
     assert "namespace: apps" in result.stdout
@@ -129,6 +130,11 @@ def test_only_an_http_ingress_gets_a_service_port(app: Application) -> None:
     }
     ports = resources.deployment(resource, "ingress", ingress)["spec"]["template"]["spec"]
     assert [p["name"] for p in ports["containers"][0]["ports"]] == ["health", "http"]
+    # the ingress binds loopback unless told otherwise: its pod must listen on the pod's IP
+    bind = {"name": "STREAMFLOW_HTTP_HOST", "value": "0.0.0.0"}
+    assert bind in ports["containers"][0]["env"]
+    scorer_pod = resources.deployment(resource, "scorer", scorer)["spec"]["template"]["spec"]
+    assert bind not in scorer_pod["containers"][0]["env"]
 
 
 def test_a_class_that_cannot_be_imported_is_not_fatal() -> None:
