@@ -27,6 +27,7 @@ from streamflow.cli import (
     run_cmds,
     streamlet_cmds,
     tail_cmds,
+    ui_cmds,
 )
 
 __all__ = ["COMMAND_MODULES", "app", "main"]
@@ -49,6 +50,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     model_cmds,
     deploy_cmds,
     operator_cmds,
+    ui_cmds,
 )
 
 

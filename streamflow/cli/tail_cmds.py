@@ -11,18 +11,17 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import time
 import uuid
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 from rich.text import Text
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import apps, output
-from streamflow.schema import DecodeError, SchemaStore, SingleObjectCodec
-from streamflow.schema.codecs import MAGIC
+from streamflow.runtime import peek
+from streamflow.schema import SchemaStore
 
 __all__ = ["register"]
 
@@ -48,7 +47,7 @@ def tail(
     if topic not in app.topics and topic not in _dlq_topics(app):
         known = ", ".join([*app.topics, *_dlq_topics(app)])
         output.fail(f"application {app.name!r} has no topic {topic!r} (topics: {known})")
-    decoder = _Decoder(SchemaStore(app.schema_paths))
+    decoder = peek.Decoder(SchemaStore(app.schema_paths))
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -71,19 +70,17 @@ def _dlq_topics(app: Application) -> list[str]:
 
 
 def _assign_last(consumer: Consumer, topic: str, n: int) -> None:
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    if meta.error is not None:
-        output.fail(f"topic {topic!r}: {meta.error.str()}")
-    partitions = []
-    for p in meta.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        partitions.append(TopicPartition(topic, p, max(low, high - n)))
-    consumer.assign(partitions)
+    try:
+        peek.assign_last(consumer, topic, n)
+    except peek.PeekError as exc:
+        output.fail(str(exc))
 
 
-def _print_records(consumer: Consumer, decoder: _Decoder, *, fmt: str, limit: int | None) -> None:
+def _print_records(
+    consumer: Consumer, decoder: peek.Decoder, *, fmt: str, limit: int | None
+) -> None:
     if limit is not None:
-        records = _drain(consumer)
+        records = peek.drain(consumer)
         records.sort(key=lambda m: m.timestamp()[1])
         for msg in records[-limit:] if limit else []:
             _show(msg, decoder, fmt)
@@ -94,57 +91,11 @@ def _print_records(consumer: Consumer, decoder: _Decoder, *, fmt: str, limit: in
                 _show(msg, decoder, fmt)
 
 
-def _drain(consumer: Consumer) -> list[Message]:
-    ends = {}
-    for tp in consumer.assignment():
-        _, high = consumer.get_watermark_offsets(tp, timeout=10)
-        ends[tp.partition] = high
-    pending = {p for p, high in ends.items() if high > 0}
-    records: list[Message] = []
-    deadline = time.monotonic() + 30
-    while pending and time.monotonic() < deadline:
-        for msg in consumer.consume(500, 0.5):
-            if msg.error() is not None:
-                continue
-            records.append(msg)
-            partition, offset = cast(int, msg.partition()), cast(int, msg.offset())
-            if offset + 1 >= ends[partition]:
-                pending.discard(partition)
-        for tp in consumer.position(consumer.assignment()):
-            if tp.offset >= ends.get(tp.partition, 0):
-                pending.discard(tp.partition)
-    return records
-
-
-class _Decoder:
-    def __init__(self, store: SchemaStore) -> None:
-        self.store = store
-        self._codecs: dict[str, SingleObjectCodec] = {}
-
-    def decode(self, msg: Message) -> tuple[str | None, Any, str | None]:
-        raw = msg.value() or b""
-        name = _header_text(msg, "streamflow-schema") or self._by_fingerprint(raw)
-        if not name or name not in self.store:
-            return name or None, None, "no known schema"
-        codec = self._codecs.get(name) or SingleObjectCodec(self.store.get(name), store=self.store)
-        self._codecs[name] = codec
-        try:
-            return name, codec.decode(raw), None
-        except DecodeError as exc:
-            return name, None, str(exc)
-
-    def _by_fingerprint(self, raw: bytes) -> str:
-        if len(raw) >= 10 and raw[:2] == MAGIC:
-            schema = self.store.by_fingerprint(int.from_bytes(raw[2:10], "little"))
-            return schema.name if schema else ""
-        return ""
-
-
-def _show(msg: Message, decoder: _Decoder, fmt: str) -> None:
+def _show(msg: Message, decoder: peek.Decoder, fmt: str) -> None:
     schema, value, error = decoder.decode(msg)
     raw_key = msg.key()
     key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
-    headers = {k: _text(v) for k, v in msg.headers() or ()}  # type: ignore[misc,str-unpack,unused-ignore]
+    headers = peek.headers(msg)
     record = {
         "partition": msg.partition(),
         "offset": msg.offset(),
@@ -171,17 +122,6 @@ def _show(msg: Message, decoder: _Decoder, fmt: str) -> None:
     extra = {k: v for k, v in headers.items() if k != "streamflow-schema"}
     if extra:
         output.console().print(Text(f"    headers: {extra}", style="dim"))
-
-
-def _text(value: str | bytes | None) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
-
-
-def _header_text(msg: Message, name: str) -> str:
-    for key, value in msg.headers() or ():  # type: ignore[misc,str-unpack,unused-ignore]
-        if key == name:
-            return _text(value)
-    return ""
 
 
 def _json_default(value: Any) -> Any:
