@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from streamflow.api import own_metrics
 from streamflow.api.ports import Emit
 
 __all__ = [
@@ -133,6 +134,36 @@ class Context:
         if count:
             skipped = self.extras.setdefault("skipped", {})
             skipped[reason] = skipped.get(reason, 0) + count
+
+    def set_gauge(
+        self,
+        name: str,
+        value: float,
+        *,
+        description: str,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Publish a gauge of the streamlet's own, exported as ``streamflow_<name>``.
+
+        For facts only the logic knows and an alert wants as a number (a drift
+        verdict, whether a model is loaded); see :mod:`streamflow.api.own_metrics`.
+        """
+        own_metrics.report(
+            self.extras, name, value, kind="gauge", description=description, labels=labels
+        )
+
+    def count(
+        self,
+        name: str,
+        *,
+        description: str,
+        count: float = 1,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add to a counter of the streamlet's own, exported as ``streamflow_<name>_total``."""
+        own_metrics.report(
+            self.extras, name, count, kind="counter", description=description, labels=labels
+        )
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 ``run`` is what the operator's pod runs (and what a developer runs against a
 cluster from a laptop): a kopf operator for StreamflowApplication resources
 in one namespace, or several, or all. ``manifests`` prints what installs it
-(the CRD, RBAC and the operator's Deployment) for ``kubectl apply -f -``.
+(the CRD, RBAC and the operator's Deployment) for ``kubectl apply -f -``, and
+with ``--monitoring`` the dashboards and alerts too.
 The Kubernetes modules are imported inside the commands, so the rest of the
 CLI works without the ``k8s`` extra installed.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -54,6 +55,15 @@ def run(
         str | None,
         typer.Option(help="Serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz."),
     ] = None,
+    ui_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve the read-only web view (`streamflow ui`) of the namespace's applications "
+            "on this port, on every address (default: off; the manifests use 8081).",
+        ),
+    ] = None,
     log_format: Annotated[str, typer.Option(help="plain, full or json.")] = "full",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
@@ -94,7 +104,32 @@ def run(
     logging.getLogger("streamflow.operator").info(
         "streamflow operator on Kubernetes %s, watching %s", version, where
     )
-    operator.run()
+    ui = _start_ui(ui_port, kubeconfig, context, operator.namespaces) if ui_port else None
+    try:
+        operator.run()
+    finally:
+        if ui is not None:
+            ui.stop()
+
+
+def _start_ui(port: int, kubeconfig: str | None, context: str | None, namespaces: list[str]) -> Any:
+    """The web view beside the operator, with the kubernetes target in its (first) namespace."""
+    from streamflow.operator import targets, web
+
+    try:
+        target = targets.get_target(
+            "kubernetes",
+            kubeconfig=kubeconfig,
+            context=context,
+            namespace=namespaces[0] if namespaces else None,
+        )
+        running = web.serve_in_background(target, host="0.0.0.0", port=port)
+    except targets.TargetError as exc:
+        output.fail(exc.message, hint=exc.hint)
+    except web.UiError as exc:
+        output.fail(str(exc))
+    logging.getLogger("streamflow.operator").info("the web view listens on port %d", port)
+    return running
 
 
 @operator_app.command("manifests")
@@ -109,19 +144,36 @@ def manifests(
         Path | None,
         typer.Option(file_okay=False, help="Write crd.yaml, rbac.yaml, operator-deployment.yaml."),
     ] = None,
+    monitoring: Annotated[
+        bool,
+        typer.Option(
+            help="Also the dashboards and alerts: a PrometheusRule (prometheus-operator) and a "
+            'ConfigMap with the Grafana dashboard (label grafana_dashboard: "1"); with '
+            "--output-dir, the plain files monitoring/alerts.yaml and "
+            "monitoring/grafana-dashboard.json.",
+        ),
+    ] = False,
 ) -> None:
-    """Print the CRD, RBAC (ServiceAccount, Role, RoleBinding) and the operator's Deployment."""
+    """Print the CRD, RBAC (ServiceAccount, Role, RoleBinding) and the operator's Deployment.
+
+    With --monitoring, also the Prometheus alerts and the Grafana dashboard.
+    """
     try:
         from streamflow.operator.kubernetes import manifests as manifests_mod
+        from streamflow.operator.kubernetes import monitoring as monitoring_mod
         from streamflow.operator.kubernetes.spec import DEFAULT_IMAGE
     except ImportError as exc:
         output.fail(f"the manifests need {exc.name!r}", hint=_EXTRA_HINT)
     found = manifests_mod.files(namespace=namespace, image=image or DEFAULT_IMAGE)
     if output_dir is None:
+        if monitoring:
+            found["monitoring.yaml"] = monitoring_mod.render(namespace=namespace)
         typer.echo("---\n".join(found.values()), nl=False)
         return
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if monitoring:
+        found.update(monitoring_mod.files())
     for name, text in found.items():
+        (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (output_dir / name).write_text(text)
         output.error_console().print(f"wrote {output_dir / name}", markup=False, highlight=False)
 

@@ -3,18 +3,27 @@
 Each replica owns a registry (not the global one), so several runtimes in one
 test process do not collide. Counters are incremented once per batch with the
 batch's count, never once per record: the hot path stays cheap.
+
+Metrics of a streamlet's own (``context.set_gauge`` and ``context.count``,
+see :mod:`streamflow.api.own_metrics`) are registered here the first time the
+streamlet reports them, in the same registry and with the same labels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from streamflow.api import own_metrics
+
 __all__ = ["Metrics"]
+
+log = logging.getLogger("streamflow.runtime")
 
 _BATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -81,6 +90,7 @@ class Metrics:
             registry=self.registry,
         )
         self._state: dict[str, str] = {}
+        self._own: dict[str, Gauge | Counter | None] = {}  # None: refused, reported once
 
     def port(self, counter: Counter, port: str, **extra: str) -> Any:
         return counter.labels(**self.labels, port=port, **extra)
@@ -94,6 +104,33 @@ class Metrics:
                 self.control_state.remove(*self.labels.values(), name, previous)
             self.control_state.labels(**self.labels, name=name, value=value).set(1)
             self._state[name] = value
+
+    def export_own(self, extras: MutableMapping[str, Any]) -> None:
+        """Export what the streamlet reported with ``set_gauge`` and ``count`` since last time."""
+        reported: dict[str, own_metrics.OwnMetric] = extras.get(own_metrics.EXTRAS_KEY, {})
+        for name, metric in reported.items():
+            if not metric.values:
+                continue
+            family = self._own[name] if name in self._own else self._register(name, metric)
+            for label_values, value in metric.values.items():
+                if isinstance(family, Gauge):
+                    family.labels(*self.labels.values(), *label_values).set(value)
+                elif isinstance(family, Counter):
+                    family.labels(*self.labels.values(), *label_values).inc(value)
+            metric.values.clear()
+
+    def _register(self, name: str, metric: own_metrics.OwnMetric) -> Gauge | Counter | None:
+        kind = Gauge if metric.kind == "gauge" else Counter
+        label_names = [*self.labels, *metric.label_names]
+        try:
+            family: Gauge | Counter | None = kind(
+                f"streamflow_{name}", metric.description, label_names, registry=self.registry
+            )
+        except ValueError as exc:  # a name the runtime's own metrics already use
+            log.error("the streamlet's metric %r is not exported: %s", name, exc)
+            family = None
+        self._own[name] = family
+        return family
 
     def forget_partitions(self, partitions: list[tuple[str, int]]) -> None:
         """Drop the lag of partitions this replica no longer owns, so sums stay true."""

@@ -294,7 +294,8 @@ class Processor:
         self._export_skipped()
 
     def _export_skipped(self) -> None:
-        """Move what the logic counted with ``context.count_skipped`` into the metrics."""
+        """Move what the logic counted (``count_skipped``, its own metrics) into the metrics."""
+        self.metrics.export_own(self.streamlet.context.extras)
         skipped = self.streamlet.context.extras.pop("skipped", None)
         for reason, count in (skipped or {}).items():
             self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(count)

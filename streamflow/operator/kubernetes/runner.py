@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import kopf
 
 from streamflow.operator.kubernetes import handlers
+from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.operator.kubernetes.reconcile import Reconciler
@@ -35,7 +36,11 @@ class Operator:
         clusterwide: bool = False,
         resync_s: float = 60.0,
         liveness_endpoint: str | None = None,
+        autoscale_s: float = 5.0,
+        keda_installed: Callable[[], bool] | None = None,
     ) -> None:
+        """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
+        overrides asking the cluster whether it serves KEDA's ScaledObjects (tests)."""
         if not namespaces and not clusterwide:
             namespaces = [access.default_namespace()]
         self.access = access
@@ -43,8 +48,17 @@ class Operator:
         self.clusterwide = clusterwide
         self.liveness_endpoint = liveness_endpoint
         self.api = access.api_client()
-        self.reconciler = Reconciler(Cluster(self.api), handlers.KopfEvents())
-        self.registry = handlers.build_registry(self.reconciler, access, resync_s=resync_s)
+        self.reconciler = Reconciler(
+            Cluster(self.api), handlers.KopfEvents(), keda_installed=keda_installed
+        )
+        self.autoscaler = Autoscaler(self.reconciler)
+        self.registry = handlers.build_registry(
+            self.reconciler,
+            access,
+            resync_s=resync_s,
+            autoscaler=self.autoscaler,
+            autoscale_s=autoscale_s,
+        )
 
     def run(
         self,

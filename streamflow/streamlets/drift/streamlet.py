@@ -43,7 +43,7 @@ from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.schema import SchemaStore
 from streamflow.streamlets import datasets
-from streamflow.streamlets.drift import batch, detect, loading, sources, versions, windows
+from streamflow.streamlets.drift import batch, detect, loading, metrics, sources, versions, windows
 from streamflow.streamlets.drift import inputs as tensor_inputs
 from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
@@ -369,6 +369,9 @@ class DriftDetector(Streamlet):
             log.log(level, "%s %s drift: %s", self.settings.name, source.name, report["message"])
             out.append(self.alerts(report))
         self._verdicts[source.name] = report["drifted"]
+        metrics.export(
+            self.context, detector=self.settings.name, source=source.name, drifted=report["drifted"]
+        )
         return out
 
     def _status(self, config: dict[str, Any], state: str, message: str) -> Emit:
