@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator import targets
 from streamflow.operator.kubernetes import names
+from streamflow.operator.kubernetes.resources import HEALTH_PORT
 from streamflow.operator.kubernetes.client import REQUEST_TIMEOUT, api_message
 from streamflow.operator.kubernetes.executor import decode
 
@@ -90,6 +91,8 @@ def _replica(streamlet: str, index: int, pod: Any) -> targets.ReplicaStatus:
         if (terminated := (c.get("lastState") or {}).get("terminated"))
     ]
     name = pod["metadata"]["name"]
+    ip = status.get("podIP")
+    host = f"[{ip}]" if ip and ":" in ip else ip  # an IPv6 address in a URL is bracketed
     return targets.ReplicaStatus(
         name=name,
         streamlet=streamlet,
@@ -98,6 +101,8 @@ def _replica(streamlet: str, index: int, pod: Any) -> targets.ReplicaStatus:
         ready=ready,
         restarts=sum(int(c.get("restartCount") or 0) for c in containers),
         pod=name,
+        # reachable from inside the cluster: the operator's web view reads /metrics there
+        endpoint=f"http://{host}:{HEALTH_PORT}" if host else None,
         reasons=tuple(reasons),
         last_exit=exits[-1] if exits else None,
     )

@@ -210,3 +210,15 @@ def test_a_condition_keeps_its_transition_time_while_it_holds() -> None:
         {"conditions": again}, [status.Condition("Ready", False, "Down")], now="t3"
     )
     assert [c["lastTransitionTime"] for c in (*again, *flipped)] == ["t1", "t3"]
+
+
+def test_a_replica_s_endpoint_is_its_pod_ip_and_health_port() -> None:
+    from streamflow.operator.kubernetes import pods
+
+    def pod(ip: str | None) -> dict[str, object]:
+        status = {"phase": "Running", **({"podIP": ip} if ip else {})}
+        return {"metadata": {"name": "app-scorer-0"}, "status": status}
+
+    found = pods.streamlet_status("scorer", 3, [pod("10.1.2.3"), pod("fd00::7"), pod(None)])
+    endpoints = [r.endpoint for r in found.replicas]
+    assert endpoints == ["http://10.1.2.3:8080", "http://[fd00::7]:8080", None]
