@@ -335,6 +335,7 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
         )
         pids = project.replica_pids()
         assert len(pids) == 3 and all(alive(pid, "streamlet") for pid in pids)
+        check_a_foreground_run_is_readable_not_changeable(project)
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
         assert process.wait(40) == 0, log.read_text()
     finally:
@@ -342,6 +343,22 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
             process.kill()
             process.wait()
     return ANSI.sub("", log.read_text()), pids
+
+
+def check_a_foreground_run_is_readable_not_changeable(project: Project) -> None:
+    """``status`` and ``list`` (and so the web view) see a run; ``scale`` refuses to touch it."""
+    status = project.cli("status", project.app, "-o", "json")
+    assert status.returncode == 0, status.stderr
+    found = json.loads(status.stdout)
+    assert found["name"] == project.app and found["target"] == "local"
+    assert {s["name"] for s in found["streamlets"]} == {"numbers", "scale", "sink"}
+    assert "supervisor is not running" not in found["message"], found
+    listed = project.cli("list", "-o", "json")
+    assert project.app in [a["name"] for a in json.loads(listed.stdout)], listed.stdout
+    scaled = project.cli("scale", project.app, "scale", "2")
+    assert scaled.returncode == 1, scaled.stdout + scaled.stderr
+    assert "runs in the foreground" in scaled.stderr, scaled.stderr
+    assert "takes no changes" in scaled.stderr, scaled.stderr
 
 
 def test_run_with_set_then_ctrl_c_stops_everything_cleanly(

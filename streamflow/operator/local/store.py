@@ -122,6 +122,22 @@ class AppDir:
         runtime = read_json(self.runtime)
         return isinstance(runtime, dict) and runtime.get("target") == "local"
 
+    def foreground_owner(self) -> int | None:
+        """The pid of the ``streamflow run`` that runs this app now, if one does."""
+        runtime = read_json(self.runtime)
+        if not isinstance(runtime, dict) or runtime.get("target") != "run":
+            return None
+        owner = runtime.get("owner_pid")
+        if not isinstance(owner, int) or owner <= 0:
+            return None
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return owner
+        return owner
+
 
 def write_json(path: Path, data: Any, *, create_dirs: bool = True) -> str:
     """Write ``data`` atomically and return its digest (see :func:`digest`).

@@ -67,7 +67,7 @@ class LocalTarget:
 
     def scale(self, name: str, replicas: Mapping[str, int]) -> targets.Change:
         with self._lock():
-            app = self.application(name)
+            app = self._deployed(name)
             scaled = targets.scaled(app, replicas)
             store.write_json(self.home.app(name).spec, scaled.to_dict())
             self._ensure_daemon()
@@ -76,14 +76,14 @@ class LocalTarget:
 
     def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
         with self._lock():
-            app = self.application(name)
+            app = self._deployed(name)
             configured = targets.reconfigured(app, settings)
             store.write_json(self.home.app(name).spec, configured.to_dict())
             self._ensure_daemon()
         return _change(configured, app, [])
 
     def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
-        app = self.application(name)
+        app = self._deployed(name)
         folder = self.home.app(name)
         runtime = store.read_json(folder.runtime) or {}
         pids = _replica_pids(folder)
@@ -101,8 +101,10 @@ class LocalTarget:
     # -- reading -----------------------------------------------------------------
 
     def application(self, name: str) -> Application:
+        """A deployed application's spec, or that of a foreground ``streamflow run`` (to read)."""
         folder = self.home.app(name)
-        data = self._spec(folder) if folder.is_local() else None
+        readable = folder.is_local() or folder.foreground_owner() is not None
+        data = self._spec(folder) if readable else None
         if data is None:
             deployed = [n for n in self.home.app_names() if self.home.app(n).is_local()]
             raise targets.TargetError(
@@ -112,6 +114,14 @@ class LocalTarget:
                 else "deploy one with `streamflow deploy BLUEPRINT`",
             )
         return data
+
+    def _deployed(self, name: str) -> Application:
+        """The spec of an application the daemon runs: a foreground run is not changed here."""
+        _refuse_foreground(
+            self.home.app(name),
+            hint="a foreground run takes no changes; stop it (Ctrl-C), or deploy it instead",
+        )
+        return self.application(name)
 
     def configuration(self, name: str) -> dict[str, dict[str, Any]]:
         return targets.effective_config(self.application(name))
@@ -138,7 +148,8 @@ class LocalTarget:
             for s, spec in app.streamlets.items()
         )
         failure = str(recorded.get("error") or "")
-        if not failure and control.daemon_info(self.home) is None:
+        foreground = folder.foreground_owner() is not None  # its own supervisor, not the daemon
+        if not failure and not foreground and control.daemon_info(self.home) is None:
             failure = "the local supervisor is not running; `streamflow scale` starts it again"
         phase, message = targets.phase_of(streamlets, up_to_date=up_to_date, failure=failure)
         return targets.AppStatus(
@@ -201,10 +212,12 @@ class LocalTarget:
                 yield targets.LogLine(replica_name, line)
 
     def list(self) -> Sequence[targets.AppStatus]:
+        """Deployed applications, and those running in the foreground (``streamflow run``)."""
         return [
             self.status(name)
             for name in self.home.app_names()
-            if self.home.app(name).is_local() and self.home.app(name).spec.exists()
+            if (self.home.app(name).is_local() or self.home.app(name).foreground_owner())
+            and self.home.app(name).spec.exists()
         ]
 
     # -- internals ---------------------------------------------------------------
@@ -252,15 +265,13 @@ def _change(
     return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))
 
 
-def _refuse_foreground(folder: store.AppDir) -> None:
-    runtime = store.read_json(folder.runtime)
-    if isinstance(runtime, dict) and runtime.get("target") == "run":
-        owner = runtime.get("owner_pid")
-        if isinstance(owner, int) and _exists(owner):
-            raise targets.TargetError(
-                f"{folder.name!r} runs in the foreground (`streamflow run`, pid {owner})",
-                hint="stop that run (Ctrl-C) before deploying it",
-            )
+def _refuse_foreground(folder: store.AppDir, *, hint: str = "") -> None:
+    owner = folder.foreground_owner()
+    if owner is not None:
+        raise targets.TargetError(
+            f"{folder.name!r} runs in the foreground (`streamflow run`, pid {owner})",
+            hint=hint or "stop that run (Ctrl-C) before deploying it",
+        )
 
 
 def _admin(app: Application, bootstrap: str) -> Any:
