@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 STATUS = "streamflow.ml.ModelStatus"
-FINAL = {"serving", "failed", "rejected"}
+FINAL = {"serving", "failed", "rejected", "superseded"}
 
 
 def consumer(bootstrap: str) -> Consumer:

@@ -5,7 +5,8 @@ may take its background from one. Either comes from a dataset named by location,
 it goes through the same gate as a model artifact
 (:func:`streamflow.streamlets.serving.artifacts.fetch`): the location must
 match the allowlist before anything is read, the bytes must match the
-sha256 when one is given, and the file is cached by digest.
+sha256 when one is given (a model artifact's location needs one; a dataset's
+may omit it), and the file is cached by digest.
 
 The dataset is read into the columns that were asked for, and nothing else.
 A column that is missing is an error that names what the file does have,
@@ -81,6 +82,9 @@ def load_columns(
             allowlist=allowlist,
             cache_dir=cache_dir,
             timeout=timeout,
+            # a dataset's digest stays optional (a model artifact's is not); when given,
+            # it must be a digest and match
+            require_sha256=False,
         )
     except artifacts.ArtifactError as exc:
         raise DatasetError(f"reference dataset: {exc}") from None

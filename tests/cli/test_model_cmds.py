@@ -35,7 +35,7 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
     kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels
 ) -> None:
     home = tmp_path / "home"
-    app = _app(kafka_bootstrap, 2, tmp_path / "cache")
+    app = _app(kafka_bootstrap, 2, tmp_path / "cache", allow_saved_model=True)
     _register(home, app, kafka_bootstrap)
     with support.replicas(app, tmp_path) as running:
         running.start("classifier", 0)

@@ -165,7 +165,7 @@ class ModelExplainer(ModelFollower):
 
     # -- control ---------------------------------------------------------------
 
-    def on_control(self, inlet: str, record: Record) -> Emit | None:
+    def on_control(self, inlet: str, record: Record) -> Emit | list[Emit] | None:
         if inlet == "drift":
             report = record.value
             self._drift[(report["detector"], report["source"])] = bool(report["drifted"])
@@ -360,7 +360,9 @@ class ModelExplainer(ModelFollower):
     ) -> gradients.TensorAttributions:
         assert self._explainer is not None
         model = self.explainer_model or (self.current.name if self.current else "model")
-        url = f"{self.explainer_url.rstrip('/')}/v1/models/{model}:explain"
+        url = remote.explain_url(
+            self.explainer_url, model
+        )  # the name is quoted: it may be anything
         try:
             values, expected = await self._explainer.call(x, parse=methods.parse_explain, url=url)
         except Backpressure as exc:

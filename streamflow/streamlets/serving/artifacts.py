@@ -1,32 +1,55 @@
 """Model artifacts: where they may come from, proving they are what was pushed, caching.
 
 A descriptor carries its artifact inline (``data``) or names it by
-``location``. Locations are checked against an allowlist of URL prefixes
+``location``. Locations are checked against the allowlist (:mod:`.locations`)
 *before* anything is read, so a descriptor cannot make a replica read an
-arbitrary file or call an arbitrary host. Every artifact is verified against
-the descriptor's sha256 and cached on local disk under that digest, so a
-restart, or a second replica on the same machine, does not fetch it again.
-SavedModel directories travel as tar.gz archives and are unpacked with the
-``data`` extraction filter, which refuses absolute paths, ``..`` and links
-that leave the archive.
+arbitrary file or call an arbitrary host. A location must come with its
+sha256, a 64-digit lower-case hex digest and nothing else: the digest names
+the file in the cache, and a digest that were a path (``../../x``, ``/etc/x``)
+would pass any file off as a verified artifact. The cache directory is private
+to the user (0700); a cache hit is hashed again before it is used, since
+anything that could write the cache could otherwise swap a model; and old
+entries are evicted, keeping the most recently used few.
+
+Downloads stream to disk under a byte cap and an overall deadline
+(:mod:`.downloads`); archives are counted before they are unpacked
+(:mod:`.archives`).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import os
+import re
 import shutil
-import tarfile
 import tempfile
-import urllib.parse
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
+from streamflow.streamlets.serving import archives, downloads
+from streamflow.streamlets.serving.archives import pack_directory
+from streamflow.streamlets.serving.limits import Limits
+from streamflow.streamlets.serving.locations import allowed
 
-__all__ = ["ArtifactError", "Rejected", "allowed", "fetch", "pack_directory", "unpack"]
+__all__ = [
+    "ArtifactError",
+    "Limits",
+    "Rejected",
+    "Superseded",
+    "allowed",
+    "check_sha256",
+    "check_zip",
+    "evict",
+    "fetch",
+    "pack_directory",
+    "private_dir",
+    "unpack",
+]
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_STALE_SECONDS = 3600.0  # a .partial- or .unpack- left this long belongs to a dead process
 
 
 class ArtifactError(Exception):
@@ -37,20 +60,22 @@ class Rejected(ArtifactError):
     """A location outside the allowlist: refused without reading anything."""
 
 
-def allowed(location: str, allowlist: Sequence[str]) -> bool:
-    """Whether ``location`` starts with an allowed prefix (scheme, host and path).
+class Superseded(ArtifactError):
+    """A newer descriptor arrived while this artifact was being fetched."""
 
-    Paths are normalised first, so ``file:///models/../etc/passwd`` does not
-    pass an allowlist of ``file:///models/``.
-    """
-    parsed = urllib.parse.urlsplit(location)
-    if parsed.scheme not in ("file", "http", "https"):
-        return False
-    path = os.path.normpath(parsed.path) if parsed.path else ""
-    if parsed.path.endswith("/") and not path.endswith("/"):
-        path += "/"
-    normalised = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", ""))
-    return any(normalised.startswith(prefix) for prefix in allowlist if prefix)
+
+def check_sha256(sha256: str | None, *, location: str | None, required: bool = True) -> str | None:
+    """What is wrong with a descriptor's sha256, or None when it is fine."""
+    if sha256 is None or sha256 == "":
+        if location and required:
+            return (
+                "a descriptor with a location needs its sha256 (64 lower-case hex digits): "
+                "without it the replica cannot tell the artifact from any other file"
+            )
+        return None
+    if not _DIGEST.fullmatch(sha256):
+        return "sha256 must be 64 lower-case hex digits (a digest, not a name or a path)"
+    return None
 
 
 def fetch(
@@ -60,98 +85,149 @@ def fetch(
     sha256: str | None,
     allowlist: Sequence[str],
     cache_dir: Path,
-    timeout: float = 60.0,
+    timeout: float = 30.0,
+    limits: Limits | None = None,
+    require_sha256: bool = True,
+    cancelled: threading.Event | None = None,
 ) -> Path:
-    """The artifact as a verified local file, cached by digest; raises ArtifactError."""
+    """The artifact as a verified local file, cached by digest; raises ArtifactError.
+
+    ``timeout`` bounds one read; ``limits`` the bytes and the download's whole time.
+    ``require_sha256=False`` is for datasets, whose digest is optional (it is still
+    checked for form and against the bytes when given).
+    """
+    limits = limits or Limits(read_seconds=timeout)
     if data is None and not location:
         raise ArtifactError("the descriptor has neither inline data nor a location")
-    if data is None:
-        assert location is not None
-        if not allowed(location, allowlist):
-            raise Rejected(
-                f"location {location!r} is not in the allowlist "
-                f"({', '.join(allowlist) or 'empty: only inline artifacts are accepted'})"
-            )
-        cached = _cached(cache_dir, sha256)
-        if cached is not None:
-            return cached
-        data = _read(location, timeout)
-    digest = hashlib.sha256(data).hexdigest()
-    if sha256 and digest != sha256.lower():
-        raise ArtifactError(
-            f"sha256 mismatch: the descriptor says {sha256}, the artifact is {digest}"
+    problem = check_sha256(
+        sha256, location=location if data is None else None, required=require_sha256
+    )
+    if problem:
+        raise ArtifactError(problem)
+    if location and not allowed(location, allowlist):
+        raise Rejected(
+            f"location {location!r} is not in the allowlist "
+            f"({', '.join(allowlist) or 'empty: only inline artifacts are accepted'})"
         )
-    return _store(cache_dir, digest, data)
-
-
-def _cached(cache_dir: Path, sha256: str | None) -> Path | None:
-    if not sha256:
-        return None
-    path = cache_dir / sha256.lower()
-    return path if path.is_file() else None
-
-
-def _read(location: str, timeout: float) -> bytes:
-    parsed = urllib.parse.urlsplit(location)
+    private_dir(cache_dir)
+    if data is not None:
+        if len(data) > limits.artifact_bytes:
+            raise ArtifactError(
+                f"the inline artifact ({len(data)} bytes) is larger than max_artifact_bytes "
+                f"({limits.artifact_bytes} bytes)"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        _check_digest(sha256, digest)
+        return _store_bytes(cache_dir, digest, data)
+    assert location is not None
+    if sha256 and (cached := _verified_hit(cache_dir, sha256)) is not None:
+        return cached
     try:
-        if parsed.scheme == "file":
-            path = Path(urllib.parse.unquote(parsed.path))
-            if path.is_dir():
-                return pack_directory(path)
-            return path.read_bytes()
-        response = httpx.get(location, timeout=timeout, follow_redirects=False)
-        response.raise_for_status()
-        return response.content
-    except (OSError, httpx.HTTPError) as exc:
-        raise ArtifactError(f"cannot read {location}: {exc}") from None
-
-
-def _store(cache_dir: Path, digest: str, data: bytes) -> Path:
-    cache_dir.mkdir(parents=True, exist_ok=True)
+        partial, digest = downloads.download(
+            location, into=cache_dir, limits=limits, allowlist=list(allowlist), cancelled=cancelled
+        )
+    except downloads.Cancelled as exc:
+        raise Superseded(str(exc)) from None
+    except downloads.DownloadError as exc:
+        raise ArtifactError(str(exc)) from None
+    try:
+        _check_digest(sha256, digest)
+    except ArtifactError:
+        partial.unlink(missing_ok=True)
+        raise
     path = cache_dir / digest
-    if not path.is_file():
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".partial-")
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
+    os.replace(partial, path)
     return path
 
 
-def unpack(archive: Path, *, into: Path) -> Path:
-    """Unpack a tar.gz SavedModel once; returns the directory holding saved_model.pb."""
-    target = into / (archive.name + ".d")
-    if not target.is_dir():
-        scratch = Path(tempfile.mkdtemp(dir=into, prefix=".unpack-"))
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                tar.extractall(scratch, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            shutil.rmtree(scratch, ignore_errors=True)
-            raise ArtifactError(f"not a readable SavedModel archive: {exc}") from None
-        try:
-            os.replace(scratch, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-            shutil.rmtree(scratch, ignore_errors=True)  # another replica unpacked it first
-    found = sorted(target.rglob("saved_model.pb"))
-    if not found:
-        raise ArtifactError("the archive holds no saved_model.pb")
-    return found[0].parent
+def unpack(archive: Path, *, into: Path, limits: Limits | None = None) -> Path:
+    """Unpack a SavedModel archive once, within ``limits``; the directory with saved_model.pb."""
+    try:
+        return archives.unpack(archive, into=into, limits=limits or Limits())
+    except archives.ArchiveError as exc:
+        raise ArtifactError(str(exc)) from None
 
 
-def pack_directory(directory: Path) -> bytes:
-    """A SavedModel directory as a deterministic tar.gz (what ``model push`` sends)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in sorted(directory.rglob("*")):
-            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(directory)))
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if path.is_file():
-                with path.open("rb") as handle:
-                    tar.addfile(info, handle)
+def check_zip(path: Path, *, limits: Limits | None = None) -> None:
+    """Refuse a Keras zip that would unpack past ``limits``, before Keras opens it."""
+    try:
+        archives.check_zip(path, limits=limits or Limits())
+    except archives.ArchiveError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) readable by this user alone; tighten it if ours."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
+def evict(cache_dir: Path, *, keep: int) -> list[str]:
+    """Remove all but the ``keep`` most recently used artifacts (and what was made of them).
+
+    Also removes ``.partial-`` and ``.unpack-`` leftovers of processes that died
+    mid-way. Returns the evicted digests.
+    """
+    if not cache_dir.is_dir():
+        return []
+    entries = [p for p in cache_dir.iterdir() if _DIGEST.fullmatch(p.name) and p.is_file()]
+    entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    evicted = []
+    for entry in entries[keep:]:
+        for made in (entry.with_name(entry.name + ".keras"), entry):
+            made.unlink(missing_ok=True)
+        shutil.rmtree(entry.with_name(entry.name + ".d"), ignore_errors=True)
+        evicted.append(entry.name)
+    now = time.time()
+    for leftover in cache_dir.iterdir():
+        if leftover.name.startswith((".partial-", ".unpack-")):
+            try:
+                if now - leftover.lstat().st_mtime < _STALE_SECONDS:
+                    continue
+            except FileNotFoundError:
+                continue
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
             else:
-                tar.addfile(info)
-    return gzip.compress(buffer.getvalue(), compresslevel=6, mtime=0)
+                leftover.unlink(missing_ok=True)
+    return evicted
+
+
+def _check_digest(expected: str | None, digest: str) -> None:
+    if expected and digest != expected:
+        raise ArtifactError(
+            f"sha256 mismatch: the descriptor says {expected}, the artifact is {digest}"
+        )
+
+
+def _verified_hit(cache_dir: Path, sha256: str) -> Path | None:
+    """The cached file for a digest, if it is a plain file whose bytes still hash to it."""
+    path = cache_dir / sha256
+    if path.is_symlink() or not path.is_file():
+        return None
+    hasher = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            hasher.update(chunk)
+    if hasher.hexdigest() != sha256:
+        path.unlink(missing_ok=True)  # tampered or torn: fetch it again
+        shutil.rmtree(path.with_name(path.name + ".d"), ignore_errors=True)
+        return None
+    os.utime(path)  # most recently used: last to be evicted
+    return path
+
+
+def _store_bytes(cache_dir: Path, digest: str, data: bytes) -> Path:
+    path = cache_dir / digest
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".partial-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)  # always rewritten: whatever was there is not trusted
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

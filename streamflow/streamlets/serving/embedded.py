@@ -6,7 +6,10 @@ when a model of their kind is loaded, so the serving streamlet (and its remote
 mode) works without either extra.
 
 Keras files load with ``safe_mode=True``: no arbitrary Python (lambdas,
-pickles) runs from an artifact. Every input's batch dimension is left dynamic
+pickles) runs from an artifact, and their zip is counted against the unpack
+limits first. A SavedModel is a graph that can touch files, so it loads only
+when the streamlet allows SavedModels, and only after :mod:`.graph_guard` has
+read its graph and found no denied op. Every input's batch dimension is left dynamic
 in the traced function, so batches of any size reuse one graph instead of
 retracing per size. ONNX models are checked before a session is made: custom
 operator domains and external data files are refused (:mod:`.onnx_model`).
@@ -23,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving import artifacts
+from streamflow.streamlets.serving import artifacts, graph_guard
 from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
-__all__ = ["EMBEDDED_KINDS", "EmbeddedModel", "load_embedded"]
+__all__ = ["EMBEDDED_KINDS", "SAVED_MODEL_OFF", "EmbeddedModel", "load_embedded"]
 
 EMBEDDED_KINDS = ("KERAS", "TF_SAVED_MODEL", "ONNX")
 
@@ -93,20 +96,43 @@ def _numpy(value: Any) -> np.ndarray:
 
 
 def load_embedded(
-    *, kind: str, artifact: Path, parameters: Mapping[str, str], cache_dir: Path
+    *,
+    kind: str,
+    artifact: Path,
+    parameters: Mapping[str, str],
+    cache_dir: Path,
+    limits: artifacts.Limits | None = None,
+    allow_saved_model: bool = False,
 ) -> EmbeddedModel:
+    """Load a verified artifact of an embedded kind; raises ArtifactError when it is refused."""
+    limits = limits or artifacts.Limits()
     if kind == "ONNX":
         from streamflow.streamlets.serving import onnx_model
 
         return onnx_model.load(artifact, parameters=parameters)
+    if kind == "TF_SAVED_MODEL" and not allow_saved_model:
+        raise artifacts.ArtifactError(SAVED_MODEL_OFF)
+    if kind == "KERAS":  # counted from the zip's directory before Keras reads any of it
+        artifacts.check_zip(artifact, limits=limits)
     with _TF_LOCK:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
         import tensorflow as tf
 
         if kind == "KERAS":
             return _keras(tf, artifact)
-        directory = artifacts.unpack(artifact, into=cache_dir)
+        directory = artifacts.unpack(artifact, into=cache_dir, limits=limits)
+        try:  # read, not run: a refused graph never reaches tf.saved_model.load
+            graph_guard.check_saved_model(directory)
+        except graph_guard.GraphRefused as exc:
+            raise artifacts.ArtifactError(str(exc)) from None
         return _saved_model(tf, directory, parameters)
+
+
+SAVED_MODEL_OFF = (
+    "SavedModel loading is off for this streamlet: a SavedModel is a program that runs "
+    "with the replica's rights; set allow_saved_model: true to accept them "
+    "(see SECURITY.md), or push a Keras or ONNX model"
+)
 
 
 def _dtype_name(tf_dtype: Any) -> str:

@@ -6,10 +6,16 @@ records, a ``status`` outlet of ``ModelStatus`` records, and the rules for
 switching. Keeping one copy of those rules is what lets an explainer fed from
 the serving streamlet's control topic always explain the same version.
 
-A new descriptor is checked (newer version? allowed location?) when it
-arrives, then loaded and warmed up on a worker thread while the old model
-keeps working. The swap happens in ``between_batches``, which the runtime
-calls before every batch, so a batch always sees one model. A load that fails
+A new descriptor is checked (newer version? allowed location? a digest for
+it? an allowed kind?) when it arrives, then loaded and warmed up on a worker
+thread while the old model keeps working. Whoever can write the control topic
+chooses what every replica loads and which hosts it calls, so each check is
+repeated where it is used, and what a load may cost is bounded (see
+SECURITY.md). A newer descriptor supersedes a load still under way: the old
+one is reported ``superseded`` at once and its download stops, so a stuck
+artifact never holds back a later version. The swap happens in
+``between_batches``, which the runtime calls before every batch, so a batch
+always sees one model. A load that fails
 leaves the old model in place; each step is reported on ``status`` and in
 the log. Subclasses add their data ports and ``process_batch``, and may hook
 :meth:`ModelFollower.prepare` to build per-model state on the worker thread.
@@ -21,6 +27,7 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +36,7 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
-from streamflow.streamlets.serving import artifacts, remote, tensors
+from streamflow.streamlets.serving import admission, artifacts, limits, remote, tensors
 from streamflow.streamlets.serving.embedded import EMBEDDED_KINDS, load_embedded
 from streamflow.streamlets.serving.predictor import Predictor
 
@@ -37,7 +44,7 @@ __all__ = ["REMOTE_KINDS", "ActiveModel", "ModelFollower"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
 
-REMOTE_KINDS = (remote.V1, remote.V2)
+REMOTE_KINDS = admission.REMOTE_KINDS
 
 
 @dataclasses.dataclass
@@ -55,6 +62,9 @@ class ActiveModel:
     @property
     def tag(self) -> str:
         return f"{self.name}:{self.version}"
+
+
+_Pending = tuple[dict[str, Any], "concurrent.futures.Future[ActiveModel]", threading.Event]
 
 
 class ModelFollower(Streamlet):
@@ -82,28 +92,57 @@ class ModelFollower(Streamlet):
         ("wait", "dlq"), default="wait", description="hold data until a model is ready, or DLQ"
     )
     allowlist = params.List(
-        params.Str(), default=[], description="allowed location prefixes (scheme://host/path)"
+        params.Str(),
+        default=[],
+        description="allowed locations, scheme://host[:port][/path]: the host exactly, "
+        "no port = the default one, 'host:' = any port, the path by whole segments",
     )
     cache_dir = params.Str(default="", description="artifact cache (default ~/.cache/streamflow)")
     remote_batch_size = params.Int(default=64, min=1, description="instances per request")
     concurrency = params.Int(default=4, min=1, description="requests in flight at once")
-    timeout = params.Duration(default="5s", description="per request")
+    timeout = params.Duration(
+        default="5s", description="per request to a model server, and per read of a download"
+    )
     retries = params.Int(default=2, min=0, description="retries of a failed request")
     breaker_failures = params.Int(default=3, min=1, description="failures that open the circuit")
     breaker_cooldown = params.Duration(default="2s", description="how long the circuit stays open")
     http2 = params.Bool(default=False, description="use HTTP/2 to the model server")
+    allow_saved_model = params.Bool(
+        default=False,
+        description="accept TF_SAVED_MODEL descriptors (a SavedModel is a program: its graph "
+        "is checked for file, Python and network ops, but only trusted publishers should push)",
+    )
+    max_artifact_bytes = params.Int(
+        default=limits.Limits.artifact_bytes, min=1, description="largest artifact, in bytes"
+    )
+    max_unpacked_bytes = params.Int(
+        default=limits.Limits.unpacked_bytes,
+        min=1,
+        description="most bytes an archive (SavedModel tar, Keras zip) may unpack to",
+    )
+    max_unpacked_files = params.Int(
+        default=limits.Limits.unpacked_files, min=1, description="most files in an archive"
+    )
+    download_timeout = params.Duration(
+        default="10m", description="an artifact's whole download (timeout bounds each read)"
+    )
+    keep_versions = params.Int(
+        default=3, min=1, description="artifacts kept in the cache (the most recently used)"
+    )
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         self.current: ActiveModel | None = None
-        self._pending: tuple[dict[str, Any], concurrent.futures.Future[ActiveModel]] | None = None
-        self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model-load")
+        self._pending: _Pending | None = None
+        # more than one worker: a superseded load may still be winding down
+        self._workers = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="model-load")
         self.tensors = tensors.TensorMapping({}, {})
 
     # -- lifecycle -----------------------------------------------------------
 
     def setup(self, context: Context) -> None:
         self.tensors = self.tensor_mapping()
+        self._report_loaded(context, loaded=False)
 
     @classmethod
     def check_config(
@@ -156,7 +195,7 @@ class ModelFollower(Streamlet):
 
     # -- control ---------------------------------------------------------------
 
-    def on_control(self, inlet: str, record: Record) -> Emit | None:
+    def on_control(self, inlet: str, record: Record) -> Emit | list[Emit] | None:
         descriptor = record.value
         name, version = descriptor["name"], descriptor["version"]
         newest = max(
@@ -167,28 +206,33 @@ class ModelFollower(Streamlet):
             return self._status(
                 name, version, "rejected", f"version {version} is not newer than {newest}"
             )
-        location = descriptor.get("location")
-        if descriptor["kind"] in REMOTE_KINDS and descriptor.get("data") is not None:
-            return self._status(
-                name, version, "rejected", "a remote model's descriptor carries no inline data"
+        refusal = admission.refusal(
+            descriptor, allowlist=self.allowlist, allow_saved_model=self.allow_saved_model
+        )
+        if refusal:
+            return self._status(name, version, "rejected", refusal)
+        statuses = []
+        if self._pending is not None:  # a newer version wins: the old load is abandoned
+            old, future, cancelled = self._pending
+            cancelled.set()
+            future.cancel()
+            statuses.append(
+                self._status(
+                    old["name"], old["version"], "superseded", f"superseded by version {version}"
+                )
             )
-        if location and not _location_allowed(descriptor, self.allowlist):
-            return self._status(
-                name,
-                version,
-                "rejected",
-                f"location {location!r} is not in the allowlist "
-                f"({', '.join(self.allowlist) or 'empty'})",
-            )
-        self._pending = (descriptor, self._workers.submit(self._load, descriptor))
+        cancel = threading.Event()
+        future = self._workers.submit(self._load, descriptor, cancel)
+        self._pending = (descriptor, future, cancel)
         where = "inline" if descriptor.get("data") is not None else descriptor.get("location")
         note = descriptor.get("description") or f"{descriptor['kind']} ({where})"
-        return self._status(name, version, "loading", note)
+        statuses.append(self._status(name, version, "loading", note))
+        return statuses[0] if len(statuses) == 1 else statuses
 
     def between_batches(self) -> Emit | None:
         if self._pending is None or not self._pending[1].done():
             return None
-        descriptor, future = self._pending
+        descriptor, future, _ = self._pending
         self._pending = None
         try:
             loaded = future.result()
@@ -202,17 +246,34 @@ class ModelFollower(Streamlet):
             )
         previous, self.current = self.current, loaded
         self.context.set_state("model", loaded.tag)
+        self._report_loaded(self.context, loaded=True)
         if previous is not None:
             self.context.extras.setdefault("closing", []).append(previous.predictor)
         return self._status(loaded.name, loaded.version, "serving", loaded.description)
+
+    @staticmethod
+    def _report_loaded(context: Context, *, loaded: bool) -> None:
+        # Until its first model is in, a replica holds its data (or dead-letters it,
+        # on_no_model: dlq); an alert on this gauge staying 0 catches that stall.
+        context.set_gauge(
+            "model_loaded",
+            1.0 if loaded else 0.0,
+            description="1 once a model is loaded and in use, 0 until the first one is.",
+        )
 
     async def close_retired(self) -> None:
         """Close the clients of replaced models; call it at the start of a batch."""
         for predictor in self.context.extras.pop("closing", []):
             await predictor.aclose()
 
-    def _load(self, descriptor: dict[str, Any]) -> ActiveModel:
-        """On the worker thread: fetch, verify, load and warm up; raises on any failure."""
+    def _load(
+        self, descriptor: dict[str, Any], cancelled: threading.Event | None = None
+    ) -> ActiveModel:
+        """On the worker thread: fetch, verify, load and warm up; raises on any failure.
+
+        ``cancelled`` is set when a newer descriptor supersedes this one.
+        """
+        cancelled = cancelled or threading.Event()
         kind = descriptor["kind"]
         parameters = dict(descriptor.get("parameters") or {})
         name, version = descriptor["name"], descriptor["version"]
@@ -226,16 +287,27 @@ class ModelFollower(Streamlet):
             raise artifacts.ArtifactError(f"unknown model kind {kind!r}")
         else:
             cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "models")
+            bounds = self.artifact_limits()
             artifact = artifacts.fetch(
                 data=descriptor.get("data"),
                 location=descriptor.get("location"),
                 sha256=descriptor.get("sha256"),
                 allowlist=self.allowlist,
                 cache_dir=cache,
+                limits=bounds,
+                cancelled=cancelled,
             )
+            if cancelled.is_set():
+                raise artifacts.Superseded("superseded before loading")
             embedded = load_embedded(
-                kind=kind, artifact=artifact, parameters=parameters, cache_dir=cache
+                kind=kind,
+                artifact=artifact,
+                parameters=parameters,
+                cache_dir=cache,
+                limits=bounds,
+                allow_saved_model=self.allow_saved_model,
             )
+            artifacts.evict(cache, keep=self.keep_versions)
             mapping = self.tensors.bind(embedded.signature)
             for size in (1, 8):  # trace now, so the first real batch does not pay for it
                 embedded.run(mapping.zeros(size))
@@ -253,7 +325,7 @@ class ModelFollower(Streamlet):
         if not location:
             raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")
         model = parameters.get("model", descriptor["name"])
-        if not _location_allowed(descriptor, self.allowlist):  # checked again where it is used
+        if not artifacts.allowed(location, self.allowlist):  # checked again where it is used
             raise artifacts.Rejected(f"location {location!r} is not in the allowlist")
         timeout = self.timeout.total_seconds()
         protocol = descriptor["kind"]
@@ -272,6 +344,16 @@ class ModelFollower(Streamlet):
             v1_columnar=parameters.get("v1_format", "") == "columnar",
         )
 
+    def artifact_limits(self) -> limits.Limits:
+        """What one artifact may cost, from this streamlet's parameters."""
+        return limits.Limits(
+            artifact_bytes=self.max_artifact_bytes,
+            unpacked_bytes=self.max_unpacked_bytes,
+            unpacked_files=self.max_unpacked_files,
+            download_seconds=self.download_timeout.total_seconds(),
+            read_seconds=self.timeout.total_seconds(),
+        )
+
     def client_settings(self, *, batch_size: str | int | None = None) -> remote.ClientSettings:
         """The remote client's settings from this streamlet's parameters."""
         return remote.ClientSettings(
@@ -285,7 +367,7 @@ class ModelFollower(Streamlet):
         )
 
     def _status(self, model: str, version: int, state: str, message: str) -> Emit:
-        level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
+        level = logging.WARNING if state in ("failed", "rejected", "superseded") else logging.INFO
         log.log(level, "model %s:%s %s: %s", model, version, state, message)
         return self.status(
             {
@@ -297,13 +379,6 @@ class ModelFollower(Streamlet):
                 "time": dt.datetime.now(dt.UTC),
             }
         )
-
-
-def _location_allowed(descriptor: dict[str, Any], allowlist: list[str]) -> bool:
-    location = str(descriptor.get("location"))
-    if descriptor["kind"] in REMOTE_KINDS:
-        return artifacts.allowed(location.rstrip("/") + "/", allowlist)
-    return artifacts.allowed(location, allowlist)
 
 
 def _param_of(param: str, config: Mapping[str, Any]) -> str:

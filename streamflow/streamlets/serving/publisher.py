@@ -52,15 +52,14 @@ def build_descriptor(
     else:
         form, path = artifact
         kind = ARTIFACT_KINDS[form]
-        data = pack_directory(path) if form == "saved_model" else path.read_bytes()
+        # a SavedModel directory by reference is read on the replica as a bare tar, which
+        # (unlike gzip's bytes) is the same everywhere: that is the digest it must match
+        packed = form == "saved_model"
+        data = pack_directory(path, compress=not by_reference) if packed else path.read_bytes()
         if by_reference:
             location = path.resolve().as_uri()
-    # a SavedModel directory by reference is packed again on the replica, where the gzip
-    # bytes may differ (zlib build, file modes): its digest would not be comparable
-    comparable = data is not None and not (
-        by_reference and artifact and artifact[0] == "saved_model"
-    )
-    digest = hashlib.sha256(data).hexdigest() if comparable and data is not None else None
+    # a location is only accepted with its digest, so every descriptor carries one
+    digest = hashlib.sha256(data).hexdigest() if data is not None else None
     return {
         "name": name,
         "version": version,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -37,6 +38,8 @@ __all__ = [
     "PermanentError",
     "Unavailable",
     "check_ready",
+    "endpoints",
+    "explain_url",
     "fetch_signature",
 ]
 
@@ -46,6 +49,8 @@ T = TypeVar("T")
 
 V1 = wire.V1
 V2 = wire.V2
+
+_TENSOR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,127}")
 
 
 class Unavailable(Exception):
@@ -151,18 +156,42 @@ def fetch_signature(
         if not inputs or not outputs:  # optional in the protocol: the server cannot say
             return None
         return tensors.ModelSignature(
-            inputs={t["name"]: _metadata_spec(t) for t in inputs},
-            outputs={t["name"]: _metadata_spec(t) for t in outputs},
+            inputs={spec.name: spec for spec in map(_metadata_spec, inputs)},
+            outputs={spec.name: spec for spec in map(_metadata_spec, outputs)},
         )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PermanentError(f"unreadable metadata for model {model!r}: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # what the server sent is not repeated (see check_ready): only that it was wrong
+        log.warning("unreadable V2 metadata for %r from %s: %.500r", model, base_url, response.text)
+        raise PermanentError(
+            f"unreadable metadata for model {model!r} on {base_url} "
+            "(not V2 model metadata; the server's answer is in the replica's log)"
+        ) from None
 
 
 def _metadata_spec(tensor: dict[str, Any]) -> tensors.TensorSpec:
-    shape = tensor.get("shape")
-    dims = tuple(int(d) for d in shape) if isinstance(shape, list) else None
+    """One tensor of V2 metadata; names are plain identifiers, dims integers, or ValueError.
+
+    A name is the one thing from a server's answer that may reach a status message
+    (a mapping that does not fit says what the model has), so it must look like one.
+    """
+    name, shape = tensor["name"], tensor.get("shape")
+    if not isinstance(name, str) or not _TENSOR_NAME.fullmatch(name):
+        raise ValueError("not a tensor name")
+    dims = tuple(_dim(d) for d in shape) if isinstance(shape, list) else None
     dtype = wire.FROM_V2.get(str(tensor.get("datatype", "")), "")
-    return tensors.TensorSpec(str(tensor["name"]), dtype, dims)
+    return tensors.TensorSpec(name, dtype, dims)
+
+
+def _dim(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("not a dimension")
+    return value
+
+
+def explain_url(base_url: str, model: str) -> str:
+    """A KServe V1 explainer's ``:explain`` URL, the model name quoted as in :func:`endpoints`."""
+    predict, _ = endpoints(V1, base_url, model)
+    return predict.removesuffix(":predict") + ":explain"
 
 
 class InferenceClient:

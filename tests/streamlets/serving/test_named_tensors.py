@@ -99,7 +99,8 @@ def test_a_keras_model_with_two_named_inputs_fills_every_output_transform(
 def test_a_saved_model_signature_with_typed_inputs_serves_the_same(
     built: dict[str, Any], tmp_path: Path
 ) -> None:
-    h = _harness(apps.MixedServing, apps.MIXED_CONFIG, tmp_path)
+    config = {**apps.MIXED_CONFIG, "allow_saved_model": True}
+    h = _harness(apps.MixedServing, config, tmp_path)
     status = _serve(h, 1, "TF_SAVED_MODEL", pack_directory(built["dir"] / "mixed-saved"))
     assert status["state"] == "serving", status["message"]
     values = _values()
@@ -123,7 +124,11 @@ def test_raw_text_goes_into_a_model_with_its_own_text_vectorization(
     config = apps.TEXT_CONFIG
     artifact = (built["dir"] / "text.keras").read_bytes()
     if kind == "TF_SAVED_MODEL":  # model.export() names the signature's output output_0
-        config = {**config, "outputs": {"output_0": config["outputs"]["sentiment"]}}
+        config = {
+            **config,
+            "outputs": {"output_0": config["outputs"]["sentiment"]},
+            "allow_saved_model": True,
+        }
         artifact = pack_directory(built["dir"] / "text-saved")
     h = _harness(apps.TextServing, config, tmp_path)
     status = _serve(h, 1, kind, artifact)

@@ -20,14 +20,19 @@ from tests.streamlets.serving import serving_support as s
 STORE_PATHS = [s.SCHEMAS]
 
 
-def _app(bootstrap: str, replicas: int, cache: Path) -> Application:
+def _app(bootstrap: str, replicas: int, cache: Path, **config: Any) -> Application:
     return support.make_app(
         bootstrap,
         streamlets={
             "classifier": {
                 "class": "classifier_app:WineClassifier",
                 "replicas": replicas,
-                "config": {**s.CONFIG, "cache_dir": str(cache), "breaker_cooldown": "1s"},
+                "config": {
+                    **s.CONFIG,
+                    "cache_dir": str(cache),
+                    "breaker_cooldown": "1s",
+                    **config,
+                },
             }
         },
         topics={

@@ -53,7 +53,7 @@ def test_data_waits_for_the_first_model_then_predictions_match_the_model(
 def test_saved_model_archives_load_and_switch_between_batches(
     wine_models: WineModels, tmp_path: Path
 ) -> None:
-    h = s.harness(tmp_path)
+    h = s.harness(tmp_path, allow_saved_model=True)
     h.control("model", s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
     s.settle(h, 1)
     archive = pack_directory(wine_models.v2.saved_model)
@@ -88,6 +88,7 @@ def _corrupt_archive() -> bytes:
         ("wrong-sha256", "failed", "sha256 mismatch"),
         ("wrong-signature", "failed", "no signature 'nope'"),
         ("outside-allowlist", "rejected", "not in the allowlist"),
+        ("saved-model-not-allowed", "rejected", "allow_saved_model"),
         ("unreachable-server", "failed", "unreachable"),
         ("not-newer", "rejected", "not newer"),
         ("garbage-keras", "failed", "Keras"),
@@ -96,7 +97,7 @@ def _corrupt_archive() -> bytes:
 def test_a_bad_descriptor_leaves_the_old_model_serving(
     wine_models: WineModels, tmp_path: Path, case: str, state: str, reason: str
 ) -> None:
-    h = s.harness(tmp_path)
+    h = s.harness(tmp_path, allow_saved_model=case != "saved-model-not-allowed")
     h.control("model", s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
     s.settle(h, 1)
     archive = pack_directory(wine_models.v2.saved_model)
@@ -107,6 +108,7 @@ def test_a_bad_descriptor_leaves_the_old_model_serving(
             2, "TF_SAVED_MODEL", data=archive, parameters={"signature": "nope"}
         ),
         "outside-allowlist": s.descriptor(2, "OPEN_INFERENCE_V2", location="http://10.1.2.3:80"),
+        "saved-model-not-allowed": s.descriptor(2, "TF_SAVED_MODEL", data=archive),
         "unreachable-server": s.descriptor(2, "OPEN_INFERENCE_V2", location="http://127.0.0.1:9"),
         "not-newer": s.descriptor(1, "KERAS", data=wine_models.v2.keras_file.read_bytes()),
         "garbage-keras": s.descriptor(2, "KERAS", data=b"PK\x03\x04 not really a zip"),

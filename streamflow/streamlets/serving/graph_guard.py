@@ -1,0 +1,158 @@
+"""What a SavedModel may do: its graph is read, and side-effecting ops refuse it, before it loads.
+
+A SavedModel is a program, not data. Its graph can read and write files,
+list directories, call back into Python or reach other hosts, and it does so
+with the replica's rights as soon as it runs (warm-up runs it at once). So
+before TensorFlow loads one, its ``saved_model.pb`` is parsed as a protobuf,
+which runs nothing, and every op of every function in it is checked against
+:data:`DENIED_OPS`. One denied op anywhere refuses the model.
+
+The checkpoint ops (``SaveV2``, ``RestoreV2``, ...) are the one nuance: every
+TF2 SavedModel carries a saver whose functions hold them, and
+``tf.saved_model.load`` does not run those (it restores variables with its
+own reader). They are allowed in the functions only the saver reaches, and
+refused in every other function. A SavedModel without an object graph (TF1
+style) would have its init ops run by the loader and is refused outright, as
+is a ``saved_model.pbtxt`` (or ``.cpb``) that the loader might read instead of
+the ``.pb`` checked here.
+
+Serving SavedModels is off unless a streamlet sets ``allow_saved_model``: the
+check is a denylist, and a denylist can only name what is known to be harmful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHECKPOINT_OPS", "DENIED_OPS", "GraphRefused", "check_saved_model"]
+
+
+class GraphRefused(Exception):
+    """A SavedModel holding an op it may not run, or in a form that cannot be checked."""
+
+
+_FILES = {
+    "ReadFile", "WriteFile", "MatchingFiles", "FileSystemSetConfiguration", "ImmutableConst",
+    "DecodeProtoV2", "EncodeProto",  # descriptor_source may name a file
+    "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
+    "LoadAndRemapMatrix", "GenerateVocabRemapping",
+    "WholeFileReader", "WholeFileReaderV2", "TextLineReader", "TextLineReaderV2",
+    "FixedLengthRecordReader", "FixedLengthRecordReaderV2", "TFRecordReader",
+    "TFRecordReaderV2", "LMDBReader", "IdentityReader", "IdentityReaderV2",
+    "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2",
+}  # fmt: skip
+_DATASETS = {
+    "TextLineDataset", "TFRecordDataset", "TFRecordDatasetV2", "FixedLengthRecordDataset",
+    "FixedLengthRecordDatasetV2", "CSVDataset", "CSVDatasetV2", "ExperimentalCSVDataset",
+    "LMDBDataset", "ExperimentalLMDBDataset", "SqlDataset", "ExperimentalSqlDataset",
+    "MatchingFilesDataset", "ExperimentalMatchingFilesDataset", "SaveDataset",
+    "SaveDatasetV2", "LoadDataset", "ExperimentalLoadDataset", "SnapshotDataset",
+    "SnapshotDatasetV2", "SnapshotDatasetReader", "SnapshotNestedDatasetReader",
+    "ExperimentalSnapshotDataset", "CacheDataset", "CacheDatasetV2", "DatasetToTFRecord",
+    "ExperimentalDatasetToTFRecord", "DistributedSave", "DataServiceDataset",
+    "DataServiceDatasetV2", "DataServiceDatasetV3", "DataServiceDatasetV4", "RegisterDataset",
+    "RegisterDatasetV2",
+}  # fmt: skip
+_OUTPUT = {
+    "Print", "PrintV2",  # output_stream may be file://
+    "CreateSummaryFileWriter", "CreateSummaryDbWriter", "SummaryWriter", "WriteSummary",
+    "WriteScalarSummary", "WriteHistogramSummary", "WriteImageSummary", "WriteAudioSummary",
+    "WriteGraphSummary", "WriteRawProtoSummary", "ImportEvent", "FlushSummaryWriter",
+    "CloseSummaryWriter", "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3",
+    "DebugNanCount", "DebugNumericSummary", "DebugNumericSummaryV2",
+}  # fmt: skip
+_PYTHON = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+_NETWORK = {
+    "Rpc", "TryRpc", "RpcClient", "RpcServer", "RpcServerStart", "RpcServerRegister", "RpcCall",
+    "RpcCheckStatus", "RpcGetValue", "Send", "Recv", "_Send", "_Recv", "_HostSend", "_HostRecv",
+    "RemoteCall", "CollectiveReduce", "CollectiveGather", "CollectiveBcastSend",
+    "CollectiveBcastRecv", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGatherV2",
+    "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "CollectiveAllToAllV2",
+    "CollectiveAllToAllV3", "CollectiveReduceScatterV2", "CollectiveInitializeCommunicator",
+    "CollectiveAssignGroupV2",
+}  # fmt: skip
+
+#: Ops that write or read checkpoint files: allowed only in the saver's own functions.
+CHECKPOINT_OPS = frozenset(
+    {"Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints"}
+)
+
+#: Ops refused anywhere a model's functions can reach: file and I/O, dataset sources and
+#: sinks, printing and summaries, Python callbacks, RPC and cross-device sends.
+DENIED_OPS = frozenset(_FILES | _DATASETS | _OUTPUT | _PYTHON | _NETWORK | CHECKPOINT_OPS)
+
+
+def check_saved_model(directory: Path) -> None:
+    """Raise GraphRefused unless every op the SavedModel in ``directory`` holds is allowed."""
+    for other in ("saved_model.pbtxt", "saved_model.cpb"):
+        if (directory / other).exists():
+            raise GraphRefused(f"the SavedModel has a {other}: only saved_model.pb is accepted")
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    try:
+        saved.ParseFromString((directory / "saved_model.pb").read_bytes())
+    except Exception as exc:  # protobuf's DecodeError, or an unreadable file
+        what = type(exc).__name__
+        raise GraphRefused(f"not a readable SavedModel (saved_model.pb): {what}") from None
+    if not saved.meta_graphs:
+        raise GraphRefused("the SavedModel has no graph")
+    for meta_graph in saved.meta_graphs:
+        _check_meta_graph(meta_graph)
+
+
+def _check_meta_graph(meta_graph: Any) -> None:
+    if not meta_graph.object_graph_def.nodes:
+        raise GraphRefused(
+            "a TF1-style SavedModel (no object graph) runs init ops as it loads: "
+            "export it with tf.saved_model.save"
+        )
+    graph = meta_graph.graph_def
+    library = {f.signature.name: f for f in graph.library.function}
+    saver = meta_graph.saver_def
+    saver_nodes = {
+        name.split(":")[0] for name in (saver.save_tensor_name, saver.restore_op_name) if name
+    }
+    top = [n for n in graph.node if n.name not in saver_nodes]
+    saver_only = _closure(library, _called(n for n in graph.node if n.name in saver_nodes))
+    roots = set(_called(top)) | set(meta_graph.object_graph_def.concrete_functions)
+    roots |= set(library) - saver_only  # every other function, reachable or not
+    strict = _closure(library, roots)
+    for node in top:
+        _refuse(node, DENIED_OPS, "the graph")
+    for name, function in library.items():
+        denied = DENIED_OPS if name in strict else DENIED_OPS - CHECKPOINT_OPS
+        for node in function.node_def:
+            _refuse(node, denied, f"function {name}")
+
+
+def _refuse(node: Any, denied: frozenset[str], where: str) -> None:
+    if node.op in denied:
+        raise GraphRefused(
+            f"refused op {node.op} in {where}: a served model may not touch files, "
+            "call Python or reach other hosts (see SECURITY.md, the denied ops)"
+        )
+
+
+def _called(nodes: Iterable[Any]) -> Iterator[str]:
+    """The functions that nodes call through their attributes (f, then_branch, body, ...)."""
+    for node in nodes:
+        for attr in node.attr.values():
+            if attr.HasField("func"):
+                yield attr.func.name
+            if attr.HasField("list"):
+                yield from (f.name for f in attr.list.func)
+
+
+def _closure(library: dict[str, Any], roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = [r for r in roots if r in library]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(c for c in _called(library[name].node_def) if c in library and c not in seen)
+    return seen
