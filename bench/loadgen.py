@@ -13,6 +13,9 @@ seen, which is how the driver measures the maximum rate and knows when a step ha
 drained. Both processes share the machine's wall clock, so no clock sync is involved.
 
 Neither imports streamflow: the load and the measurement must not share its code paths.
+Against a secured Kafka both take librdkafka settings as ``-X key=value`` (repeatable,
+like kcat) and from ``STREAMFLOW_KAFKA_<KEY>`` variables, the way streamflow's own
+clients do, so a password need not be on the command line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import array
 import json
+import os
 import random
 import signal
 import time
@@ -35,6 +39,7 @@ from bench import common
 SCHEMA_FILE = common.SCHEMA_DIR / "TimedRecord.avsc"
 HEADERS: list[tuple[str, str | bytes | None]] = [("streamflow-schema", b"bench.TimedRecord")]
 _TICK_S = 0.25
+_ENV_PREFIX = "STREAMFLOW_KAFKA_"
 
 
 def _schema() -> tuple[Any, bytes]:
@@ -44,11 +49,25 @@ def _schema() -> tuple[Any, bytes]:
     return parsed, b"\xc3\x01" + bytes.fromhex(digest)
 
 
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """bootstrap, then ``STREAMFLOW_KAFKA_*`` from the environment, then ``-X`` settings."""
+    config: dict[str, Any] = {"bootstrap.servers": args.bootstrap}
+    for name, value in os.environ.items():
+        if name.startswith(_ENV_PREFIX) and name != _ENV_PREFIX + "BOOTSTRAP" and value:
+            config[name[len(_ENV_PREFIX) :].lower().replace("_", ".")] = value
+    for setting in args.kafka:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"-X {setting!r}: expected key=value")
+        config[key.strip()] = value
+    return config
+
+
 def produce(args: argparse.Namespace) -> None:
     """Produce at ``rate`` for ``seconds``, then flush and report what was sent when."""
     parsed, header = _schema()
     payload = random.Random(0).randbytes(max(0, args.size - 40))
-    producer = Producer({"bootstrap.servers": args.bootstrap, **common.PRODUCER_SETTINGS})
+    producer = Producer({**client_config(args), **common.PRODUCER_SETTINGS})
     rate, sent = float(args.rate), 0
     start = time.monotonic()
     start_us = time.time_ns() // 1000
@@ -91,7 +110,7 @@ class _Probe:
         parsed, _ = _schema()
         consumer = Consumer(
             {
-                "bootstrap.servers": self.args.bootstrap,
+                **client_config(self.args),
                 "group.id": f"probe-{self.args.topic}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",  # exactly-once outputs count when committed
@@ -160,6 +179,15 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--bootstrap", required=True)
     q.add_argument("--topic", required=True)
     q.add_argument("--out", required=True)
+    for sub_parser in (p, q):
+        sub_parser.add_argument(
+            "-X",
+            dest="kafka",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable)",
+        )
     args = parser.parse_args(argv)
     if args.command == "produce":
         produce(args)

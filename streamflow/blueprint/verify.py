@@ -19,7 +19,13 @@ from typing import Any
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint import paths as search_paths
-from streamflow.blueprint import verify_autoscale, verify_schemas, verify_streamlets, verify_topics
+from streamflow.blueprint import (
+    verify_autoscale,
+    verify_kafka,
+    verify_schemas,
+    verify_streamlets,
+    verify_topics,
+)
 from streamflow.blueprint.model import Application, StreamletSpec, TopicSpec
 from streamflow.blueprint.problems import Position, Problem, Severity, has_errors
 from streamflow.blueprint.report import Reporter
@@ -138,6 +144,7 @@ def _verify(
     if any(p.code == "invalid-yaml" for p in parse_problems):
         return VerifyResult(None, report.problems)
     draft = read_blueprint(root, report)
+    verify_kafka.check_no_secrets(root, report=report)
     if draft is None:
         return VerifyResult(None, report.problems)
     name = draft.name

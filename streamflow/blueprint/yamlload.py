@@ -6,6 +6,12 @@ plain ``yaml.load`` does). So we let ruamel.yaml *compose* the document (a
 node graph that carries marks) and convert it ourselves: duplicate keys become
 problems, scalars become plain Python values through the safe constructor,
 and every node keeps its 1-based position. Nothing here raises for bad input.
+
+An alias is expanded into a copy of what it names, so a few hundred bytes of
+nested aliases (the "billion laughs") would become hundreds of millions of
+nodes. Composing is cheap (an alias is a reference); the copies are made here,
+so here they are counted: past :data:`MAX_ALIAS_NODES` copied nodes the
+document is refused as ``invalid-yaml``, whatever its size otherwise.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from streamflow.blueprint.problems import Position, Problem
 
-__all__ = ["Node", "parse_yaml"]
+__all__ = ["MAX_ALIAS_NODES", "Node", "parse_yaml"]
 
+# Nodes that aliases may add in all: a blueprint's anchors repeat a few config blocks.
+MAX_ALIAS_NODES = 10_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -94,7 +102,11 @@ def parse_yaml(text: str, *, filename: str) -> tuple[Node | None, list[Problem]]
     if root is None:
         return None, []
     converter = _Converter(filename)
-    return converter.convert(root), converter.problems
+    try:
+        node = converter.convert(root)
+    except _AliasBomb as bomb:
+        return None, [bomb.problem]
+    return node, converter.problems
 
 
 def _yaml_problem(exc: MarkedYAMLError, filename: str) -> Problem:
@@ -109,6 +121,14 @@ def _yaml_problem(exc: MarkedYAMLError, filename: str) -> Problem:
     )
 
 
+class _AliasBomb(Exception):
+    """Aliases expanded past the cap: the whole document is refused, not just one value."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
 class _Converter:
     """Turns composed ruamel nodes into :class:`Node`, collecting problems on the way."""
 
@@ -117,9 +137,20 @@ class _Converter:
         self.problems: list[Problem] = []
         self._constructor = YAML(typ="safe", pure=True).constructor
         self._active: set[int] = set()
+        self._converted: set[int] = set()
+        self._copies = 0
+        self._copying: Position | None = None  # the anchor whose copy is being made
 
     def convert(self, raw: nodes.Node) -> Node:
         line, column = raw.start_mark.line + 1, raw.start_mark.column + 1
+        outermost = self._count_copy(raw, line, column)
+        try:
+            return self._convert(raw, line, column)
+        finally:
+            if outermost:
+                self._copying = None
+
+    def _convert(self, raw: nodes.Node, line: int, column: int) -> Node:
         if id(raw) in self._active:  # a recursive alias: refuse rather than loop forever
             self._problem("wrong-type", "a recursive YAML alias is not supported", line, column)
             return Node("scalar", line, column)
@@ -132,6 +163,31 @@ class _Converter:
             return self._scalar(raw, line, column)
         finally:
             self._active.discard(id(raw))
+
+    def _count_copy(self, raw: nodes.Node, line: int, column: int) -> bool:
+        """A node converted a second time is an alias's copy: count it against the cap.
+
+        True when this starts the copy of an anchor (not a node inside one), which
+        is the position a refusal points at.
+        """
+        if id(raw) not in self._converted:
+            self._converted.add(id(raw))
+            return False
+        self._copies += 1
+        outermost = self._copying is None
+        if outermost:
+            self._copying = Position(self.filename, line, column)
+        if self._copies > MAX_ALIAS_NODES:
+            raise _AliasBomb(
+                Problem(
+                    "invalid-yaml",
+                    f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
+                    "(the anchor here is repeated too often)",
+                    self._copying or Position(self.filename, line, column),
+                    hint="write the repeated values out, or repeat them fewer times",
+                )
+            )
+        return outermost
 
     def _scalar(self, raw: nodes.Node, line: int, column: int) -> Node:
         text = str(raw.value)

@@ -4,20 +4,32 @@ Commands that act on a running application (``tail``, ``model push``,
 ``model status``) accept either. A name is looked up in the local state that
 ``streamflow run`` and ``deploy`` write; Kafka's address comes from
 ``--bootstrap-servers``, the blueprint, or that state, in this order.
+
+Their Kafka clients come from :func:`kafka_clients`, which configures them as
+the application's replicas are configured (the blueprint's ``kafka.config``
+under the ``STREAMFLOW_KAFKA_*`` environment), so a command speaks TLS and
+SASL to a broker that wants them rather than plaintext; :func:`kafka_errors`
+turns a client that cannot be made or cannot connect into one sentence.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
+from confluent_kafka import KafkaException
 
 from streamflow.blueprint import BlueprintError, load_application
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, state
+from streamflow.runtime import kafka_access
+from streamflow.runtime.clients import KafkaClients
 
-__all__ = ["resolve"]
+__all__ = ["kafka_clients", "kafka_errors", "resolve"]
 
 
 def resolve(target: str, explicit_bootstrap: str | None) -> tuple[Application, str]:
@@ -46,3 +58,31 @@ def resolve(target: str, explicit_bootstrap: str | None) -> tuple[Application, s
     if not bootstrap:
         output.fail(f"where is Kafka for {app.name!r}?", hint="pass --bootstrap-servers")
     return app, str(bootstrap)
+
+
+def kafka_clients(app: Application, bootstrap: str) -> KafkaClients:
+    """Clients configured exactly as the application's replicas configure theirs."""
+    # librdkafka's informational lines would interleave with the command's output
+    clients = KafkaClients.for_application(
+        app, bootstrap=bootstrap, environ=os.environ, log_level=3
+    )
+    try:  # a wrong password or CA would otherwise be a hang, then a raw librdkafka line
+        kafka_access.check_access(clients.config)
+    except kafka_access.KafkaAccessError as exc:
+        output.fail(str(exc))
+    return clients
+
+
+@contextlib.contextmanager
+def kafka_errors(bootstrap: str) -> Iterator[None]:
+    """A client that cannot be made (a bad TLS setting) or reach Kafka: exit 1, said plainly."""
+    try:
+        yield
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        describe = getattr(error, "str", None)
+        reason = describe() if callable(describe) else str(error)
+        output.fail(
+            f"cannot use Kafka at {bootstrap}: {reason}",
+            hint="check the blueprint's kafka.config and the STREAMFLOW_KAFKA_* variables",
+        )

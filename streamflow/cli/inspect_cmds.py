@@ -78,6 +78,10 @@ def verify(
     """Check a blueprint and report every problem, with file:line:col.
 
     Exits 0 when the blueprint is valid (warnings allowed) and 1 when it has errors.
+
+    To read the streamlets' ports and parameters, verify imports the modules the
+    blueprint names, which runs their top-level code with your rights: verify only
+    blueprints you trust.
     """
     result = verify_file(file, overrides=parse_overrides(set_))
     if output_format is VerifyFormat.text:

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from rich.text import Text
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import apps, model_wait, output
+from streamflow.runtime import kafka_access
+from streamflow.runtime.clients import KafkaClients
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.serving.publisher import build_descriptor
 
@@ -99,59 +101,61 @@ def push(
     if protocol not in _PROTOCOLS:
         output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
     app, bootstrap = apps.resolve(target, bootstrap_servers)
-    control_topic, status_topic = _topics(app, streamlet)
-    store = SchemaStore(app.schema_paths)
-    history = _read_all(
-        bootstrap, control_topic, SingleObjectCodec(store.get(DESCRIPTOR), store=store)
-    )
-    model_name = name or (
-        history[-1]["name"] if history else (keras or saved_model or onnx or Path("model")).stem
-    )
-    newest = max((d["version"] for d in history if d["name"] == model_name), default=0)
-    chosen = version if version is not None else newest + 1
-    artifacts = {"keras": keras, "saved_model": saved_model, "onnx": onnx}
-    artifact = next(((form, path) for form, path in artifacts.items() if path), None)
-    descriptor = build_descriptor(
-        model_name,
-        chosen,
-        artifact=artifact,
-        url=url,
-        protocol=protocol,
-        parameters=_params(param or []),
-        by_reference=by_reference,
-        description=description,
-    )
-    status_start = _end_offsets(bootstrap, status_topic) if status_topic else {}
-    _produce(
-        bootstrap,
-        control_topic,
-        model_name,
-        SingleObjectCodec(store.get(DESCRIPTOR), store=store).encode(descriptor),
-    )
-    size = len(descriptor["data"] or b"")
-    pushed = Text.assemble(
-        "pushed ",
-        (f"{model_name}:{chosen}", "bold"),
-        f" ({descriptor['kind']}{f', {size:,} bytes' if size else ''}) to {control_topic}",
-    )
-    # with -o json|yaml, stdout is the data alone
-    (output.console() if fmt == "table" else output.error_console()).print(pushed)
-    awaited = model_wait.Awaited(
-        streamlet, model_name, chosen, timeout, machine_output=fmt != "table", quiet=quiet
-    )
-    awaited_on = status_topic if timeout > 0 else None  # no status topic: nothing to wait for
-    statuses = (
-        model_wait.await_status(app, awaited, bootstrap, awaited_on, status_start, store)
-        if awaited_on is not None
-        else {}
-    )
-    if fmt != "table":
-        summary = {"model": model_name, "version": chosen, "kind": descriptor["kind"]}
-        output.print_data({**summary, "topic": control_topic, "replicas": statuses}, fmt=fmt)
-    elif statuses:
-        model_wait.print_status_table(statuses)
-    if awaited_on is not None:
-        model_wait.check_served(statuses, awaited, app)
+    clients = apps.kafka_clients(app, bootstrap)
+    with apps.kafka_errors(bootstrap):  # the blueprint's TLS/SASL settings, as replicas use
+        control_topic, status_topic = _topics(app, streamlet)
+        store = SchemaStore(app.schema_paths)
+        history = _read_all(
+            clients, control_topic, SingleObjectCodec(store.get(DESCRIPTOR), store=store)
+        )
+        model_name = name or (
+            history[-1]["name"] if history else (keras or saved_model or onnx or Path("model")).stem
+        )
+        newest = max((d["version"] for d in history if d["name"] == model_name), default=0)
+        chosen = version if version is not None else newest + 1
+        artifacts = {"keras": keras, "saved_model": saved_model, "onnx": onnx}
+        artifact = next(((form, path) for form, path in artifacts.items() if path), None)
+        descriptor = build_descriptor(
+            model_name,
+            chosen,
+            artifact=artifact,
+            url=url,
+            protocol=protocol,
+            parameters=_params(param or []),
+            by_reference=by_reference,
+            description=description,
+        )
+        status_start = _end_offsets(clients, status_topic) if status_topic else {}
+        _produce(
+            clients,
+            control_topic,
+            model_name,
+            SingleObjectCodec(store.get(DESCRIPTOR), store=store).encode(descriptor),
+        )
+        size = len(descriptor["data"] or b"")
+        pushed = Text.assemble(
+            "pushed ",
+            (f"{model_name}:{chosen}", "bold"),
+            f" ({descriptor['kind']}{f', {size:,} bytes' if size else ''}) to {control_topic}",
+        )
+        # with -o json|yaml, stdout is the data alone
+        (output.console() if fmt == "table" else output.error_console()).print(pushed)
+        awaited = model_wait.Awaited(
+            streamlet, model_name, chosen, timeout, machine_output=fmt != "table", quiet=quiet
+        )
+        awaited_on = status_topic if timeout > 0 else None  # no status topic: nothing to wait for
+        statuses = (
+            model_wait.await_status(app, awaited, clients, awaited_on, status_start, store)
+            if awaited_on is not None
+            else {}
+        )
+        if fmt != "table":
+            summary = {"model": model_name, "version": chosen, "kind": descriptor["kind"]}
+            output.print_data({**summary, "topic": control_topic, "replicas": statuses}, fmt=fmt)
+        elif statuses:
+            model_wait.print_status_table(statuses)
+        if awaited_on is not None:
+            model_wait.check_served(statuses, awaited, app)
 
 
 @model_app.command("status")
@@ -165,6 +169,21 @@ def status(
 ) -> None:
     """Show the model and version each replica serves, and the latest event of each."""
     app, bootstrap = apps.resolve(target, bootstrap_servers)
+    with apps.kafka_errors(bootstrap):
+        latest = _latest_statuses(app, apps.kafka_clients(app, bootstrap), streamlet)
+    if fmt != "table":
+        output.print_data(list(latest.values()), fmt=fmt)
+        return
+    if not latest:
+        output.console().print("no model status yet")
+        return
+    model_wait.print_status_table(latest)
+
+
+def _latest_statuses(
+    app: Application, clients: KafkaClients, streamlet: str | None
+) -> dict[str, dict[str, Any]]:
+    """Each replica's latest serving record, with the latest other event beside it."""
     store = SchemaStore(app.schema_paths)
     codec = SingleObjectCodec(store.get(STATUS), store=store)
     latest: dict[str, dict[str, Any]] = {}
@@ -172,7 +191,7 @@ def status(
         _, status_topic = _topics(app, name)
         if status_topic is None:
             continue
-        for record in _read_all(bootstrap, status_topic, codec):
+        for record in _read_all(clients, status_topic, codec):
             previous = latest.get(record["replica"])
             if record["state"] == "serving" or previous is None or previous["state"] != "serving":
                 latest[record["replica"]] = record
@@ -181,13 +200,7 @@ def status(
                     **previous,
                     "last_event": f"{record['state']} v{record['version']}: {record['message']}",
                 }
-    if fmt != "table":
-        output.print_data(list(latest.values()), fmt=fmt)
-        return
-    if not latest:
-        output.console().print("no model status yet")
-        return
-    model_wait.print_status_table(latest)
+    return latest
 
 
 def _serving_streamlets(app: Application) -> list[str]:
@@ -228,30 +241,33 @@ def _params(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _produce(bootstrap: str, topic: str, key: str, value: bytes) -> None:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "message.max.bytes": 16 * 1024 * 1024,
-            "enable.idempotence": True,
-        }
-    )
-    errors: list[str] = []
+def _produce(clients: KafkaClients, topic: str, key: str, value: bytes) -> None:
+    errors: list[KafkaError] = []
+    large: dict[str, Any] = {"message.max.bytes": 16 * 1024 * 1024}
+    producer = clients.producer(client_id="streamflow-model-push", **large)
     producer.produce(
         topic,
         value,
         key.encode(),
         headers=[("streamflow-schema", DESCRIPTOR.encode())],
-        on_delivery=lambda err, _msg: errors.append(err.str()) if err else None,
+        on_delivery=lambda err, _msg: errors.append(err) if err else None,
     )
-    if producer.flush(30) or errors:
-        output.fail(
-            f"could not write the descriptor to {topic}: {errors[0] if errors else 'timed out'}"
-        )
+    try:
+        unsent = producer.flush(30)
+    except (KafkaException, SystemError) as exc:  # confluent-kafka raises fatal errors here
+        cause = exc if isinstance(exc, KafkaException) else exc.__cause__
+        if not isinstance(cause, KafkaException):
+            raise
+        errors.insert(0, cause.args[0])
+        unsent = 0
+    if unsent or errors:
+        denial = errors and kafka_access.describe_denial(errors[0], clients.config, topic=topic)
+        reason = errors[0].str() if errors else "timed out"
+        output.fail(denial or f"could not write the descriptor to {topic}: {reason}")
 
 
-def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = model_wait.consumer(bootstrap)
+def _end_offsets(clients: KafkaClients, topic: str) -> dict[int, int]:
+    consumer = model_wait.consumer(clients)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         return {
@@ -262,9 +278,9 @@ def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def _read_all(bootstrap: str, topic: str, codec: SingleObjectCodec) -> list[dict[str, Any]]:
+def _read_all(clients: KafkaClients, topic: str, codec: SingleObjectCodec) -> list[dict[str, Any]]:
     """Every decodable record of a (small, compacted) topic, oldest first."""
-    consumer = model_wait.consumer(bootstrap)
+    consumer = model_wait.consumer(clients)
     records: list[tuple[int, dict[str, Any]]] = []
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
+from streamflow.runtime.clients import KafkaClients
 from streamflow.schema import SchemaStore, SingleObjectCodec
 
 __all__ = [
@@ -37,15 +37,9 @@ STATUS = "streamflow.ml.ModelStatus"
 FINAL = {"serving", "failed", "rejected", "superseded"}
 
 
-def consumer(bootstrap: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"streamflow-cli-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+def consumer(clients: KafkaClients) -> Consumer:
+    """A reader configured as the application's replicas are (TLS, SASL), committing nothing."""
+    return clients.reader(client_id="streamflow-cli")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +57,7 @@ class Awaited:
 def await_status(
     app: Application,
     awaited: Awaited,
-    bootstrap: str,
+    clients: KafkaClients,
     topic: str,
     start: dict[int, int],
     store: SchemaStore,
@@ -73,7 +67,7 @@ def await_status(
     replicas = app.streamlets[awaited.streamlet].replicas
     final: dict[str, dict[str, Any]] = {}
     states: dict[str, str] = {}  # replica -> the latest state it reported for this version
-    reader = consumer(bootstrap)
+    reader = consumer(clients)
     reader.assign([TopicPartition(topic, p, o) for p, o in start.items()])
     deadline = time.monotonic() + awaited.timeout
     try:

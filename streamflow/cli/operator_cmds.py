@@ -55,6 +55,17 @@ def run(
         str | None,
         typer.Option(help="Serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz."),
     ] = None,
+    allowed_images: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-images",
+            envvar="STREAMFLOW_ALLOWED_IMAGES",
+            help="Refuse applications whose image matches none of these (repeatable): a glob "
+            "(ghcr.io/acme/*) or a prefix that ends at /, : or @ "
+            "(registry.internal/streamflow admits registry.internal/streamflow:1.2). "
+            "Default: any image.",
+        ),
+    ] = None,
     ui_port: Annotated[
         int | None,
         typer.Option(
@@ -94,6 +105,7 @@ def run(
             clusterwide=all_namespaces,
             resync_s=resync,
             liveness_endpoint=liveness,
+            allowed_images=allowed_images or (),
         )
     except KubeError as exc:
         output.fail(str(exc))

@@ -34,6 +34,7 @@ from streamflow.cli import overrides as overrides_mod
 from streamflow.cli import progress, state
 from streamflow.operator.local import ReplicaProcess, store
 from streamflow.operator.local.supervisor import LocalSupervisor
+from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, ensure_topics
 
@@ -151,10 +152,11 @@ def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
 
 
 def _create_topics(app: Application, bootstrap: str) -> None:
-    admin = KafkaClients(bootstrap=bootstrap, config=app.kafka.config).admin()
+    clients = KafkaClients.for_application(app, bootstrap=bootstrap, environ=os.environ)
     try:
-        report = ensure_topics(admin, app)
-    except TopicsError as exc:
+        kafka_access.check_access(clients.config)  # a clear cause, not a hang
+        report = ensure_topics(clients.admin(), app)
+    except (TopicsError, kafka_access.KafkaAccessError) as exc:
         console.print(f"[red]error[/]: {exc}", markup=False)
         raise typer.Exit(1) from None
     for warning in report.warnings:

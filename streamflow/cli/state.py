@@ -12,11 +12,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from streamflow.operator.local import private
+
 __all__ = ["app_dir", "home", "read_json", "write_json"]
 
 
 def home() -> Path:
-    return Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow").resolve()
+    """The home, made private first if an older version left it readable by others."""
+    root = Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow").resolve()
+    private.tighten(root)
+    return root
 
 
 def app_dir(name: str) -> Path:
@@ -24,9 +29,11 @@ def app_dir(name: str) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Atomically, and readable by this user alone (directories 0700, the file 0600)."""
+    private.ensure_dir(path.parent)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    with private.open_private(tmp) as out:
+        out.write(json.dumps(data, indent=2, default=str))
     tmp.replace(path)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import uuid
 from typing import Annotated, Any
 
 import typer
@@ -48,21 +47,15 @@ def tail(
         known = ", ".join([*app.topics, *_dlq_topics(app)])
         output.fail(f"application {app.name!r} has no topic {topic!r} (topics: {known})")
     decoder = peek.Decoder(SchemaStore(app.schema_paths))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"streamflow-tail-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        _assign_last(consumer, topic, n)
-        _print_records(consumer, decoder, fmt=fmt, limit=None if follow else n)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        consumer.close()
+    with apps.kafka_errors(bootstrap):  # the blueprint's TLS/SASL settings, as replicas use
+        consumer = apps.kafka_clients(app, bootstrap).reader(client_id="streamflow-tail")
+        try:
+            _assign_last(consumer, topic, n)
+            _print_records(consumer, decoder, fmt=fmt, limit=None if follow else n)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            consumer.close()
 
 
 def _dlq_topics(app: Application) -> list[str]:

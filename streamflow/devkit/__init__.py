@@ -1,4 +1,4 @@
-"""Local development infrastructure: Kafka, a kwok Kubernetes control plane, a KServe server."""
+"""Local development infrastructure: Kafka (plain or secured), kwok Kubernetes, a KServe server."""
 
 from streamflow.devkit.k8s import KUBE_BINARIES, KubeCluster, find_k8s_bin, find_kubectl
 from streamflow.devkit.kafka import (
@@ -8,6 +8,7 @@ from streamflow.devkit.kafka import (
     find_java,
     find_kafka_lib,
 )
+from streamflow.devkit.kafka_secured import SecuredKafkaBroker
 from streamflow.devkit.modelserver import ModelServer, find_modelserver
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "KafkaBroker",
     "KubeCluster",
     "ModelServer",
+    "SecuredKafkaBroker",
     "create_topic",
     "find_java",
     "find_k8s_bin",

@@ -199,7 +199,13 @@ class KafkaBroker:
             self._ports = _free_port_pair()
         config = self._write_config(work_dir)
         if not (work_dir / "data" / "meta.properties").exists():
-            _format_storage(java=java, lib=lib, work_dir=work_dir, config=config)
+            _format_storage(
+                java=java,
+                lib=lib,
+                work_dir=work_dir,
+                config=config,
+                extra=self._format_arguments(),
+            )
         self._process = self._launch(java=java, lib=lib, work_dir=work_dir, config=config)
         _running.add(self)
         try:
@@ -251,11 +257,20 @@ class KafkaBroker:
         plaintext, controller = self._ports
         settings = {
             **_server_settings(plaintext=plaintext, controller=controller, data=work_dir / "data"),
+            **self._extra_settings(work_dir),
             **self._overrides,
         }
         config = work_dir / "server.properties"
         config.write_text("".join(f"{key}={_escape(value)}\n" for key, value in settings.items()))
         return config
+
+    def _extra_settings(self, work_dir: Path) -> dict[str, str]:
+        """Settings a subclass adds (listeners, security) over the plaintext defaults."""
+        return {}
+
+    def _format_arguments(self) -> list[str]:
+        """Extra `kafka-storage format` arguments, e.g. SCRAM users that must exist at start."""
+        return []
 
     def _launch(
         self, *, java: Path, lib: Path, work_dir: Path, config: Path
@@ -375,7 +390,9 @@ def _jvm_command(*, java: Path, lib: Path, work_dir: Path, heap: str) -> list[st
     ]
 
 
-def _format_storage(*, java: Path, lib: Path, work_dir: Path, config: Path) -> None:
+def _format_storage(
+    *, java: Path, lib: Path, work_dir: Path, config: Path, extra: Sequence[str] = ()
+) -> None:
     """Write meta.properties and the bootstrap metadata into a fresh data dir."""
     command = [
         *_jvm_command(java=java, lib=lib, work_dir=work_dir, heap="128m"),
@@ -385,6 +402,7 @@ def _format_storage(*, java: Path, lib: Path, work_dir: Path, config: Path) -> N
         _cluster_id(),
         "--config",
         str(config),
+        *extra,
     ]
     result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, check=False)
     if result.returncode != 0:

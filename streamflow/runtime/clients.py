@@ -4,20 +4,30 @@ Every consumer, producer and admin client the runtime creates goes through a
 :class:`KafkaClients`. It holds the application's client config (bootstrap
 servers, security settings from a Secret) and the per-role defaults that the
 delivery guarantees depend on, so those settings live in one place.
+
+The CLI's clients (``tail``, ``model push``/``status``, topic creation) come
+from the same place, :meth:`KafkaClients.for_application`: the blueprint's
+``kafka.config`` under the ``STREAMFLOW_KAFKA_*`` environment, exactly what a
+replica uses. A command that built its own client from ``bootstrap.servers``
+alone would speak plaintext to a broker the application reaches over TLS.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["ENV_PREFIX", "KafkaClients", "config_from_env"]
+from streamflow.blueprint import kafka_keys
+from streamflow.blueprint.model import Application
 
-ENV_PREFIX = "STREAMFLOW_KAFKA_"
+__all__ = ["ENV_PREFIX", "KafkaClients", "application_config", "config_from_env"]
+
+ENV_PREFIX = kafka_keys.ENV_PREFIX
 
 # Settings that make the at-least-once and exactly-once guarantees hold.
 _PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -63,8 +73,29 @@ def config_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def application_config(app: Application, environ: Mapping[str, str]) -> dict[str, str]:
+    """What every client of ``app`` is configured with: ``kafka.config``, then the environment.
+
+    The environment wins, since that is where credentials and per-machine
+    settings (a CA file's path) arrive; the blueprint holds none of those.
+    """
+    return {**app.kafka.config, **config_from_env(environ)}
+
+
 class KafkaClients:
     """Creates Kafka clients for one application and process."""
+
+    @classmethod
+    def for_application(
+        cls,
+        app: Application,
+        *,
+        bootstrap: str,
+        environ: Mapping[str, str],
+        **extra: Any,
+    ) -> KafkaClients:
+        """The clients a replica of ``app`` would make; ``extra`` adds settings (``log_level``)."""
+        return cls(bootstrap=bootstrap, config={**application_config(app, environ), **extra})
 
     def __init__(self, *, bootstrap: str, config: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
@@ -79,6 +110,18 @@ class KafkaClients:
         return Consumer(
             {**self.config, **_CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id}
             | overrides
+        )
+
+    def reader(self, *, client_id: str) -> Consumer:
+        """A consumer that only looks: partitions assigned by hand, nothing committed."""
+        return Consumer(
+            {
+                **self.config,
+                "group.id": f"{client_id}-{uuid.uuid4().hex[:8]}",
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
         )
 
     def producer(

@@ -20,6 +20,7 @@ from typing import Any
 from streamflow.api import config as config_mod
 from streamflow.api.streamlet import Context, Streamlet
 from streamflow.blueprint.model import EXACTLY_ONCE, Application
+from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce
@@ -34,6 +35,7 @@ from streamflow.schema.store import SchemaStore
 __all__ = ["ReplicaOptions", "install_signal_handlers", "run_replica"]
 
 log = logging.getLogger("streamflow.runtime")
+_ACCESS_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -94,6 +96,8 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     client_id = f"{app.name}.{streamlet_name}.{options.replica}"
     loop = asyncio.new_event_loop()
     try:
+        # A wrong password or CA makes librdkafka retry forever: fail now, saying which.
+        kafka_access.check_access(clients.config, timeout=_ACCESS_TIMEOUT_S)
         _maybe_await(loop, streamlet.setup(context))
         _tune_gc()
         if descriptor.inlets:

@@ -203,11 +203,10 @@ class Autoscaler:
         cached = self._admins.get(key)
         if cached and cached[0] == settings and self.clock() - cached[1] < _ADMIN_TTL_S:
             return cached[2]
-        secret = None
-        if resource.app.kafka.secret:
-            cluster = self.reconciler.cluster
-            data = cluster.secret_data(resource.namespace, resource.app.kafka.secret)
-            secret = kafka.secret_config(data)
+        try:
+            secret = self.reconciler.credentials(resource)
+        except kafka.CredentialsError as exc:
+            raise grouplag.GroupLagError(str(exc)) from None
         config = kafka.client_config(resource.app, secret, timeout=_KAFKA_TIMEOUT_S)
         if not config.get("bootstrap.servers"):
             raise grouplag.GroupLagError("spec.kafka.bootstrap is not set")

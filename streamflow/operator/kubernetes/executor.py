@@ -104,14 +104,14 @@ class Cluster:
             _request_timeout=REQUEST_TIMEOUT,
         )
 
-    def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Secret (its metadata and base64 data), or None if missing or forbidden."""
         try:
-            secret = decode(self.core.read_namespaced_secret(name, namespace, **_RAW))
+            return decode(self.core.read_namespaced_secret(name, namespace, **_RAW))
         except ApiException as exc:
             if exc.status in (403, 404):
                 return None
             raise
-        return dict(secret.get("data") or {})
 
     # -- children, by streamlet ---------------------------------------------------
 

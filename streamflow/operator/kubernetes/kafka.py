@@ -7,11 +7,15 @@ cannot reach the bootstrap servers (they may resolve only inside the
 cluster's network), the application is still deployed and the ``TopicsReady``
 condition says why the topics were not checked; the operator tries again later.
 
-Credentials live only in the Secret that ``spec.kafka.secret`` names. Its keys
-are librdkafka properties written as environment variable names, upper case
-with ``_`` for ``.`` (``SASL_PASSWORD`` is ``sasl.password``), because the
-pods receive them as ``STREAMFLOW_KAFKA_<KEY>`` variables; ``BOOTSTRAP``
-overrides the bootstrap servers.
+Credentials live only in the Secret that ``spec.kafka.secret`` names, and
+only a Secret labelled ``streamflow.io/kafka-credentials=true`` may be named:
+the operator can read every Secret of its namespaces, and a resource must not
+be able to point it at one that was never meant for Kafka. Its keys are
+librdkafka properties written as environment variable names, upper case with
+``_`` for ``.`` (``SASL_PASSWORD`` is ``sasl.password``), because the pods
+receive them as ``STREAMFLOW_KAFKA_<KEY>`` variables. ``BOOTSTRAP`` is
+required and wins over ``spec.kafka.bootstrap``: credentials go only to the
+brokers the Secret's author chose.
 """
 
 from __future__ import annotations
@@ -30,15 +34,25 @@ from streamflow.operator.kubernetes.status import Condition
 from streamflow.runtime import topics
 
 __all__ = [
+    "CREDENTIALS_LABEL",
     "TOPICS_READY",
+    "CredentialsError",
     "admin_config",
     "client_config",
+    "credentials",
     "ensure_topics",
     "property_name",
     "secret_config",
 ]
 
 TOPICS_READY = "TopicsReady"
+CREDENTIALS_LABEL = "streamflow.io/kafka-credentials"
+
+
+class CredentialsError(ValueError):
+    """The named Secret may not be used for Kafka credentials; the message says why."""
+
+
 _LOG = logging.getLogger("streamflow.operator.kafka")
 
 
@@ -58,6 +72,32 @@ def secret_config(data: Mapping[str, str] | None) -> dict[str, str]:
         except (binascii.Error, UnicodeDecodeError):
             continue
     return out
+
+
+def credentials(secret: Mapping[str, Any] | None, *, name: str) -> dict[str, str]:
+    """The librdkafka properties of a Secret that may hold Kafka credentials.
+
+    :class:`CredentialsError` when it is missing, unlabelled, or names no brokers.
+    Nothing of the Secret's values is ever put in a message.
+    """
+    if secret is None:
+        raise CredentialsError(
+            f"Secret {name!r} (spec.kafka.secret) does not exist or the operator may not read it"
+        )
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(CREDENTIALS_LABEL) != "true":
+        raise CredentialsError(
+            f"Secret {name!r} (spec.kafka.secret) is not labelled {CREDENTIALS_LABEL}=true, "
+            "so it may not hold Kafka credentials; if it is meant to, label it: kubectl label "
+            f"secret {name} {CREDENTIALS_LABEL}=true"
+        )
+    config = secret_config(secret.get("data"))
+    if not config.get("bootstrap.servers"):
+        raise CredentialsError(
+            f"Secret {name!r} (spec.kafka.secret) has no BOOTSTRAP key: a Secret's "
+            "credentials go only to the brokers it names"
+        )
+    return config
 
 
 def admin_config(app: Application, secret: Mapping[str, str] | None = None) -> dict[str, Any]:

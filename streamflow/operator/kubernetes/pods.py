@@ -20,9 +20,9 @@ from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator import targets
 from streamflow.operator.kubernetes import names
-from streamflow.operator.kubernetes.resources import HEALTH_PORT
 from streamflow.operator.kubernetes.client import REQUEST_TIMEOUT, api_message
 from streamflow.operator.kubernetes.executor import decode
+from streamflow.operator.kubernetes.resources import HEALTH_PORT
 
 __all__ = ["by_streamlet", "logs", "pick", "streamlet_status"]
 

@@ -14,6 +14,11 @@ restart), the same function runs on a fresh read of the resource:
    which is about pods), and KEDA's ScaledObjects are made to match;
 4. the status is computed from the Deployments, and written only if it changed.
 
+Before any of that, the resource is admitted (:mod:`~streamflow.operator.kubernetes.admission`):
+security settings in its Kafka config, an unlabelled or bootstrap-less Secret,
+or an image outside ``--allowed-images`` fail it with nothing created and nothing
+sent to Kafka.
+
 Because every step compares before it writes, a second reconcile of an
 unchanged application writes nothing: an operator restart resumes without
 repeating an action. Reconciles of one application never overlap (a lock
@@ -35,6 +40,7 @@ from kubernetes.client.exceptions import ApiException
 
 from streamflow.operator import planner
 from streamflow.operator.kubernetes import (
+    admission,
     classes,
     kafka,
     keda,
@@ -99,6 +105,8 @@ class Reconciler:
     _topics: dict[tuple[str, str], _TopicsCheck] = field(default_factory=dict)
     # Whether the cluster serves KEDA's ScaledObjects; a cached discovery call unless given.
     keda_installed: Callable[[], bool] | None = None
+    # Image patterns a resource may name (``--allowed-images``); empty: any image.
+    allowed_images: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.keda_installed is None:
@@ -140,6 +148,11 @@ class Reconciler:
             resource = parse(body)
         except SpecError as exc:
             return self._failed(body, generation, "InvalidSpec", str(exc)), None
+        refusal = admission.admit(
+            resource, allowed_images=self.allowed_images, credentials=self.credentials
+        )
+        if refusal is not None:
+            return self._failed(body, generation, refusal.reason, refusal.message), None
         facts = {s: classes.facts(resource.app, s) for s in resource.app.streamlets}
         problems = [p for f in facts.values() for p in f.problems]
         if problems:
@@ -180,6 +193,13 @@ class Reconciler:
             if before.get("reason") != "KedaMissing":
                 self.events.warn(body, reason="KedaMissing", message=autoscaling.message)
         return Outcome(namespace, name, actions, repairs, new), resource
+
+    def credentials(self, resource: AppResource) -> dict[str, str] | None:
+        """The properties of the resource's Secret; :class:`kafka.CredentialsError` if unusable."""
+        name = resource.app.kafka.secret
+        if not name:
+            return None
+        return kafka.credentials(self.cluster.secret(resource.namespace, name), name=name)
 
     def keda_for(self, body: Mapping[str, Any]) -> bool:
         """Whether KEDA scales what asks for it; the cluster is asked only when asked for."""
@@ -293,11 +313,13 @@ class Reconciler:
         )
 
     def _check_topics(self, body: Mapping[str, Any], resource: AppResource) -> None:
-        secret = None
-        if resource.app.kafka.secret:
-            data = self.cluster.secret_data(resource.namespace, resource.app.kafka.secret)
-            secret = kafka.secret_config(data)
-        condition, created = kafka.ensure_topics(resource.app, secret=secret)
+        created: list[str] = []
+        try:
+            secret = self.credentials(resource)
+        except kafka.CredentialsError as exc:  # changed since the reconcile admitted it
+            condition = status.Condition(kafka.TOPICS_READY, False, "SecretNotAllowed", str(exc))
+        else:
+            condition, created = kafka.ensure_topics(resource.app, secret=secret)
         key = (resource.namespace, resource.name)
         self._topics[key] = _TopicsCheck(resource.generation, bool(condition.status), self.clock())
         if created:

@@ -38,9 +38,11 @@ class Operator:
         liveness_endpoint: str | None = None,
         autoscale_s: float = 5.0,
         keda_installed: Callable[[], bool] | None = None,
+        allowed_images: Sequence[str] = (),
     ) -> None:
         """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
-        overrides asking the cluster whether it serves KEDA's ScaledObjects (tests)."""
+        overrides asking the cluster whether it serves KEDA's ScaledObjects (tests);
+        ``allowed_images``: the image patterns an application may use (empty: any)."""
         if not namespaces and not clusterwide:
             namespaces = [access.default_namespace()]
         self.access = access
@@ -49,7 +51,10 @@ class Operator:
         self.liveness_endpoint = liveness_endpoint
         self.api = access.api_client()
         self.reconciler = Reconciler(
-            Cluster(self.api), handlers.KopfEvents(), keda_installed=keda_installed
+            Cluster(self.api),
+            handlers.KopfEvents(),
+            keda_installed=keda_installed,
+            allowed_images=tuple(allowed_images),
         )
         self.autoscaler = Autoscaler(self.reconciler)
         self.registry = handlers.build_registry(

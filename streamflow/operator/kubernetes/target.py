@@ -233,10 +233,15 @@ class KubernetesTarget:
     def _delete_topics(self, app: Application) -> Sequence[str]:
         secret = None
         if app.kafka.secret:
-            data = self._call(
-                lambda: self.cluster.secret_data(self.namespace, str(app.kafka.secret))
-            )
-            secret = kafka.secret_config(data)
+            name = str(app.kafka.secret)
+            found = self._call(lambda: self.cluster.secret(self.namespace, name))
+            try:
+                secret = kafka.credentials(found, name=name)
+            except kafka.CredentialsError as exc:
+                raise targets.TargetError(
+                    "the application is undeployed, but its topics were not deleted",
+                    problems=[str(exc)],
+                ) from None
         config = {**kafka.admin_config(app, secret), "log_level": 3}
         topics = [t.name for t in all_topics(app) if t.managed]
         deleted, problems = [], []

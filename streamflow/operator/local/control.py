@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from streamflow.operator.local import locks, store
+from streamflow.operator.local import locks, private, store
 
 __all__ = ["DaemonError", "daemon_info", "embedded_kafka", "ensure_daemon", "spec_lock"]
 
@@ -61,8 +61,8 @@ def ensure_daemon(home: store.Home, *, timeout: float = 30.0) -> int:
 
 
 def _spawn(home: store.Home) -> subprocess.Popen[bytes]:
-    home.operator.mkdir(parents=True, exist_ok=True)
-    with home.daemon_log.open("ab") as out:
+    private.ensure_dir(home.operator)
+    with private.open_private_binary(home.daemon_log) as out:
         return subprocess.Popen(
             [sys.executable, "-m", "streamflow.operator.local.daemon", "--home", str(home.root)],
             stdin=subprocess.DEVNULL,

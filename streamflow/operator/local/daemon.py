@@ -40,7 +40,7 @@ from typing import Any
 
 from streamflow import devkit
 from streamflow.blueprint.model import Application
-from streamflow.operator.local import autoscaler, locks, store
+from streamflow.operator.local import autoscaler, locks, private, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 
 __all__ = ["Daemon", "main"]
@@ -163,8 +163,10 @@ class Daemon:
         if self._broker is None:
             self._broker = devkit.KafkaBroker(work_dir=self.home.kafka, keep=True)
         log.info("starting the embedded Kafka broker in %s", self.home.kafka)
+        private.ensure_dir(self.home.kafka)
         try:
-            self._broker.start(timeout=120)
+            with private.private_umask():  # the broker's data and logs, 0600 for its whole life
+                self._broker.start(timeout=120)
         except devkit.DevkitError as exc:
             log.error("the embedded Kafka broker did not start: %s", exc)
             self._kafka_error = f"the embedded Kafka broker did not start: {exc}"
@@ -308,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
     home = store.Home(args.home.resolve())
+    private.tighten(home.root)
     lock = locks.FileLock(home.daemon_lock)
     if not lock.acquire(timeout=0):
         log.info("a daemon already runs for %s", home.root)

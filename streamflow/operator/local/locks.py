@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from streamflow.operator.local import private
+
 __all__ = ["FileLock", "is_held", "locked"]
 
 _POLL_S = 0.05
@@ -32,8 +34,8 @@ class FileLock:
         """Take the lock, waiting up to ``timeout`` seconds (0: just try, None: forever)."""
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        private.ensure_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, private.FILE_MODE)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from streamflow.operator.local import private
+
 __all__ = ["LogFiles", "follow", "last_lines", "replica_logs"]
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -53,8 +55,9 @@ class LogFiles:
     def _open(self, replica: str) -> IO[str]:
         handle = self._files.get(replica)
         if handle is None:
-            self.directory.mkdir(exist_ok=True)  # not its parent: a removed app stays removed
-            handle = (self.directory / f"{replica}.log").open("a", encoding="utf-8")
+            # not its parent: a removed app stays removed
+            self.directory.mkdir(mode=private.DIR_MODE, exist_ok=True)
+            handle = private.open_private(self.directory / f"{replica}.log", "a")
             self._files[replica] = handle
         return handle
 

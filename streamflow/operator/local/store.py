@@ -18,7 +18,8 @@ the CLI and the daemon talk only through them:
   of the daemon's embedded broker.
 
 Every write goes to a temporary file first and is then renamed into place, so
-a reader never sees half a file.
+a reader never sees half a file. Directories are created 0700 and files 0600
+(:mod:`~streamflow.operator.local.private`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from streamflow.operator.local import private
 
 __all__ = ["AppDir", "Home", "digest", "read_json", "write_json"]
 
@@ -146,10 +149,11 @@ def write_json(path: Path, data: Any, *, create_dirs: bool = True) -> str:
     application was removed meanwhile) and :class:`FileNotFoundError` raised.
     """
     if create_dirs:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.ensure_dir(path.parent)
     text = json.dumps(data, indent=2, default=str)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
+    with private.open_private(tmp) as out:
+        out.write(text)
     tmp.replace(path)
     return digest(json.loads(text))
 

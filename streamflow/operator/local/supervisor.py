@@ -335,5 +335,7 @@ def _status(running: _Running) -> dict[str, Any]:
 
 def _kafka_measure(app: Application, bootstrap: str) -> autoscaler.Measure:
     # librdkafka's informational lines (log_level 6+) would land in the daemon's log
-    config = {**app.kafka.config, "log_level": 3}
-    return autoscaler.kafka_measure(KafkaClients(bootstrap=bootstrap, config=config).admin())
+    clients = KafkaClients.for_application(
+        app, bootstrap=bootstrap, environ=os.environ, log_level=3
+    )
+    return autoscaler.kafka_measure(clients.admin())

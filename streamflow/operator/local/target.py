@@ -24,7 +24,8 @@ from confluent_kafka import KafkaException
 
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
-from streamflow.operator.local import autoscaler, control, logfiles, probe, store
+from streamflow.operator.local import autoscaler, control, logfiles, private, probe, store
+from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, all_topics, ensure_topics
 
@@ -37,6 +38,7 @@ class LocalTarget:
     kind = "local"
 
     def __init__(self, *, home: Path) -> None:
+        private.tighten(home)  # a home an older version made readable by others
         self.home = store.Home(home)
 
     # -- changes -----------------------------------------------------------------
@@ -276,14 +278,20 @@ def _refuse_foreground(folder: store.AppDir, *, hint: str = "") -> None:
 
 def _admin(app: Application, bootstrap: str) -> Any:
     # librdkafka's informational lines (log_level 6+) would land raw on the user's terminal
-    return KafkaClients(bootstrap=bootstrap, config={**app.kafka.config, "log_level": 3}).admin()
+    clients = KafkaClients.for_application(
+        app, bootstrap=bootstrap, environ=os.environ, log_level=3
+    )
+    return clients.admin()
 
 
 def _create_topics(app: Application, bootstrap: str) -> list[str]:
-    admin = _admin(app, bootstrap)
+    clients = KafkaClients.for_application(
+        app, bootstrap=bootstrap, environ=os.environ, log_level=3
+    )
     try:
-        return ensure_topics(admin, app).warnings
-    except TopicsError as exc:
+        kafka_access.check_access(clients.config)  # a clear cause, not a hang
+        return ensure_topics(clients.admin(), app).warnings
+    except (TopicsError, kafka_access.KafkaAccessError) as exc:
         raise targets.TargetError(str(exc)) from None
     except KafkaException as exc:
         raise targets.TargetError(

@@ -200,7 +200,7 @@ class FakeCluster:
         self.writes.append("status")
         self.body["status"] = _merge(self.body.get("status") or {}, patch)
 
-    def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
 
     def _of(self, kind: str) -> dict[str, dict[str, Any]]:

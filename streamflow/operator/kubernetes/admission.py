@@ -1,0 +1,110 @@
+"""What a StreamflowApplication may ask of the operator, decided before anything is applied.
+
+Whoever can create a StreamflowApplication makes the operator create pods
+with the image it names, mount the Secret it names, and connect to Kafka
+with that Secret's credentials. So creating one is equivalent to creating
+pods, and the operator refuses what would reach further than that:
+
+* **Kafka security comes from the Secret alone.** ``spec.kafka.config`` may
+  not set ``security.protocol``, ``ssl.*``, ``sasl.*``, ``enable.ssl.*``,
+  ``plugin.library.paths``, the bootstrap servers or any credential
+  (:func:`streamflow.blueprint.kafka_keys.is_security`): otherwise the
+  resource could turn certificate checks off, load a library into the
+  operator, run ``sasl.kerberos.kinit.cmd``, or send the Secret's password
+  to a broker of its choosing.
+* **Only labelled Secrets hold credentials** (``streamflow.io/kafka-credentials=true``),
+  and such a Secret names its brokers (``BOOTSTRAP``), which win over the
+  spec's (:func:`streamflow.operator.kubernetes.kafka.credentials`).
+* **Images**, when the operator runs with ``--allowed-images``, must match one
+  of the patterns (:func:`image_allowed`).
+
+A refusal is the application's ``Failed`` phase with a message that names
+the key, the Secret or the image, and a Warning event; nothing is created.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streamflow.blueprint import kafka_keys
+from streamflow.blueprint.model import Application
+from streamflow.operator.kubernetes import kafka
+from streamflow.operator.kubernetes.spec import AppResource
+
+__all__ = ["Refusal", "admit", "image_allowed", "refuse_config", "refuse_image"]
+
+_GLOB = frozenset("*?[")
+_BOUNDARIES = ("/", ":", "@")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an application is not applied: a status reason and a message for its user."""
+
+    reason: str
+    message: str
+
+
+def admit(
+    resource: AppResource,
+    *,
+    allowed_images: Sequence[str],
+    credentials: Callable[[AppResource], Mapping[str, str] | None],
+) -> Refusal | None:
+    """The first reason the resource may not be applied, or None when it may.
+
+    ``credentials`` reads the resource's Secret, raising :class:`kafka.CredentialsError`
+    when it may not be used; it is called last, so a refused config reads no Secret.
+    """
+    refusal = refuse_config(resource.app) or refuse_image(resource.pods.image, allowed_images)
+    if refusal is not None:
+        return refusal
+    try:
+        credentials(resource)
+    except kafka.CredentialsError as exc:
+        return Refusal("SecretNotAllowed", str(exc))
+    return None
+
+
+def refuse_config(app: Application) -> Refusal | None:
+    """Security settings in ``spec.kafka.config``, which only the Secret may set."""
+    keys = sorted(key for key in app.kafka.config if kafka_keys.is_security(key))
+    if not keys:
+        return None
+    return Refusal(
+        "ForbiddenKafkaConfig",
+        f"spec.kafka.config may not set {', '.join(keys)}: the connection's security, "
+        "credentials and brokers come only from the Secret named in spec.kafka.secret "
+        "(labelled streamflow.io/kafka-credentials=true)",
+    )
+
+
+def image_allowed(image: str, patterns: Sequence[str]) -> bool:
+    """Whether ``image`` matches a pattern: a glob over the whole reference, or a prefix.
+
+    A prefix ends at a boundary: ``registry.internal/streamflow`` admits
+    ``registry.internal/streamflow:1.2`` and ``registry.internal/streamflow/x@sha256:…``
+    but not ``registry.internal/streamflow-miner``. A glob's ``*`` crosses ``/``.
+    """
+    for pattern in patterns:
+        if _GLOB & set(pattern):
+            if fnmatch.fnmatchcase(image, pattern):
+                return True
+        elif image == pattern or (
+            image.startswith(pattern)
+            and (pattern.endswith(_BOUNDARIES) or image[len(pattern)] in _BOUNDARIES)
+        ):
+            return True
+    return False
+
+
+def refuse_image(image: str, patterns: Sequence[str]) -> Refusal | None:
+    """An image outside the operator's ``--allowed-images`` (none given: any image)."""
+    if not patterns or image_allowed(image, patterns):
+        return None
+    return Refusal(
+        "ImageNotAllowed",
+        f"image {image!r} is not allowed by this operator (allowed: {', '.join(patterns)})",
+    )
