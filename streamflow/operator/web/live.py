@@ -13,6 +13,7 @@ and the :class:`Hub` starts a new one on the next request.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from streamflow.blueprint import graph as graphs
 from streamflow.blueprint.model import Application
 from streamflow.operator import targets
 from streamflow.operator.web import scrape, snapshot, topics
+from streamflow.runtime import clients
 from streamflow.schema import SchemaStore
 
 __all__ = ["Hub", "Watcher", "graph_of"]
@@ -180,7 +182,7 @@ class Watcher:
             return
         self._reader = topics.TopicReader(
             bootstrap=bootstrap,
-            config=self.app.kafka.config,
+            config=clients.application_config(self.app, os.environ),  # secured Kafka too
             topics=wanted,
             store=SchemaStore(self.app.schema_paths),
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streamflow.operator import targets
 from streamflow.operator.web import live, topics
+from streamflow.runtime import clients
 
 __all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "create_app", "static_ready"]
 
@@ -201,7 +203,9 @@ class _Api:
             return _error(502, f"where Kafka is for {name!r} is not known yet; try again")
         topic = app.dlq_topic(streamlet)
         found = await run_in_threadpool(
-            lambda: self._read_dead_letters(str(bootstrap), app.kafka.config, topic, n, name)
+            lambda: self._read_dead_letters(
+                str(bootstrap), clients.application_config(app, os.environ), topic, n, name
+            )
         )
         return JSONResponse({"streamlet": streamlet, "topic": topic, "dead_letters": found})
 
