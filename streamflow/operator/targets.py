@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from streamflow.api import config as config_mod
-from streamflow.api import descriptor as descriptors
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner
 
@@ -310,18 +309,23 @@ def data_inputs(app: Application, streamlet: str) -> list[str]:
 
     Control inlets are left out: every replica reads all of a control topic,
     outside the group, so their topics say nothing of the streamlet's backlog
-    or of how many replicas can share the work. A class that cannot be loaded
-    is taken to have none.
+    or of how many replicas can share the work. When the class cannot be
+    loaded here, the compacted topics it reads are taken for control topics,
+    as they nearly always are. Both targets' autoscalers measure these.
     """
     try:
-        control = {p.name for p in app.descriptor(streamlet).control_inlets}
-    except (descriptors.ClassLoadError, descriptors.DeclarationError):
-        control = set()
-    return [
+        inlets: set[str] | None = {p.name for p in app.descriptor(streamlet).inlets}
+    except Exception:  # an unimportable class: its status reports it elsewhere
+        inlets = None
+    return sorted(
         name
         for name, topic in app.topics.items()
-        if any(ref.streamlet == streamlet and ref.port not in control for ref in topic.consumers)
-    ]
+        if any(
+            ref.streamlet == streamlet
+            and (ref.port in inlets if inlets is not None else not topic.compacted)
+            for ref in topic.consumers
+        )
+    )
 
 
 def reconfigured(app: Application, settings: Mapping[str, Any]) -> Application:

@@ -257,3 +257,40 @@ def test_the_example_blueprint_autoscales_its_scorer_on_its_samples() -> None:
     assert app.streamlets["scorer"].replicas == 1
     assert targets.data_inputs(app, "scorer") == ["wine-autoscale-samples"]
     assert app.topics["wine-autoscale-samples"].partitions == 8
+
+
+def test_a_measurement_that_straddles_a_new_spec_is_dropped() -> None:
+    """A round measuring the old topics while a redeploy lands must not keep them."""
+    broker, clock = Broker(), Clock()
+    scaler, _ = _autoscaler(_app(), broker, clock)
+    moved = Application.from_dict(
+        {
+            **_app().to_dict(),
+            "topics": {
+                **{k: v for k, v in _app().to_dict()["topics"].items() if k != "in"},
+                "in-v2": {"producers": ["count.out"], "consumers": ["controlled.in"]},
+            },
+        }
+    )
+
+    def measure_then_redeploy(group: str, topics: list[str]) -> grouplag.GroupLag:
+        scaler.update(moved)  # lands while this round measures, as a deploy can
+        return grouplag.GroupLag(200_000, 200_000, 0, 8)
+
+    broker.lag = broker.produced = 200_000
+    scaler._measure = measure_then_redeploy  # type: ignore[method-assign]
+    scaler.step()
+    assert scaler.counts() == {"controlled": 1}  # the stale sample decided nothing
+    scaler._measure = broker.measure  # type: ignore[method-assign]
+    clock.now += 5
+    scaler.step()
+    assert broker.asked[-1] == ("shop.controlled", ["in-v2"])  # the new spec's topic
+
+
+def test_the_data_inputs_leave_out_control_topics_even_without_the_class() -> None:
+    app = _app()
+    assert targets.data_inputs(app, "controlled") == ["in"]
+    data = app.to_dict()
+    data["streamlets"]["controlled"]["class"] = "nowhere:Missing"
+    data["topics"]["factors"]["config"] = {"cleanup.policy": "compact"}
+    assert targets.data_inputs(Application.from_dict(data), "controlled") == ["in"]

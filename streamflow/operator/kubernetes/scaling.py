@@ -90,23 +90,8 @@ def _bounded(replicas: int, auto: AutoscaleSpec) -> int:
 
 
 def input_topics(app: Application, streamlet: str) -> list[str]:
-    """The topics of the streamlet's data inlets: what its lag is measured on.
-
-    Control inlets have no consumer group, so they are left out. When the
-    class cannot be imported here, the compacted topics it reads are taken
-    for control topics, as they nearly always are.
-    """
-    try:
-        inlets: set[str] | None = {p.name for p in app.descriptor(streamlet).inlets}
-    except Exception:  # an unimportable class: the status reports it elsewhere
-        inlets = None
-    return sorted(
-        topic.name
-        for topic in app.topics.values()
-        for ref in topic.consumers
-        if ref.streamlet == streamlet
-        and (ref.port in inlets if inlets is not None else not topic.compacted)
-    )
+    """The topics of the streamlet's data inlets: what its lag is measured on (both targets')."""
+    return targets.data_inputs(app, streamlet)
 
 
 def condition(app: Application, scalers: Mapping[str, str]) -> Condition | None:

@@ -229,8 +229,8 @@ class AppAutoscaler:
             partitions=_partitions(app, topics, measured),
         )
         with self._lock:
-            if self._streamlets.get(name) is not state:
-                return  # no longer autoscaled meanwhile
+            if self._streamlets.get(name) is not state or self._app is not app:
+                return  # no longer autoscaled, or a new spec came while measuring: its topics
             state.topics = topics
             decision, state.history = autoscale.decide(
                 state.spec, sample, state.history, current=state.replicas
