@@ -49,13 +49,16 @@ def said(result: Result) -> str:
 
 
 @pytest.fixture
-def classifier(kafka_bootstrap: str) -> Iterator[tuple[str, Path]]:
+def classifier(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     """The wine classifier's blueprint under fresh topic names, next to its streamlets.
 
     Yields a function-free pair: the suffix of its topics, and the path of a copy
     whose text later tests extend. The models topic holds one record, so a
     plaintext ``tail`` would have something to show.
     """
+    # the CLI finds the session's broker as a user's shell would tell it (the suite may
+    # have started its own, with no variable set)
+    monkeypatch.setenv("STREAMFLOW_KAFKA_BOOTSTRAP", kafka_bootstrap)
     suffix = uuid.uuid4().hex[:8]
     text = (
         (WINE / "classifier.yaml")
