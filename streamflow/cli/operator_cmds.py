@@ -62,8 +62,9 @@ def run(
             envvar="STREAMFLOW_ALLOWED_IMAGES",
             help="Refuse applications whose image matches none of these (repeatable): a glob "
             "(ghcr.io/acme/*) or a prefix that ends at /, : or @ "
-            "(registry.internal/streamflow admits registry.internal/streamflow:1.2). "
-            "Default: any image.",
+            "(registry.internal/streamflow admits registry.internal/streamflow:1.2); a prefix "
+            "without a / is a registry host, matched up to the / only (registry.internal "
+            "does not admit registry.internal:5000/...). Default: any image.",
         ),
     ] = None,
     ui_port: Annotated[

@@ -183,6 +183,16 @@ class Target(Protocol):
 
     def configuration(self, name: str) -> dict[str, dict[str, Any]]: ...
 
+    def kafka_client_config(self, name: str) -> dict[str, Any]:
+        """The librdkafka properties a Kafka client of the application is made with.
+
+        Its ``kafka.config`` and credentials as that target hands them to its
+        replicas, ``bootstrap.servers`` included when known (local: the
+        environment's ``STREAMFLOW_KAFKA_*``; kubernetes: the labelled Secret,
+        after the operator's admission checks, TargetError when they refuse).
+        """
+        ...
+
     def logs(
         self,
         name: str,

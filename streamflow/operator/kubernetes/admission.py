@@ -20,6 +20,11 @@ pods, and the operator refuses what would reach further than that:
 
 A refusal is the application's ``Failed`` phase with a message that names
 the key, the Secret or the image, and a Warning event; nothing is created.
+
+No Kafka client is built from a resource without these checks: the reconcile's
+topics, the autoscaler's lag readings, ``undeploy --delete-topics`` and the web
+view all take their settings from :func:`client_settings`, the one place that
+merges ``spec.kafka`` with the Secret, and only after refusing what it must.
 """
 
 from __future__ import annotations
@@ -27,16 +32,32 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamflow.blueprint import kafka_keys
 from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes import kafka
 from streamflow.operator.kubernetes.spec import AppResource
 
-__all__ = ["Refusal", "admit", "image_allowed", "refuse_config", "refuse_image"]
+__all__ = [
+    "Credentials",
+    "Refusal",
+    "RefusedError",
+    "admit",
+    "client_settings",
+    "image_allowed",
+    "refuse_config",
+    "refuse_image",
+    "refuse_spec",
+]
 
 _GLOB = frozenset("*?[")
 _BOUNDARIES = ("/", ":", "@")
+_HOST_BOUNDARIES = ("/",)  # after a registry host, ``:`` starts a port: another endpoint
+
+# Reads the resource's Secret: its librdkafka properties, or None when it names none;
+# raises kafka.CredentialsError when the Secret may not be used.
+Credentials = Callable[[AppResource], Mapping[str, str] | None]
 
 
 @dataclass(frozen=True)
@@ -47,18 +68,22 @@ class Refusal:
     message: str
 
 
+class RefusedError(ValueError):
+    """No Kafka client may be built for the resource; ``refusal`` says why."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
 def admit(
-    resource: AppResource,
-    *,
-    allowed_images: Sequence[str],
-    credentials: Callable[[AppResource], Mapping[str, str] | None],
+    resource: AppResource, *, allowed_images: Sequence[str], credentials: Credentials
 ) -> Refusal | None:
     """The first reason the resource may not be applied, or None when it may.
 
-    ``credentials`` reads the resource's Secret, raising :class:`kafka.CredentialsError`
-    when it may not be used; it is called last, so a refused config reads no Secret.
+    ``credentials`` is called last, so a refused config or image reads no Secret.
     """
-    refusal = refuse_config(resource.app) or refuse_image(resource.pods.image, allowed_images)
+    refusal = refuse_spec(resource, allowed_images=allowed_images)
     if refusal is not None:
         return refusal
     try:
@@ -66,6 +91,32 @@ def admit(
     except kafka.CredentialsError as exc:
         return Refusal("SecretNotAllowed", str(exc))
     return None
+
+
+def refuse_spec(resource: AppResource, *, allowed_images: Sequence[str]) -> Refusal | None:
+    """What :func:`admit` refuses from the resource alone, reading no Secret."""
+    return refuse_config(resource.app) or refuse_image(resource.pods.image, allowed_images)
+
+
+def client_settings(resource: AppResource, *, credentials: Credentials) -> kafka.ClientSettings:
+    """The settings of a Kafka client for the resource; :class:`RefusedError` when refused.
+
+    ``spec.kafka.config``, then the Secret's properties, whose ``BOOTSTRAP`` wins
+    over ``spec.kafka.bootstrap``: credentials go only to the brokers the
+    Secret's author chose. The config is checked before the Secret is read.
+    """
+    app = resource.app
+    refusal = refuse_config(app)
+    if refusal is not None:
+        raise RefusedError(refusal)
+    try:
+        secret = credentials(resource)
+    except kafka.CredentialsError as exc:
+        raise RefusedError(Refusal("SecretNotAllowed", str(exc))) from None
+    config: dict[str, Any] = {**app.kafka.config, **(secret or {})}
+    if app.kafka.bootstrap and "bootstrap.servers" not in (secret or {}):
+        config["bootstrap.servers"] = app.kafka.bootstrap
+    return kafka.ClientSettings(config)
 
 
 def refuse_config(app: Application) -> Refusal | None:
@@ -86,15 +137,20 @@ def image_allowed(image: str, patterns: Sequence[str]) -> bool:
 
     A prefix ends at a boundary: ``registry.internal/streamflow`` admits
     ``registry.internal/streamflow:1.2`` and ``registry.internal/streamflow/x@sha256:…``
-    but not ``registry.internal/streamflow-miner``. A glob's ``*`` crosses ``/``.
+    but not ``registry.internal/streamflow-miner``. A pattern without ``/`` is a
+    registry host, which only ``/`` ends: ``registry.internal`` admits
+    ``registry.internal/x`` but not ``registry.internal:5000/x``, another endpoint.
+    A glob's ``*`` crosses ``/``.
     """
     for pattern in patterns:
         if _GLOB & set(pattern):
             if fnmatch.fnmatchcase(image, pattern):
                 return True
-        elif image == pattern or (
+            continue
+        boundaries = _BOUNDARIES if "/" in pattern else _HOST_BOUNDARIES
+        if image == pattern or (
             image.startswith(pattern)
-            and (pattern.endswith(_BOUNDARIES) or image[len(pattern)] in _BOUNDARIES)
+            and (pattern.endswith(boundaries) or image[len(pattern)] in boundaries)
         ):
             return True
     return False

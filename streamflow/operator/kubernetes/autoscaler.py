@@ -7,7 +7,10 @@ operator scales (KEDA's are left to KEDA), a tick:
 1. measures the consumer group's lag on the streamlet's data inlet topics,
    from the broker (:func:`streamflow.runtime.grouplag.measure`), with an
    admin client built from the application's Kafka settings and Secret, the
-   same way the topics are created;
+   same way the topics are created: through admission
+   (:func:`~streamflow.operator.kubernetes.admission.client_settings`). A
+   resource that admission refuses is not measured at all, so a
+   ``plugin.library.paths`` the reconcile refused never reaches librdkafka here;
 2. runs the pure policy (:func:`streamflow.operator.autoscale.decide`) on the
    count the operator last decided;
 3. records the decision in ``status.autoscale.<streamlet>`` under the
@@ -20,7 +23,9 @@ Recording before applying means that a crash in between is repaired by the
 next reconcile, which reads the decision back from the status.
 
 The policy's memory (its ``History``: the last sample, what the windows
-wanted, the measured throughput) lives in this process only. An operator
+wanted, the measured throughput) lives in this process only, and starts over
+when the streamlet's ``autoscale`` changes, as the local autoscaler's does:
+old windows must not count towards new bounds. An operator
 restart forgets it, which is safe: the windows start over (a scale-down
 waits a whole ``scale_down_after`` again) and the rates are known again from
 the second sample. The last decision itself survives, in the status.
@@ -46,8 +51,9 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streamflow.blueprint.model import AutoscaleSpec
 from streamflow.operator import autoscale
-from streamflow.operator.kubernetes import kafka, scaling
+from streamflow.operator.kubernetes import admission, kafka, scaling
 from streamflow.operator.kubernetes.reconcile import Reconciler
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
 from streamflow.runtime import grouplag
@@ -69,7 +75,9 @@ class Autoscaler:
     read_lag: LagReader | None = None  # the broker's offsets unless given (tests)
     clock: Callable[[], float] = time.monotonic
     record_every_s: float = 15.0
-    _histories: dict[_Key, autoscale.History] = field(default_factory=dict)
+    admin_factory: Callable[[dict[str, Any]], Any] = AdminClient  # a fake in tests
+    # the policy's memory, with the spec it was gathered under
+    _histories: dict[_Key, tuple[AutoscaleSpec, autoscale.History]] = field(default_factory=dict)
     _recorded_at: dict[_Key, float] = field(default_factory=dict)
     _admins: dict[tuple[str, str], tuple[str, float, Any]] = field(default_factory=dict)
 
@@ -78,6 +86,11 @@ class Autoscaler:
         body = self.reconciler.cluster.get_app(namespace, name)
         resource = _parsed(body)
         if body is None or resource is None:
+            self.forget(namespace, name)
+            return []
+        refusal = admission.refuse_spec(resource, allowed_images=self.reconciler.allowed_images)
+        if refusal is not None:  # the reconcile reports it; no client is built for it here
+            _LOG.debug("%s/%s: not autoscaled: %s", namespace, name, refusal.message)
             self.forget(namespace, name)
             return []
         scalers = scaling.who_scales(resource.app, keda_installed=self.reconciler.keda_for(body))
@@ -109,7 +122,8 @@ class Autoscaler:
             recorded = scaling.recorded(body.get("status"))
             patch: dict[str, Any] = {}
             for streamlet, sample in samples.items():
-                auto = resource.app.streamlets[streamlet].autoscale
+                streamlet_spec = resource.app.streamlets.get(streamlet)  # removed since sampled?
+                auto = streamlet_spec.autoscale if streamlet_spec is not None else None
                 deployment = deployments.get(streamlet)
                 if auto is None or deployment is None:
                     continue
@@ -121,10 +135,9 @@ class Autoscaler:
                     observed=int((deployment.get("spec") or {}).get("replicas") or 0),
                 )
                 key = (namespace, name, streamlet)
-                history = self._histories.get(key, autoscale.History())
-                decision, self._histories[key] = autoscale.decide(
-                    auto, sample, history, current=current
-                )
+                history = self._history(key, auto)
+                decision, history = autoscale.decide(auto, sample, history, current=current)
+                self._histories[key] = (auto, history)
                 entry = scaling.decision_entry(decision, recorded.get(streamlet), now=_now())
                 if self._due(key, entry, recorded.get(streamlet), changed=decision.changed):
                     patch[streamlet] = entry
@@ -140,6 +153,11 @@ class Autoscaler:
             if patch:
                 cluster.patch_status(namespace, name, {"autoscale": patch})
         return changed
+
+    def _history(self, key: _Key, auto: AutoscaleSpec) -> autoscale.History:
+        """The policy's memory, anew when the spec changed: new bounds, new windows."""
+        known = self._histories.get(key)
+        return known[1] if known is not None and known[0] == auto else autoscale.History()
 
     def _due(
         self,
@@ -204,13 +222,12 @@ class Autoscaler:
         if cached and cached[0] == settings and self.clock() - cached[1] < _ADMIN_TTL_S:
             return cached[2]
         try:
-            secret = self.reconciler.credentials(resource)
-        except kafka.CredentialsError as exc:
+            admitted = admission.client_settings(resource, credentials=self.reconciler.credentials)
+        except admission.RefusedError as exc:
             raise grouplag.GroupLagError(str(exc)) from None
-        config = kafka.client_config(resource.app, secret, timeout=_KAFKA_TIMEOUT_S)
-        if not config.get("bootstrap.servers"):
+        if not admitted.bootstrap:
             raise grouplag.GroupLagError("spec.kafka.bootstrap is not set")
-        admin = AdminClient(config)
+        admin = self.admin_factory(kafka.client_config(admitted, timeout=_KAFKA_TIMEOUT_S))
         self._admins[key] = (settings, self.clock(), admin)
         return admin
 

@@ -24,6 +24,7 @@ import base64
 import binascii
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -36,8 +37,8 @@ from streamflow.runtime import topics
 __all__ = [
     "CREDENTIALS_LABEL",
     "TOPICS_READY",
+    "ClientSettings",
     "CredentialsError",
-    "admin_config",
     "client_config",
     "credentials",
     "ensure_topics",
@@ -100,18 +101,26 @@ def credentials(secret: Mapping[str, Any] | None, *, name: str) -> dict[str, str
     return config
 
 
-def admin_config(app: Application, secret: Mapping[str, str] | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {**app.kafka.config, **(secret or {})}
-    if app.kafka.bootstrap and "bootstrap.servers" not in (secret or {}):
-        config["bootstrap.servers"] = app.kafka.bootstrap
-    return config
+@dataclass(frozen=True)
+class ClientSettings:
+    """The librdkafka properties of an application's clients, as admission let them through.
+
+    Only :func:`streamflow.operator.kubernetes.admission.client_settings` makes
+    one: it refuses security settings in ``spec.kafka.config`` and reads only a
+    labelled Secret. Every client the operator builds from a resource takes one
+    (:func:`client_config`), so no path can build a client from a refused resource.
+    """
+
+    config: Mapping[str, Any]
+
+    @property
+    def bootstrap(self) -> str | None:
+        return self.config.get("bootstrap.servers") or None
 
 
-def client_config(
-    app: Application, secret: Mapping[str, str] | None = None, *, timeout: float = 5.0
-) -> dict[str, Any]:
-    """An admin client's config: the app's and the Secret's, failing within ``timeout``."""
-    config = admin_config(app, secret)
+def client_config(settings: ClientSettings, *, timeout: float = 5.0) -> dict[str, Any]:
+    """An admin client's config: the admitted settings, failing within ``timeout``."""
+    config = dict(settings.config)
     # Keep librdkafka from retrying an unreachable broker past our own timeout, and
     # route its complaints through logging rather than straight to stderr.
     config.setdefault("socket.connection.setup.timeout.ms", int(timeout * 1000))
@@ -120,10 +129,10 @@ def client_config(
 
 
 def ensure_topics(
-    app: Application, *, secret: Mapping[str, str] | None = None, timeout: float = 5.0
+    app: Application, settings: ClientSettings, *, timeout: float = 5.0
 ) -> tuple[Condition, list[str]]:
     """Create the missing topics; the ``TopicsReady`` condition, and the names created."""
-    config = client_config(app, secret, timeout=timeout)
+    config = client_config(settings, timeout=timeout)
     if not config.get("bootstrap.servers"):
         return Condition(
             TOPICS_READY,

@@ -315,11 +315,12 @@ class Reconciler:
     def _check_topics(self, body: Mapping[str, Any], resource: AppResource) -> None:
         created: list[str] = []
         try:
-            secret = self.credentials(resource)
-        except kafka.CredentialsError as exc:  # changed since the reconcile admitted it
-            condition = status.Condition(kafka.TOPICS_READY, False, "SecretNotAllowed", str(exc))
+            settings = admission.client_settings(resource, credentials=self.credentials)
+        except admission.RefusedError as exc:  # the Secret changed since the reconcile admitted it
+            reason = exc.refusal.reason
+            condition = status.Condition(kafka.TOPICS_READY, False, reason, str(exc))
         else:
-            condition, created = kafka.ensure_topics(resource.app, secret=secret)
+            condition, created = kafka.ensure_topics(resource.app, settings)
         key = (resource.namespace, resource.name)
         self._topics[key] = _TopicsCheck(resource.generation, bool(condition.status), self.clock())
         if created:

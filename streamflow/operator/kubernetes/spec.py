@@ -100,6 +100,7 @@ def parse(resource: Mapping[str, Any]) -> AppResource:
             f"spec cannot be read as an application: {type(exc).__name__}: {exc}"
         ) from None
     _check_references(app)
+    _check_autoscale(app)
     streamlets = spec.get("streamlets") or {}
     pods = PodSettings(
         image=spec.get("image") or DEFAULT_IMAGE,
@@ -129,6 +130,36 @@ def _check_references(app: Application) -> None:
     )
     if unknown:
         raise SpecError("; ".join(unknown))
+
+
+def _check_autoscale(app: Application) -> None:
+    """Bounds the policy can keep, as the verifier requires of a blueprint.
+
+    The CRD's schema checks each number alone, but not ``min <= max``; without
+    this an autoscaler would find every count outside its bounds, tick after tick.
+    """
+    problems = []
+    for name, streamlet in sorted(app.streamlets.items()):
+        auto = streamlet.autoscale
+        if auto is None:
+            continue
+        where = f"spec.streamlets.{name}.autoscale"
+        if auto.min < 0:
+            problems.append(f"{where}.min ({auto.min}) must be 0 or more")
+        if auto.max < 1:
+            problems.append(f"{where}.max ({auto.max}) must be 1 or more")
+        if auto.min > auto.max:
+            problems.append(
+                f"{where}: min ({auto.min}) is above max ({auto.max}); "
+                "min is the fewest replicas, max the most"
+            )
+        if auto.target_lag < 1:
+            problems.append(f"{where}.target_lag ({auto.target_lag}) must be 1 or more")
+        for window in ("scale_up_after", "scale_down_after"):
+            if getattr(auto, window) < 0:
+                problems.append(f"{where}.{window} ({getattr(auto, window)}) must be 0 or more")
+    if problems:
+        raise SpecError("; ".join(problems))
 
 
 def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]:

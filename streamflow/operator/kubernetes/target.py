@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from streamflow.api.descriptor import ClassLoadError, DeclarationError
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
-from streamflow.operator.kubernetes import kafka, names, pods, scaling, spec
+from streamflow.operator.kubernetes import admission, kafka, names, pods, scaling, spec
 from streamflow.operator.kubernetes.client import KubeAccess, KubeError, api_message, explain
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.runtime.topics import all_topics
@@ -116,7 +116,7 @@ class KubernetesTarget:
         app = _application(found)
         resource = str(found["metadata"]["name"])
         self._call(lambda: self.cluster.delete_app(self.namespace, resource))
-        return self._delete_topics(app) if delete_topics else []
+        return self._delete_topics(found, app) if delete_topics else []
 
     # -- reading -----------------------------------------------------------------
 
@@ -126,6 +126,23 @@ class KubernetesTarget:
     def configuration(self, name: str) -> dict[str, dict[str, Any]]:
         app = self.application(name)
         return _checked(lambda: targets.effective_config(app))
+
+    def kafka_client_config(self, name: str) -> dict[str, Any]:
+        """The librdkafka properties of a Kafka client of ``name``, as the operator admits them.
+
+        ``spec.kafka.config`` merged with its labelled Secret (whose ``BOOTSTRAP``
+        is ``bootstrap.servers``), or :class:`~streamflow.operator.targets.TargetError`
+        when admission refuses them: a security setting in the spec, a Secret
+        that is missing, unlabelled or names no brokers.
+        """
+        try:
+            settings = self._client_settings(self._get(name))
+        except admission.RefusedError as exc:
+            raise targets.TargetError(
+                f"no Kafka client is made for {name!r}: {exc}",
+                hint=f"see `streamflow status {name} --target kubernetes`",
+            ) from None
+        return dict(settings.config)
 
     def status(self, name: str) -> targets.AppStatus:
         return self._status(self._get(name))
@@ -230,19 +247,38 @@ class KubernetesTarget:
             kafka=app.kafka.bootstrap,
         )
 
-    def _delete_topics(self, app: Application) -> Sequence[str]:
-        secret = None
-        if app.kafka.secret:
-            name = str(app.kafka.secret)
-            found = self._call(lambda: self.cluster.secret(self.namespace, name))
-            try:
-                secret = kafka.credentials(found, name=name)
-            except kafka.CredentialsError as exc:
-                raise targets.TargetError(
-                    "the application is undeployed, but its topics were not deleted",
-                    problems=[str(exc)],
-                ) from None
-        config = {**kafka.admin_config(app, secret), "log_level": 3}
+    def _client_settings(self, found: Mapping[str, Any]) -> kafka.ClientSettings:
+        """Through admission, as the operator's own clients: :class:`admission.RefusedError`."""
+        try:
+            resource = spec.parse(found)
+        except spec.SpecError as exc:
+            name = (found.get("metadata") or {}).get("name")
+            raise targets.TargetError(
+                f"the resource {name!r} is not a valid application: {exc}"
+            ) from None
+        return admission.client_settings(resource, credentials=self._credentials)
+
+    def _credentials(self, resource: spec.AppResource) -> dict[str, str] | None:
+        name = resource.app.kafka.secret
+        if not name:
+            return None
+        found = self._call(lambda: self.cluster.secret(self.namespace, name))
+        return kafka.credentials(found, name=name)
+
+    def _delete_topics(self, found: Mapping[str, Any], app: Application) -> Sequence[str]:
+        try:
+            settings = self._client_settings(found)
+        except admission.RefusedError as exc:
+            raise targets.TargetError(
+                "the application is undeployed, but its topics were not deleted",
+                problems=[str(exc)],
+            ) from None
+        if not settings.bootstrap:
+            raise targets.TargetError(
+                "the application is undeployed, but its topics were not deleted",
+                problems=["spec.kafka.bootstrap is not set, so Kafka cannot be reached"],
+            )
+        config = {**settings.config, "log_level": 3}
         topics = [t.name for t in all_topics(app) if t.managed]
         deleted, problems = [], []
         admin = AdminClient(config)

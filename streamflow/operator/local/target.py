@@ -26,7 +26,7 @@ from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
 from streamflow.operator.local import autoscaler, control, logfiles, private, probe, store
 from streamflow.runtime import kafka_access
-from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.clients import KafkaClients, application_config
 from streamflow.runtime.topics import TopicsError, all_topics, ensure_topics
 
 __all__ = ["LocalTarget"]
@@ -127,6 +127,16 @@ class LocalTarget:
 
     def configuration(self, name: str) -> dict[str, dict[str, Any]]:
         return targets.effective_config(self.application(name))
+
+    def kafka_client_config(self, name: str) -> dict[str, Any]:
+        """What ``name``'s replicas connect with: kafka.config, STREAMFLOW_KAFKA_*, brokers."""
+        app = self.application(name)
+        runtime = store.read_json(self.home.app(name).runtime) or {}
+        config: dict[str, Any] = application_config(app, os.environ)
+        bootstrap = runtime.get("bootstrap") or app.kafka.bootstrap
+        if bootstrap:
+            config["bootstrap.servers"] = str(bootstrap)
+        return config
 
     def status(self, name: str) -> targets.AppStatus:
         app = self.application(name)

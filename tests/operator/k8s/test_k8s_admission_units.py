@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
 from streamflow.blueprint.model import Application
-from streamflow.operator.kubernetes import admission, kafka
+from streamflow.operator import targets
+from streamflow.operator.kubernetes import admission, kafka, spec
+from streamflow.operator.kubernetes.target import KubernetesTarget
+from streamflow.operator.local import store
+from streamflow.operator.local.target import LocalTarget
 
 
 def app_with(config: dict[str, str]) -> Application:
@@ -92,9 +97,133 @@ def test_only_a_labelled_secret_with_a_bootstrap_gives_credentials() -> None:
         assert why in str(caught.value) and "pw" not in str(caught.value)
 
 
+def resource_with(kafka_spec: dict[str, object], *, image: str = "img:1") -> spec.AppResource:
+    body = {
+        "metadata": {"name": "a", "namespace": "prod", "uid": "u", "generation": 1},
+        "spec": {"name": "a", "streamlets": {}, "topics": {}, "kafka": kafka_spec, "image": image},
+    }
+    return spec.parse(body)
+
+
 def test_the_secrets_bootstrap_wins_over_the_spec() -> None:
-    app = Application.from_dict(
-        {"name": "a", "streamlets": {}, "topics": {}, "kafka": {"bootstrap": "evil:9092"}}
+    resource = resource_with({"bootstrap": "evil:9092", "secret": "s"})
+    settings = admission.client_settings(
+        resource, credentials=lambda _: {"bootstrap.servers": "k:9093"}
     )
-    config = kafka.admin_config(app, {"bootstrap.servers": "k:9093"})
-    assert config["bootstrap.servers"] == "k:9093"
+    assert settings.bootstrap == "k:9093"
+
+
+def test_client_settings_refuse_what_admission_refuses_and_read_no_secret_first() -> None:
+    read: list[str] = []
+
+    def credentials(resource: spec.AppResource) -> dict[str, str] | None:
+        read.append(resource.name)
+        raise kafka.CredentialsError("Secret 's' is not labelled")
+
+    config = {"plugin.library.paths": "/some/lib", "linger.ms": "5"}
+    with pytest.raises(admission.RefusedError) as refused:
+        admission.client_settings(resource_with({"config": config}), credentials=credentials)
+    assert refused.value.refusal.reason == "ForbiddenKafkaConfig" and read == []
+    with pytest.raises(admission.RefusedError) as refused:
+        admission.client_settings(resource_with({"secret": "s"}), credentials=credentials)
+    assert refused.value.refusal.reason == "SecretNotAllowed" and read == ["a"]
+    admitted = admission.client_settings(
+        resource_with({"bootstrap": "k:9092", "config": {"linger.ms": "5"}}),
+        credentials=lambda _: None,
+    )
+    assert dict(admitted.config) == {"linger.ms": "5", "bootstrap.servers": "k:9092"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "image", "allowed"),
+    [
+        ("registry.internal", "registry.internal/streamflow:1", True),
+        ("registry.internal", "registry.internal:5000/anything", False),  # another endpoint
+        ("registry.internal", "registry.internal@sha256:" + "0" * 64, False),
+        ("registry.internal", "registry.internal.evil.com/x", False),
+        ("registry.internal:5000", "registry.internal:5000/x:1", True),
+        ("registry.internal:5000", "registry.internal:50001/x", False),
+        ("registry.internal/team", "registry.internal/team:1", True),  # a repository's tag
+    ],
+)
+def test_a_pattern_without_a_slash_is_a_registry_endpoint(
+    pattern: str, image: str, allowed: bool
+) -> None:
+    assert admission.image_allowed(image, [pattern]) is allowed
+
+
+class SecretsCluster:
+    """What KubernetesTarget.kafka_client_config reads: the resource and its Secret."""
+
+    def __init__(self, kafka_spec: dict[str, object], secret: dict[str, object] | None) -> None:
+        self.app = {
+            "metadata": {"name": "a", "namespace": "prod", "uid": "u", "generation": 1},
+            "spec": {"name": "a", "streamlets": {}, "topics": {}, "kafka": kafka_spec},
+        }
+        self.stored_secret = secret
+        self.secrets_read: list[str] = []
+
+    def get_app(self, namespace: str, name: str) -> dict[str, object]:
+        return self.app
+
+    def secret(self, namespace: str, name: str) -> dict[str, object] | None:
+        self.secrets_read.append(name)
+        return self.stored_secret
+
+
+def target_on(cluster: SecretsCluster, tmp_path: Path) -> KubernetesTarget:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(_KUBECONFIG)
+    target = KubernetesTarget(kubeconfig=str(kubeconfig), namespace="prod")
+    target.cluster = cluster  # type: ignore[assignment]
+    return target
+
+
+_KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def test_the_kubernetes_target_hands_out_only_admitted_client_configs(tmp_path: Path) -> None:
+    labelled = {kafka.CREDENTIALS_LABEL: "true"}
+    good = SecretsCluster(
+        {"bootstrap": "evil:9092", "secret": "s", "config": {"linger.ms": "5"}},
+        _secret(labelled, BOOTSTRAP="k:9093", SASL_PASSWORD="pw"),
+    )
+    assert target_on(good, tmp_path).kafka_client_config("a") == {
+        "linger.ms": "5",
+        "bootstrap.servers": "k:9093",
+        "sasl.password": "pw",
+    }
+    forbidden = SecretsCluster(
+        {"secret": "s", "config": {"plugin.library.paths": "/some/lib"}},
+        _secret(labelled, BOOTSTRAP="k:9093"),
+    )
+    with pytest.raises(targets.TargetError, match=r"plugin\.library\.paths"):
+        target_on(forbidden, tmp_path).kafka_client_config("a")
+    assert forbidden.secrets_read == []
+    unlabelled = SecretsCluster({"secret": "s"}, _secret({}, BOOTSTRAP="k:9093"))
+    with pytest.raises(targets.TargetError, match=kafka.CREDENTIALS_LABEL):
+        target_on(unlabelled, tmp_path).kafka_client_config("a")
+
+
+def test_the_local_target_hands_out_its_replicas_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = Application.from_dict(
+        {"name": "a", "streamlets": {}, "topics": {}, "kafka": {"config": {"linger.ms": "5"}}}
+    )
+    home = store.Home(tmp_path)
+    store.write_json(home.app("a").spec, app.to_dict())
+    store.write_json(home.app("a").runtime, {"target": "local", "bootstrap": "localhost:9092"})
+    monkeypatch.setenv("STREAMFLOW_KAFKA_SASL_PASSWORD", "pw")
+    assert LocalTarget(home=tmp_path).kafka_client_config("a") == {
+        "linger.ms": "5",
+        "sasl.password": "pw",
+        "bootstrap.servers": "localhost:9092",
+    }

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
+
+import pytest
 
 from streamflow.blueprint.model import Application, AutoscaleSpec, KafkaSpec
 from streamflow.operator.autoscale import Decision
@@ -362,3 +365,126 @@ def test_the_autoscaler_decides_records_and_the_reconcile_scales() -> None:
         "scorer: 2 -> 1 replicas",
     ]
     assert "scaled up" in messages[0] and "scaled down" in messages[1]
+
+
+# -- what the autoscaler may not do ------------------------------------------------------------
+
+
+class AdminFactory:
+    """Stands in for AdminClient: records the configs, then fails as an unreachable broker."""
+
+    def __init__(self) -> None:
+        self.configs: list[dict[str, Any]] = []
+
+    def __call__(self, config: dict[str, Any]) -> Any:
+        self.configs.append(config)
+        raise ValueError("no broker in a unit test")
+
+
+def with_kafka(app: Application, **kafka: Any) -> Application:
+    return dataclasses.replace(app, kafka=KafkaSpec(**{"bootstrap": "kafka:9092", **kafka}))
+
+
+@pytest.mark.parametrize(
+    ("kafka", "reason"),
+    [
+        ({"config": {"plugin.library.paths": "/some/lib"}}, "ForbiddenKafkaConfig"),
+        ({"secret": "creds"}, "SecretNotAllowed"),  # the fake cluster has no such Secret
+    ],
+)
+def test_no_kafka_client_is_built_for_a_refused_resource(
+    kafka: dict[str, Any], reason: str
+) -> None:
+    app = with_kafka(autoscaled(), **kafka)
+    cluster, reconciler = cluster_of(app, keda_installed=False)
+    name = cluster.body["metadata"]["name"]
+    reconciler.reconcile("prod", name)
+    assert cluster.body["status"]["conditions"][0]["reason"] == reason
+    factory = AdminFactory()
+    autoscaler = Autoscaler(reconciler, admin_factory=factory, clock=lambda: 0.0)
+    assert autoscaler.tick("prod", name) == []
+    assert factory.configs == []  # librdkafka never saw the resource's settings
+    assert "autoscale" not in cluster.body["status"]
+
+
+def test_an_admitted_resource_gets_its_client_from_admission() -> None:
+    app = with_kafka(autoscaled(), config={"linger.ms": "5"})
+    cluster, reconciler = cluster_of(app, keda_installed=False)
+    factory = AdminFactory()
+    Autoscaler(reconciler, admin_factory=factory).tick("prod", cluster.body["metadata"]["name"])
+    assert len(factory.configs) == 1
+    config = factory.configs[0]
+    assert (config["bootstrap.servers"], config["linger.ms"]) == ("kafka:9092", "5")
+
+
+@pytest.mark.parametrize(
+    ("auto", "words"),
+    [
+        (AutoscaleSpec(min=3, max=2), "min (3) is above max (2)"),
+        (AutoscaleSpec(min=0, max=0), "max (0) must be 1 or more"),
+        (AutoscaleSpec(target_lag=0), "target_lag (0) must be 1 or more"),
+        (AutoscaleSpec(scale_down_after=-1), "scale_down_after (-1.0) must be 0 or more"),
+    ],
+)
+def test_bounds_the_policy_cannot_keep_fail_the_spec_and_nothing_flaps(
+    auto: AutoscaleSpec, words: str
+) -> None:
+    app = autoscaled(auto, bootstrap=None)
+    with pytest.raises(spec.SpecError, match=re.escape("spec.streamlets.scorer.autoscale")):
+        resource_of(app)
+    cluster, reconciler = cluster_of(app, keda_installed=False)
+    name = cluster.body["metadata"]["name"]
+    outcome = reconciler.reconcile("prod", name)
+    assert outcome is not None and outcome.status["phase"] == "Failed"
+    assert words in outcome.status["message"]
+    assert outcome.status["conditions"][0]["reason"] == "InvalidSpec"
+
+    def read_lag(resource: spec.AppResource, streamlet: str, topics: list[str]) -> GroupLag:
+        raise AssertionError("an invalid spec is not measured")
+
+    writes = len(cluster.writes)
+    for _ in range(3):
+        assert Autoscaler(reconciler, read_lag=read_lag).tick("prod", name) == []
+        reconciler.reconcile("prod", name)
+    assert len(cluster.writes) == writes  # no Event, patch or reconcile loop
+
+
+def test_a_streamlet_removed_while_measuring_is_skipped() -> None:
+    app = autoscaled(bootstrap=None)
+    cluster, reconciler = cluster_of(app, keda_installed=False)
+    name = cluster.body["metadata"]["name"]
+    reconciler.reconcile("prod", name)
+
+    def read_lag(resource: spec.AppResource, streamlet: str, topics: list[str]) -> GroupLag:
+        body = cluster.body["spec"]  # a new spec lands between the sample and the decision
+        del body["streamlets"]["scorer"]
+        for topic in body["topics"].values():
+            for side in ("producers", "consumers"):
+                topic[side] = [r for r in topic[side] if not r.startswith("scorer.")]
+        return GroupLag(lag=1000, produced=1000, consumed=0, partitions=2)
+
+    assert Autoscaler(reconciler, read_lag=read_lag).tick("prod", name) == []
+    assert "scorer" not in (cluster.body["status"].get("autoscale") or {})
+
+
+def test_the_policys_memory_starts_over_when_autoscale_changes() -> None:
+    app = autoscaled(bootstrap=None)  # scale_down_after 30 s, as in the test above
+    cluster, reconciler = cluster_of(app, keda_installed=False)
+    name = cluster.body["metadata"]["name"]
+    reconciler.reconcile("prod", name)
+    now = [0.0]
+    readings = iter([1000, 1000, 0, 0, 0])
+
+    def read_lag(resource: spec.AppResource, streamlet: str, topics: list[str]) -> GroupLag:
+        return GroupLag(lag=next(readings), produced=1000, consumed=0, partitions=2)
+
+    autoscaler = Autoscaler(reconciler, read_lag=read_lag, clock=lambda: now[0])
+    seen = []
+    for tick in range(5):
+        if tick == 2:  # new bounds: what the old windows wanted no longer counts
+            cluster.body["spec"]["streamlets"]["scorer"]["autoscale"]["max"] = 3
+        autoscaler.tick("prod", name)
+        seen.append(scorer_replicas(cluster, app))
+        now[0] += 20
+    # unchanged, it scales down at the 4th tick; anew from the 3rd, it waits 30 s more
+    assert seen == [2, 2, 2, 2, 1]
