@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -22,7 +23,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from rich.text import Text
 
 from streamflow.blueprint.model import Application
-from streamflow.cli import apps, model_wait, output
+from streamflow.cli import apps, model_wait, output, state
+from streamflow.operator import targets
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.schema import SchemaStore, SingleObjectCodec
@@ -145,7 +147,15 @@ def push(
         )
         awaited_on = status_topic if timeout > 0 else None  # no status topic: nothing to wait for
         statuses = (
-            model_wait.await_status(app, awaited, clients, awaited_on, status_start, store)
+            model_wait.await_status(
+                app,
+                awaited,
+                clients,
+                awaited_on,
+                status_start,
+                store,
+                replicas=replica_count(_local_target(), app, streamlet),
+            )
             if awaited_on is not None
             else {}
         )
@@ -156,6 +166,40 @@ def push(
             model_wait.print_status_table(statuses)
         if awaited_on is not None:
             model_wait.check_served(statuses, awaited, app)
+
+
+def replica_count(
+    target: targets.Target | None, app: Application, streamlet: str
+) -> Callable[[], int]:
+    """How many replicas of ``streamlet`` run now, as the deployment (and its autoscaler) says.
+
+    The spec's ``replicas`` is only where an autoscaler starts; without a
+    deployment (nothing runs it here), it is all there is. While waiting, a
+    status that cannot be read keeps the last count known.
+    """
+    known = app.streamlets[streamlet].replicas
+
+    def count() -> int:
+        nonlocal known
+        if target is None:
+            return known
+        try:
+            found = target.status(app.name)
+        except targets.TargetError:
+            return known
+        desired = {s.name: s.desired for s in found.streamlets}
+        known = desired.get(streamlet, known)
+        return known
+
+    return count
+
+
+def _local_target() -> targets.Target | None:
+    """Where ``resolve`` finds applications: the local state (``run`` and ``deploy``)."""
+    try:
+        return targets.get_target("local", home=state.home())
+    except targets.TargetError:
+        return None
 
 
 @model_app.command("status")

@@ -6,6 +6,10 @@ count. Each replica says ``loading`` and then ``serving``, ``failed`` or
 ``rejected``; the wait shows how many serve so far and what the others said
 (:mod:`streamflow.cli.progress`), and ends with an error naming each replica
 that does not serve the version, and why, or that never answered.
+
+How many replicas to wait for is asked of the deployment, again every few
+seconds while waiting: an autoscaler runs more or fewer than the spec's
+``replicas`` (only its starting count), and may change its mind meanwhile.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -35,6 +40,7 @@ __all__ = [
 
 STATUS = "streamflow.ml.ModelStatus"
 FINAL = {"serving", "failed", "rejected", "superseded"}
+_RECOUNT_S = 2.0  # how often the number of replicas running is asked again
 
 
 def consumer(clients: KafkaClients) -> Consumer:
@@ -61,10 +67,15 @@ def await_status(
     topic: str,
     start: dict[int, int],
     store: SchemaStore,
+    *,
+    replicas: Callable[[], int],
 ) -> dict[str, dict[str, Any]]:
-    """The final status of each replica for the version; the latest word of each meanwhile."""
+    """The final status of each replica for the version; the latest word of each meanwhile.
+
+    ``replicas``: how many run now (asked again while waiting, as it may change).
+    """
     codec = SingleObjectCodec(store.get(STATUS), store=store)
-    replicas = app.streamlets[awaited.streamlet].replicas
+    count, counted = replicas(), time.monotonic()
     final: dict[str, dict[str, Any]] = {}
     states: dict[str, str] = {}  # replica -> the latest state it reported for this version
     reader = consumer(clients)
@@ -73,12 +84,12 @@ def await_status(
     try:
         with progress.waiting(
             f"waiting for {awaited.streamlet} to serve {awaited.model}:{awaited.version}",
-            detail=_served(states, replicas),
+            detail=_served(states, count),
             separator=" — ",
             machine_output=awaited.machine_output,
             quiet=awaited.quiet,
         ) as wait:
-            while len(final) < replicas and time.monotonic() < deadline:
+            while not _all_final(final, awaited.streamlet, count) and time.monotonic() < deadline:
                 for msg in reader.consume(100, 0.5):
                     if msg.error() is not None or msg.value() is None:
                         continue
@@ -87,15 +98,26 @@ def await_status(
                         states[record["replica"]] = record["state"]
                         if record["state"] in FINAL:
                             final[record["replica"]] = record
-                wait.update(_served(states, replicas))
-            if len(final) == replicas and all(s == "serving" for s in states.values()):
+                if time.monotonic() - counted >= _RECOUNT_S or _all_final(
+                    final, awaited.streamlet, count
+                ):  # before ending, make sure no replica was added meanwhile
+                    count, counted = replicas(), time.monotonic()
+                wait.update(_served(states, count))
+            if count == 0:
+                wait.done(
+                    f"{awaited.streamlet} runs no replica now (scaled to zero); each one it"
+                    f" starts loads {awaited.model}:{awaited.version}"
+                )
+            elif _all_final(final, awaited.streamlet, count) and all(
+                final[r]["state"] == "serving" for r in _expected(awaited.streamlet, count)
+            ):
                 wait.done(
                     f"{awaited.streamlet} serves {awaited.model}:{awaited.version}"
-                    f" on {replicas}/{replicas} replicas"
+                    f" on {count}/{count} replicas"
                 )
     finally:
         reader.close()
-    for replica in _expected(awaited.streamlet, replicas):
+    for replica in _expected(awaited.streamlet, count):
         if replica not in final:
             final[replica] = {
                 "replica": replica,
@@ -106,6 +128,10 @@ def await_status(
                 "time": None,
             }
     return final
+
+
+def _all_final(final: dict[str, dict[str, Any]], streamlet: str, count: int) -> bool:
+    return all(replica in final for replica in _expected(streamlet, count))
 
 
 def _served(states: dict[str, str], replicas: int) -> str:

@@ -7,13 +7,21 @@ tests need no Kafka and no replicas.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
 
+import anyio.to_thread
 import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from streamflow.blueprint.model import Application
 from streamflow.operator import targets
@@ -62,9 +70,16 @@ class FakeTarget:
     def list(self) -> Sequence[targets.AppStatus]:
         return [self.status(APP.name)]
 
+    def kafka_client_config(self, name: str) -> dict[str, str]:
+        self.application(name)
+        return {"bootstrap.servers": self.bootstrap}
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    bootstrap = ""
+
+
+@contextlib.contextmanager
+def served(target: object, host: str = "127.0.0.1") -> Iterator[tuple[str, int]]:
+    """``serve`` on a free port of ``host``, as ``streamflow ui --host`` does."""
     if not server.static_ready():
         pytest.fail("the web view is not built: run ./dev setup", pytrace=False)
     ready = threading.Event()
@@ -77,23 +92,61 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
 
     thread = threading.Thread(
         target=serving.serve,
-        args=(FakeTarget(),),
-        kwargs={"port": 0, "interval": 0.2, "on_ready": announce, "running": running},
+        args=(target,),
+        kwargs={
+            "host": host,
+            "port": 0,
+            "interval": 0.2,
+            "on_ready": announce,
+            "running": running,
+        },
         daemon=True,
     )
     thread.start()
     assert ready.wait(30), "the server did not start"
-    host, port = found["url"].removeprefix("http://").split(":")
-    yield host, int(port)
-    running.stop()
-    thread.join(10)
+    address, port = found["url"].removeprefix("http://").rsplit(":", 1)
+    try:
+        yield address.strip("[]"), int(port)
+    finally:
+        running.stop()
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def serving_app(app: Starlette, closing: threading.Event) -> Iterator[tuple[str, int]]:
+    """uvicorn serving an app made here, on a free port of 127.0.0.1."""
+    sock = serving.bind("127.0.0.1", 0)
+    instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield "127.0.0.1", sock.getsockname()[1]
+    finally:
+        closing.set()
+        instance.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[tuple[str, int]]:
+    with served(FakeTarget()) as found:
+        yield found
 
 
 def request(
-    base: tuple[str, int], method: str, path: str, *, host: str | None = None
+    base: tuple[str, int],
+    method: str,
+    path: str,
+    *,
+    host: str | None = None,
+    timeout: float = 20,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request sent as written: no client normalises ``..`` in the path."""
-    connection = http.client.HTTPConnection(*base, timeout=20)
+    connection = http.client.HTTPConnection(*base, timeout=timeout)
     try:
         connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         connection.putheader("Host", host or f"127.0.0.1:{base[1]}")
@@ -196,3 +249,109 @@ def test_the_page_is_served_at_the_root_and_per_app(base: tuple[str, int]) -> No
         assert status == 200 and b'<script type="module"' in body, path
     status, _, _ = request(base, "HEAD", "/api/apps")
     assert status == 200
+
+
+@pytest.mark.parametrize("host", ["::1", "127.0.0.2"])
+def test_every_loopback_address_is_served_under_its_own_name(host: str) -> None:
+    with served(FakeTarget(), host) as address:
+        shown = f"[{host}]" if ":" in host else host
+        status, _, body = request(address, "GET", "/api/apps", host=f"{shown}:{address[1]}")
+        assert status == 200, body
+        status, _, _ = request(address, "GET", "/api/apps", host=f"[::1]:{address[1]}")
+        assert status == 200
+        status, _, _ = request(address, "GET", "/api/apps", host="evil.example")
+        assert status == 400
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_dead_letters_while_kafka_is_down_are_a_502_that_says_so() -> None:
+    target = FakeTarget()
+    target.bootstrap = f"127.0.0.1:{closed_port()}"
+    with served(target) as address:
+        status, headers, body = request(address, "GET", "/api/apps/demo/dead-letters/sink")
+    assert status == 502, body
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert error.startswith("cannot read the dead letters of sink: "), error
+
+
+class KafkaRefused(FakeTarget):
+    def kafka_client_config(self, name: str) -> dict[str, str]:
+        raise targets.TargetError(
+            "the application's Kafka settings are refused: security.protocol",
+            hint="set them in the Secret named by spec.kafka.secret",
+        )
+
+
+def test_refused_kafka_settings_are_a_502_naming_the_reason() -> None:
+    with served(KafkaRefused()) as address:
+        status, _, body = request(address, "GET", "/api/apps/demo/dead-letters/sink")
+    assert status == 502, body
+    answer = json.loads(body)
+    assert "refused: security.protocol" in answer["error"]
+    assert answer["hint"] == "set them in the Secret named by spec.kafka.secret"
+
+
+async def _threads_in_use(request: Request) -> Response:
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    return JSONResponse({"borrowed": limiter.borrowed_tokens})
+
+
+def open_stream(address: tuple[str, int]) -> http.client.HTTPConnection:
+    """An event stream whose first snapshot has arrived."""
+    connection = http.client.HTTPConnection(*address, timeout=20)
+    connection.request("GET", "/api/apps/demo/events")
+    response = connection.getresponse()
+    assert response.status == 200
+    while not response.fp.readline().startswith(b"id: "):
+        pass
+    return connection
+
+
+def test_sixty_open_event_streams_hold_no_threads_and_the_api_answers() -> None:
+    closing = threading.Event()
+    # a snapshot a minute: the streams wait, which is when they used to hold a thread each
+    app = server.create_app(FakeTarget(), interval=60.0, closing=closing)
+    app.router.routes.append(Route("/test/threads", _threads_in_use))
+    with serving_app(app, closing) as address:
+        streams = [open_stream(address) for _ in range(60)]
+        try:
+            time.sleep(1.0)  # every stream is waiting for its next snapshot now
+            status, _, body = request(address, "GET", "/test/threads", timeout=5)
+            assert status == 200 and json.loads(body)["borrowed"] <= 2, body
+            for path in ("/api/apps", "/api/apps/demo"):
+                started = time.monotonic()
+                status, _, _ = request(address, "GET", path, timeout=5)
+                assert status == 200 and time.monotonic() - started < 2.0, path
+        finally:
+            for stream in streams:
+                stream.close()
+
+
+def test_streams_beyond_the_cap_are_a_clear_503() -> None:
+    closing = threading.Event()
+    app = server.create_app(FakeTarget(), interval=60.0, closing=closing, max_streams=3)
+    with serving_app(app, closing) as address:
+        streams = [open_stream(address) for _ in range(3)]
+        try:
+            status, _, body = request(address, "GET", "/api/apps/demo/events", timeout=5)
+            assert status == 503, body
+            assert "too many live views are open (3)" in json.loads(body)["error"]
+            streams.pop().close()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # a closed stream frees its place
+                with contextlib.closing(http.client.HTTPConnection(*address, timeout=5)) as again:
+                    again.request("GET", "/api/apps/demo/events")
+                    if again.getresponse().status == 200:
+                        break
+                time.sleep(0.2)
+            else:
+                pytest.fail("the closed stream's place was not freed")
+        finally:
+            for stream in streams:
+                stream.close()

@@ -10,7 +10,6 @@ stops it through :class:`Running`.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 import threading
 from collections.abc import Callable
@@ -54,13 +53,7 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+is_loopback = server.is_loopback
 
 
 def url_of(host: str, port: int) -> str:
@@ -106,9 +99,7 @@ def serve(
     _check_built()
     sock = sock or bind(host, port)
     running = running or Running()
-    app = server.create_app(
-        target, interval=interval, loopback_only=is_loopback(host), closing=running.closing
-    )
+    app = server.create_app(target, interval=interval, host=host, closing=running.closing)
     config = uvicorn.Config(
         app,
         log_level="warning",

@@ -4,16 +4,19 @@ Every open page of an application shares one :class:`Watcher`, so ten tabs
 cost the replicas and Kafka what one does. The watcher polls on its own
 thread (the target's status, the replicas' ``/metrics``) and publishes a new
 snapshot with a sequence number; the server's event streams wait for the next
-number. Rates are taken over a few seconds of readings rather than between
-two consecutive polls: a source that writes 25 records/s in batches would
-otherwise show 0, 50, 0, 50. A watcher nobody has asked for in a while stops,
-and the :class:`Hub` starts a new one on the next request.
+number on the event loop (:meth:`Watcher.wait`), woken from the thread, so an
+open page holds no thread of the server's pool. Rates are taken over a few
+seconds of readings rather than between two consecutive polls: a source that
+writes 25 records/s in batches would otherwise show 0, 50, 0, 50. A watcher
+nobody has asked for in a while stops, and the :class:`Hub` starts a new one
+on the next request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -25,7 +28,6 @@ from streamflow.blueprint import graph as graphs
 from streamflow.blueprint.model import Application
 from streamflow.operator import targets
 from streamflow.operator.web import scrape, snapshot, topics
-from streamflow.runtime import clients
 from streamflow.schema import SchemaStore
 
 __all__ = ["Hub", "Watcher", "graph_of"]
@@ -87,9 +89,12 @@ class Watcher:
         self._snapshot: dict[str, Any] | None = None
         self._seq = 0
         self._changed = threading.Condition()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._stop = threading.Event()
         self._used = clock()
         self._reader: topics.TopicReader | None = None
+        self._reader_problem: str | None = None  # why there is no reader (Kafka refused)
+        self._reader_tried = float("-inf")
         self._thread = threading.Thread(target=self._run, name=f"web-{app.name}", daemon=True)
 
     def start(self) -> None:
@@ -101,6 +106,7 @@ class Watcher:
             self._reader.stop()
         with self._changed:
             self._changed.notify_all()
+            self._wake()
 
     @property
     def alive(self) -> bool:
@@ -115,6 +121,29 @@ class Watcher:
         with self._changed:
             self._changed.wait_for(lambda: self._seq > after or self._stop.is_set(), timeout)
             return self._seq, self._snapshot
+
+    async def wait(self, *, after: int = 0, timeout: float) -> tuple[int, dict[str, Any] | None]:
+        """:meth:`latest` for the event loop: waits there, not in a thread of the pool."""
+        self.touch()
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._changed:
+            if self._seq > after or self._stop.is_set():
+                return self._seq, self._snapshot
+            self._waiters.add(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter[1].wait(), timeout)
+        finally:
+            with self._changed:
+                self._waiters.discard(waiter)
+        with self._changed:
+            return self._seq, self._snapshot
+
+    def _wake(self) -> None:
+        """Wake every :meth:`wait` (called with ``_changed`` held, from any thread)."""
+        for loop, event in self._waiters:
+            with contextlib.suppress(RuntimeError):  # a loop that closed meanwhile
+                loop.call_soon_threadsafe(event.set)
 
     # -- the thread ------------------------------------------------------------
 
@@ -153,7 +182,11 @@ class Watcher:
         }
         reading = snapshot.Reading(at=self._clock(), replicas=scrape.scrape_all(endpoints))
         older = self._older(reading)
-        records = self._reader.records() if self._reader is not None else snapshot.Records()
+        records = (
+            self._reader.records()
+            if self._reader is not None
+            else snapshot.Records(problem=self._reader_problem)
+        )
         self._publish(
             snapshot.build(
                 graph=self.graph,
@@ -176,13 +209,25 @@ class Watcher:
         return oldest if oldest is not reading else None
 
     def _ensure_reader(self, status: targets.AppStatus) -> None:
-        bootstrap = self.app.kafka.bootstrap or status.kafka
         wanted = topics.report_topics(self.graph)
-        if self._reader is not None or not bootstrap or not wanted:
+        if self._reader is not None or not wanted:
             return
+        if self._clock() - self._reader_tried < _APP_REFRESH_S:
+            return  # the target refused a moment ago: not asked again on every poll
+        try:  # the target's own settings: in a cluster, the Secret its admission allows
+            config = self.target.kafka_client_config(self.name)
+        except targets.TargetError as exc:
+            self._reader_tried = self._clock()
+            hint = f" ({exc.hint})" if exc.hint else ""
+            self._reader_problem = f"cannot read the report topics: {exc.message}{hint}"
+            return
+        bootstrap = config.get("bootstrap.servers") or self.app.kafka.bootstrap or status.kafka
+        if not bootstrap:
+            return
+        self._reader_problem = None
         self._reader = topics.TopicReader(
-            bootstrap=bootstrap,
-            config=clients.application_config(self.app, os.environ),  # secured Kafka too
+            bootstrap=str(bootstrap),
+            config=config,
             topics=wanted,
             store=SchemaStore(self.app.schema_paths),
         )
@@ -193,6 +238,7 @@ class Watcher:
             self._snapshot = data
             self._seq += 1
             self._changed.notify_all()
+            self._wake()
 
 
 class Hub:

@@ -102,16 +102,24 @@ class TopicReader:
                 problem=self._problem,
             )
 
+    def poll(self, reader: Consumer) -> None:
+        """Read every topic whose end moved (or whose last read failed) once, with ``reader``."""
+        try:
+            for topic in self.topics:
+                self._read(reader, topic)
+            self._set_problem(None)
+        except (KafkaException, peek.PeekError) as exc:
+            self._set_problem(f"cannot read the report topics: {exc}")
+
     def _run(self) -> None:
-        reader = consumer(self._bootstrap, self._config)
+        try:
+            reader = consumer(self._bootstrap, self._config)
+        except KafkaException as exc:  # a setting librdkafka refuses
+            self._set_problem(f"cannot read the report topics: {exc}")
+            return
         try:
             while not self._stop.is_set():
-                try:
-                    for topic in self.topics:
-                        self._read(reader, topic)
-                    self._set_problem(None)
-                except (KafkaException, peek.PeekError) as exc:
-                    self._set_problem(f"cannot read the report topics: {exc}")
+                self.poll(reader)
                 self._stop.wait(self.interval)
         finally:
             reader.close()
@@ -126,12 +134,13 @@ class TopicReader:
         )
         if self._ends.get(topic) == ends:
             return
-        self._ends[topic] = ends
         streamlet, schema = self.topics[topic]
         for msg in peek.last(reader, topic, _PER_TOPIC, timeout=10):
             _, value, error = self._decoder.decode(msg)
             if error is None and isinstance(value, dict):
                 self._keep(streamlet, schema, value)
+        # only once read: a read that failed is tried again though the end did not move
+        self._ends[topic] = ends
 
     def _keep(self, streamlet: str, schema: str, value: dict[str, Any]) -> None:
         with self._lock:

@@ -1,0 +1,108 @@
+"""The report-topic reader, with a fake consumer in place of Kafka."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from streamflow.operator.web import snapshot, topics
+from streamflow.schema import SchemaStore, SingleObjectCodec
+
+STORE = SchemaStore()
+TOPIC = "wine-drift"
+AT = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+REPORT = {
+    "detector": "drift",
+    "source": "inputs",
+    "window": {"index": 3, "records": 178, "start_time": AT, "end_time": AT, "offsets": []},
+    "features": [],
+    "drifted": True,
+    "severity": "HIGH",
+    "time": AT,
+}
+
+
+@dataclasses.dataclass
+class Message:
+    raw: bytes
+
+    def error(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return self.raw
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("streamflow-schema", snapshot.DRIFT_REPORT.encode())]
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 0
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+
+class Meta:
+    error = None
+    partitions = {0: None}
+
+
+class Listing:
+    topics = {TOPIC: Meta()}
+
+
+class OneRecord:
+    """A topic holding one DriftReport; the first ``failures`` assignments fail."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.assigned: list[Any] = []
+        codec = SingleObjectCodec(STORE.get(snapshot.DRIFT_REPORT), store=STORE)
+        self.pending = [Message(codec.encode(REPORT))]
+
+    def list_topics(self, topic: str, timeout: float) -> Listing:
+        return Listing()
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        return (0, 1)
+
+    def assign(self, partitions: list[Any]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        self.assigned = partitions
+
+    def assignment(self) -> list[Any]:
+        return self.assigned
+
+    def consume(self, n: int, timeout: float) -> list[Message]:
+        found, self.pending = self.pending, []
+        return found
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return []
+
+
+def test_a_failed_read_is_tried_again_though_the_topic_did_not_move() -> None:
+    reader = topics.TopicReader(
+        bootstrap="unused:9092",
+        config={},
+        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
+        store=STORE,
+    )
+    kafka = OneRecord(failures=1)
+    reader.poll(kafka)  # type: ignore[arg-type]
+    assert reader.records().problem is not None and not reader.records().drift
+    reader.poll(kafka)  # type: ignore[arg-type]
+    records = reader.records()
+    assert records.problem is None
+    assert [r["severity"] for r in records.drift["drift"]] == ["HIGH"]
