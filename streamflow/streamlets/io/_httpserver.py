@@ -69,6 +69,7 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
         self._restore_handler: Any = None
+        self._handler_replaced = False
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
@@ -91,29 +92,59 @@ class HttpServer:
             h11_max_incomplete_event_size=_HEAD_BYTES,
             backlog=_BACKLOG,
         )
-        self._socket = _bind(self.host, self.port)
-        self._throttle_accept_errors()
-        self._server = _Embedded(config)
-        self._task = asyncio.get_running_loop().create_task(
-            self._server.serve(sockets=[self._socket])
-        )
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # it failed to start: say why
-                raise RuntimeError("the HTTP server stopped while starting")
-            await asyncio.sleep(0.01)
+        # Whatever stops it before it listens (uvicorn failing, or SIGTERM cancelling serve()
+        # now) must not leave the socket bound, uvicorn's task running or our handler on.
+        try:
+            self._socket = _bind(self.host, self.port)
+            self._throttle_accept_errors()
+            self._server = _Embedded(config)
+            self._task = asyncio.get_running_loop().create_task(
+                self._server.serve(sockets=[self._socket])
+            )
+            while not self._server.started:
+                if self._task.done():
+                    self._task.result()  # it failed to start: say why
+                    raise RuntimeError("the HTTP server stopped while starting")
+                await asyncio.sleep(0.01)
+        except BaseException:
+            await self._abandon()
+            raise
         return int(self._socket.getsockname()[1])
 
     async def close(self) -> None:
         """Stop accepting, let requests in flight finish (up to the grace), close the rest."""
+        task, self._task = self._task, None
         try:
-            if self._server is not None and self._task is not None:
+            if self._server is not None and task is not None:
                 self._server.should_exit = True
-                await asyncio.shield(self._task)
+                await asyncio.shield(task)
         finally:
-            if self._socket is not None:
-                self._socket.close()
+            self._release()
+
+    async def _abandon(self) -> None:
+        """Undo a start that never finished: no request was served, so nothing is graceful."""
+        task, self._task = self._task, None
+        try:
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        finally:
+            # A cancelled uvicorn skips its shutdown, so its listeners are closed here.
+            for listener in getattr(self._server, "servers", ()):
+                listener.close()
+            self._release()
+
+    def _release(self) -> None:
+        """Close the socket and put the loop's exception handler back, once."""
+        if self._socket is not None:
+            if self._socket.fileno() != -1:  # uvicorn's shutdown closes it itself
+                # A listener asyncio started serving, but uvicorn never recorded, reads it.
+                asyncio.get_running_loop().remove_reader(self._socket)
+            self._socket.close()
+            self._socket = None
+        if self._handler_replaced:
             asyncio.get_running_loop().set_exception_handler(self._restore_handler)
+            self._handler_replaced = False
 
     def _closing_aware(self, app: _httpapp.App) -> _httpapp.App:
         """``app``, whose answers say ``Connection: close`` once shutdown began."""
@@ -159,6 +190,7 @@ class HttpServer:
                 loop.default_exception_handler(context)
 
         loop.set_exception_handler(handler)
+        self._handler_replaced = True
 
 
 class _Embedded(uvicorn.Server):

@@ -134,17 +134,19 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
             header_timeout=self.header_timeout.total_seconds(),
             idle_timeout=self.idle_timeout.total_seconds(),
         )
-        self.bound_port = await server.start()
-        self.context.logger.info(
-            "listening on http://%s:%d", host, self.bound_port, extra={"port": self.bound_port}
-        )
-        self.listening.set()
+        port: int | None = None
         try:
+            # Inside the try: a start failed or cancelled (SIGTERM) still closes what it opened.
+            port = await server.start()
+            self.bound_port = port
+            self.context.logger.info("listening on http://%s:%d", host, port, extra={"port": port})
+            self.listening.set()
             await asyncio.Event().wait()
         finally:
             self.listening.clear()
             await server.close()
-            self.context.logger.info("stopped listening on port %d", self.bound_port)
+            if port is not None:
+                self.context.logger.info("stopped listening on port %d", port)
 
     def _read_token(self) -> str | None:
         """The bearer token, or None when none is asked for; a named but unset one fails closed."""

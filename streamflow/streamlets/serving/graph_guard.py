@@ -11,10 +11,12 @@ The checkpoint ops (``SaveV2``, ``RestoreV2``, ...) are the one nuance: every
 TF2 SavedModel carries a saver whose functions hold them, and
 ``tf.saved_model.load`` does not run those (it restores variables with its
 own reader). They are allowed in the functions only the saver reaches, and
-refused in every other function. A SavedModel without an object graph (TF1
-style) would have its init ops run by the loader and is refused outright, as
-is a ``saved_model.pbtxt`` (or ``.cpb``) that the loader might read instead of
-the ``.pb`` checked here.
+refused in every other function. A function is reached when a node names it
+in an attribute or has it as its op (TensorFlow's call by name), or when it is
+the gradient of one reached; the saver's own nodes are checked too. A
+SavedModel without an object graph (TF1 style) would have its init ops run by
+the loader and is refused outright, as is a ``saved_model.pbtxt`` (or
+``.cpb``) that the loader might read instead of the ``.pb`` checked here.
 
 Serving SavedModels is off unless a streamlet sets ``allow_saved_model``: the
 check is a denylist, and a denylist can only name what is known to be harmful.
@@ -111,17 +113,23 @@ def _check_meta_graph(meta_graph: Any) -> None:
         )
     graph = meta_graph.graph_def
     library = {f.signature.name: f for f in graph.library.function}
+    calls = _call_graph(graph.library, library)
     saver = meta_graph.saver_def
-    saver_nodes = {
+    saver_names = {
         name.split(":")[0] for name in (saver.save_tensor_name, saver.restore_op_name) if name
     }
-    top = [n for n in graph.node if n.name not in saver_nodes]
-    saver_only = _closure(library, _called(n for n in graph.node if n.name in saver_nodes))
-    roots = set(_called(top)) | set(meta_graph.object_graph_def.concrete_functions)
-    roots |= set(library) - saver_only  # every other function, reachable or not
-    strict = _closure(library, roots)
+    saver_nodes = [n for n in graph.node if n.name in saver_names]
+    top = [n for n in graph.node if n.name not in saver_names]
+    saver_reach = _closure(calls, _called(saver_nodes, library))
+    # Strict is decided by what else reaches a function, never by the saver reaching it too:
+    # a function any other node, function or object calls may not keep its checkpoint ops.
+    roots = set(_called(top, library)) | set(meta_graph.object_graph_def.concrete_functions)
+    roots |= set(library) - saver_reach  # every other function, reachable or not
+    strict = _closure(calls, roots)
     for node in top:
         _refuse(node, DENIED_OPS, "the graph")
+    for node in saver_nodes:
+        _refuse(node, DENIED_OPS - CHECKPOINT_OPS, "the saver")
     for name, function in library.items():
         denied = DENIED_OPS if name in strict else DENIED_OPS - CHECKPOINT_OPS
         for node in function.node_def:
@@ -136,23 +144,50 @@ def _refuse(node: Any, denied: frozenset[str], where: str) -> None:
         )
 
 
-def _called(nodes: Iterable[Any]) -> Iterator[str]:
-    """The functions that nodes call through their attributes (f, then_branch, body, ...)."""
+def _called(nodes: Iterable[Any], library: dict[str, Any]) -> Iterator[str]:
+    """The functions that nodes call: by op name, or through an attribute (f, body, ...)."""
     for node in nodes:
-        for attr in node.attr.values():
-            if attr.HasField("func"):
-                yield attr.func.name
-            if attr.HasField("list"):
-                yield from (f.name for f in attr.list.func)
+        if node.op in library:  # TensorFlow resolves an op named like a function to a call
+            yield node.op
+        for value in node.attr.values():
+            yield from _attr_functions(value)
 
 
-def _closure(library: dict[str, Any], roots: Iterable[str]) -> set[str]:
+def _attr_functions(value: Any) -> Iterator[str]:
+    """The functions an attribute names, with those its functions' own attributes name."""
+    if value.HasField("func"):
+        yield from _named(value.func)
+    if value.HasField("list"):
+        for func in value.list.func:
+            yield from _named(func)
+
+
+def _named(func: Any) -> Iterator[str]:
+    yield func.name
+    for value in func.attr.values():
+        yield from _attr_functions(value)
+
+
+def _call_graph(function_library: Any, library: dict[str, Any]) -> dict[str, set[str]]:
+    """Each function's callees: its nodes' calls, its own attributes' and its gradient."""
+    calls = {
+        name: set(_called(f.node_def, library))
+        | {c for v in f.attr.values() for c in _attr_functions(v)}
+        for name, f in library.items()
+    }
+    for gradient in function_library.gradient:
+        if gradient.function_name in calls:
+            calls[gradient.function_name].add(gradient.gradient_func)
+    return calls
+
+
+def _closure(calls: dict[str, set[str]], roots: Iterable[str]) -> set[str]:
     seen: set[str] = set()
-    todo = [r for r in roots if r in library]
+    todo = [r for r in roots if r in calls]
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        todo.extend(c for c in _called(library[name].node_def) if c in library and c not in seen)
+        todo.extend(c for c in calls[name] if c in calls and c not in seen)
     return seen

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from streamflow import Emit, EmitError, Outlet
 from streamflow.api import describe
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.io import HttpIngress
+from streamflow.streamlets.io import HttpIngress, _httpserver
 
 from .conftest import build
 
@@ -422,6 +423,74 @@ def test_cancelling_serve_closes_idle_connections(store: SchemaStore) -> None:
             await asyncio.wait_for(task, 5)
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
+
+    asyncio.run(main())
+
+
+class StalledStartup:
+    """Stands in for uvicorn's startup: notes the listening port, then stalls or fails."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.failure = failure
+        self.port: int | None = None
+        self.entered = asyncio.Event()
+
+    async def __call__(self, sockets: list[socket.socket] | None = None) -> None:
+        # An instance on the class is not bound as a method: uvicorn passes sockets= alone.
+        assert sockets is not None
+        self.port = sockets[0].getsockname()[1]
+        self.entered.set()
+        if self.failure is not None:
+            raise self.failure
+        await asyncio.Event().wait()
+
+
+def _assert_nothing_left(port: int | None, handler: Any) -> None:
+    """The port binds again, no task but the test's runs, and the loop's handler is back."""
+    assert port is not None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", port))  # EADDRINUSE while the ingress still listens
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert asyncio.get_running_loop().get_exception_handler() is handler
+
+
+def _on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    loop.default_exception_handler(context)
+
+
+def test_cancelling_serve_while_it_starts_leaves_nothing_listening(
+    store: SchemaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIGTERM right after the replica started: serve() is cancelled before uvicorn is up.
+    startup = StalledStartup()
+    monkeypatch.setattr(_httpserver._Embedded, "startup", startup)
+    api = build(ReadingApi, {"host": "127.0.0.1", "port": 0}, store)
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(_on_error)
+        task = asyncio.create_task(api.serve(FakeEmitter()))
+        await asyncio.wait_for(startup.entered.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        _assert_nothing_left(startup.port, _on_error)
+
+    asyncio.run(main())
+    assert not api.listening.is_set()
+
+
+def test_a_server_failing_to_start_says_why_and_leaves_nothing_listening(
+    store: SchemaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    startup = StalledStartup(failure=RuntimeError("uvicorn could not start"))
+    monkeypatch.setattr(_httpserver._Embedded, "startup", startup)
+    api = build(ReadingApi, {"host": "127.0.0.1", "port": 0}, store)
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(_on_error)
+        with pytest.raises(RuntimeError, match="uvicorn could not start"):
+            await asyncio.wait_for(api.serve(FakeEmitter()), 5)
+        _assert_nothing_left(startup.port, _on_error)
 
     asyncio.run(main())
 

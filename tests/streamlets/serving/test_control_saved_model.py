@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from streamflow.streamlets.serving import graph_guard
 from streamflow.streamlets.serving.artifacts import pack_directory
 from tests.model_fixtures import WineModels
 from tests.streamlets.serving import serving_support as s
@@ -73,3 +74,101 @@ def test_an_ordinary_saved_model_still_loads_when_allowed(
     h.control("model", s.descriptor(1, "TF_SAVED_MODEL", data=archive))
     status = s.settle(h, 1)
     assert status["state"] == "serving", status
+
+
+# The checkpoint ops are allowed only in the functions the saver alone reaches, so the
+# guard must see every way a function is reached. These models are edited at the protobuf
+# level, the way an attacker would, from a real SavedModel with a variable (and a saver).
+
+
+@pytest.fixture(scope="module")
+def plain_saved_model(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    class Scale(tf.Module):
+        def __init__(self) -> None:
+            self.factor = tf.Variable(2.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x: Any) -> Any:
+            return {"y": x * self.factor}
+
+    path = tmp_path_factory.mktemp("plain")
+    module = Scale()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return (path / "saved_model.pb").read_bytes()
+
+
+def _edited(plain: bytes, directory: Path, edit: Any) -> Path:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(plain)
+    edit(saved.meta_graphs[0])
+    directory.mkdir()
+    (directory / "saved_model.pb").write_bytes(saved.SerializeToString())
+    return directory
+
+
+def _smuggle_through_saver(meta_graph: Any, *, op: str = "SaveV2") -> str:
+    """Adds a function holding ``op`` that the saver's restore node names; returns its name."""
+    function = meta_graph.graph_def.library.function.add()
+    function.signature.name = "smuggled"
+    function.node_def.add(name="write", op=op)
+    restore = meta_graph.saver_def.restore_op_name.split(":")[0]
+    node = next(n for n in meta_graph.graph_def.node if n.name == restore)
+    node.attr["smuggled"].func.name = "smuggled"
+    return "smuggled"
+
+
+def _serving_function(meta_graph: Any) -> Any:
+    library = meta_graph.graph_def.library.function
+    return next(f for f in library if f.signature.name.startswith("__inference_serve"))
+
+
+def test_the_plain_saved_model_passes_the_guard(tmp_path: Path, plain_saved_model: bytes) -> None:
+    graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", lambda _: None))
+
+
+@pytest.mark.parametrize("caller", ["serving-function", "graph"])
+@pytest.mark.parametrize("op", ["SaveV2", "MergeV2Checkpoints"])
+def test_a_saver_function_called_by_op_name_from_serving_code_is_refused(
+    tmp_path: Path, plain_saved_model: bytes, caller: str, op: str
+) -> None:
+    # In TensorFlow a node whose op is a library function's name calls that function.
+    def edit(meta_graph: Any) -> None:
+        name = _smuggle_through_saver(meta_graph, op=op)
+        if caller == "serving-function":
+            _serving_function(meta_graph).node_def.add(name="call", op=name)
+        else:
+            meta_graph.graph_def.node.add(name="call", op=name)
+
+    with pytest.raises(graph_guard.GraphRefused, match=f"refused op {op} in function smuggled"):
+        graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", edit))
+
+
+def test_a_saver_function_called_through_a_nested_function_attr_is_refused(
+    tmp_path: Path, plain_saved_model: bytes
+) -> None:
+    # A function attribute may itself carry function attributes (a NameAttrList's attr map).
+    def edit(meta_graph: Any) -> None:
+        name = _smuggle_through_saver(meta_graph)
+        call = _serving_function(meta_graph).node_def.add(name="call", op="PartitionedCall")
+        call.attr["f"].func.name = "__inference_serve_wrapper_absent"
+        call.attr["f"].func.attr["inner"].func.name = name
+
+    with pytest.raises(graph_guard.GraphRefused, match="refused op SaveV2 in function smuggled"):
+        graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", edit))
+
+
+def test_a_saver_node_holding_a_denied_op_is_refused(
+    tmp_path: Path, plain_saved_model: bytes
+) -> None:
+    def edit(meta_graph: Any) -> None:
+        restore = meta_graph.saver_def.restore_op_name.split(":")[0]
+        node = next(n for n in meta_graph.graph_def.node if n.name == restore)
+        node.op = "WriteFile"
+
+    with pytest.raises(graph_guard.GraphRefused, match="refused op WriteFile in the saver"):
+        graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", edit))
