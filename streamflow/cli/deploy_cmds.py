@@ -28,7 +28,15 @@ from streamflow.cli import output, progress, rollout, state
 from streamflow.cli import overrides as overrides_mod
 from streamflow.operator import planner, targets
 
-__all__ = ["register"]
+__all__ = [
+    "ContextOpt",
+    "KubeconfigOpt",
+    "NamespaceOpt",
+    "TargetKind",
+    "TargetOpt",
+    "register",
+    "target_for",
+]
 
 
 class Format(enum.StrEnum):
@@ -125,7 +133,7 @@ def deploy(
     except BlueprintError as exc:
         output.print_problems(exc.problems, to=output.error_console())
         raise typer.Exit(output.EXIT_INVALID) from None
-    chosen = _target(target, kubeconfig, context, namespace, image=image)
+    chosen = target_for(target, kubeconfig, context, namespace, image=image)
     bootstrap = (
         bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
     )
@@ -154,7 +162,7 @@ def undeploy(
     quiet: QuietOpt = False,
 ) -> None:
     """Stop every replica of an application and remove it; its topics stay unless asked."""
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
 
     def left() -> str:
         return f"{output.plural(rollout.replicas_left(chosen.status(name)), 'replica')} left"
@@ -182,7 +190,7 @@ def list_(
     namespace: NamespaceOpt = None,
 ) -> None:
     """The deployed applications, with their phase and ready replicas."""
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     found = rollout.attempt(chosen.list)
     if fmt is not Format.table:
         output.print_data([views.summary(s) for s in found], fmt=fmt.value)
@@ -199,7 +207,7 @@ def status(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Per streamlet: replicas ready and desired, restarts, consumer lag, the model served."""
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     found = rollout.attempt(lambda: chosen.status(name))
     if fmt is not Format.table:
         output.print_data(found.to_dict(), fmt=fmt.value)
@@ -231,7 +239,7 @@ def scale(
     replicas = _counts(counts, option="scale")
     if not replicas:
         output.fail("say which streamlet to scale: STREAMLET N", exit_code=output.EXIT_USAGE)
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     change = rollout.attempt(lambda: chosen.scale(name, replicas))
     views.print_warnings(change.warnings)
     views.print_actions("scaled", change, target=chosen.kind)
@@ -260,7 +268,7 @@ def configure(
         output.fail(str(exc))
     if not settings:
         output.fail("nothing to configure: give --set or --conf", exit_code=output.EXIT_USAGE)
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     change = rollout.attempt(lambda: chosen.configure(name, settings))
     views.print_actions("configured", change, target=chosen.kind)
     rollout.finish(chosen, name, ("configuring", "configured"), follow)
@@ -275,7 +283,7 @@ def configuration(
     namespace: NamespaceOpt = None,
 ) -> None:
     """The effective config of every streamlet, defaults filled in."""
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     found = rollout.attempt(lambda: chosen.configuration(name))
     if fmt is not Format.table:
         output.print_data(found, fmt=fmt.value)
@@ -301,7 +309,7 @@ def logs(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Print the logs of a streamlet's replicas; -f follows them until Ctrl-C."""
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     lines = chosen.logs(name, streamlet, follow=follow, replica=replica, tail=tail)
     try:
         for line in rollout.attempt(lambda: _first_and_rest(lines)):
@@ -313,7 +321,7 @@ def logs(
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _target(
+def target_for(
     kind: TargetKind,
     kubeconfig: str | None,
     context: str | None,

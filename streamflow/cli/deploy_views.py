@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from streamflow.cli import output
+from streamflow.cli import output, progress
 from streamflow.operator import targets
 
 __all__ = [
@@ -73,17 +73,8 @@ def autoscale_line(
     if scaling.decided_at is not None:
         ago = max(0.0, (time.time() if now is None else now) - scaling.decided_at)
         changes = f", {scaling.decisions} change{'s' if scaling.decisions != 1 else ''} so far"
-        line.append(f" (last change {_ago(ago)} ago{changes})", style="dim")
+        line.append(f" (last change {progress.elapsed_text(ago)} ago{changes})", style="dim")
     return line
-
-
-def _ago(seconds: float) -> str:
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60}s"
-    return f"{whole // 3600}h {whole % 3600 // 60}m"
 
 
 def print_list(statuses: Sequence[targets.AppStatus]) -> None:

@@ -10,22 +10,24 @@ application's business.
 
 from __future__ import annotations
 
-import enum
 import webbrowser
 from typing import Annotated
 from urllib.parse import quote
 
 import typer
 
-from streamflow.cli import output, state
+from streamflow.cli import output
+from streamflow.cli.deploy_cmds import (
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    TargetKind,
+    TargetOpt,
+    target_for,
+)
 from streamflow.operator import targets
 
 __all__ = ["register"]
-
-
-class TargetKind(enum.StrEnum):
-    local = "local"
-    kubernetes = "kubernetes"
 
 
 def ui(
@@ -40,22 +42,10 @@ def ui(
         str,
         typer.Option(help="The address to listen on; 0.0.0.0 shows it to your whole network."),
     ] = "127.0.0.1",
-    target: Annotated[
-        TargetKind,
-        typer.Option("--target", "-t", help="local (the default) or kubernetes."),
-    ] = TargetKind.local,
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="kubernetes: the kubeconfig file (default: the usual one).")
-    ] = None,
-    context: Annotated[
-        str | None, typer.Option(help="kubernetes: the kube context (default: the current one).")
-    ] = None,
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            "--namespace", "-n", help="kubernetes: the namespace (default: the context's)."
-        ),
-    ] = None,
+    target: TargetOpt = TargetKind.local,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
     open_browser: Annotated[
         bool, typer.Option("--open/--no-open", help="Open the page in your web browser.")
     ] = False,
@@ -71,7 +61,7 @@ def ui(
         from streamflow.operator import web
     except ImportError as exc:  # pragma: no cover - starlette and uvicorn are core dependencies
         output.fail(f"the web view needs {exc.name!r}", hint="reinstall streamflow")
-    chosen = _target(target, kubeconfig, context, namespace)
+    chosen = target_for(target, kubeconfig, context, namespace)
     if app is not None:
         _check_app(chosen, app)
 
@@ -92,19 +82,6 @@ def ui(
         output.fail(str(exc))
     except KeyboardInterrupt:
         pass
-
-
-def _target(
-    kind: TargetKind, kubeconfig: str | None, context: str | None, namespace: str | None
-) -> targets.Target:
-    try:
-        if kind is TargetKind.local:
-            return targets.get_target("local", home=state.home())
-        return targets.get_target(
-            "kubernetes", kubeconfig=kubeconfig, context=context, namespace=namespace
-        )
-    except targets.TargetError as exc:
-        output.fail(exc.message, hint=exc.hint)
 
 
 def _check_app(target: targets.Target, name: str) -> None:
