@@ -61,7 +61,10 @@ def test_a_wait_without_detail_names_what_it_waits_for() -> None:
     assert buffer.getvalue() == "starting Kafka… [0s]\n"
 
 
-def test_a_terminal_gets_a_live_line_that_is_gone_when_the_wait_ends() -> None:
+def test_a_terminal_gets_a_live_line_that_is_gone_when_the_wait_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CI", raising=False)  # CI machines set it, and it means lines
     buffer, clock = io.StringIO(), FakeClock()
     console = terminal_console(buffer)
     with progress.waiting(
