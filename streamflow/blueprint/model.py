@@ -15,6 +15,7 @@ from typing import Any
 
 from streamflow.api import descriptor as descriptors
 from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
     "AT_LEAST_ONCE",
@@ -58,6 +59,8 @@ class TopicSpec:
     replication: int = 1
     config: Mapping[str, str] = field(default_factory=dict)
     managed: bool = True
+    format: TopicFormat = DEFAULT_FORMAT
+    register: RegisterPolicy | None = None  # None: the application's default
 
     @property
     def compacted(self) -> bool:
@@ -116,6 +119,7 @@ class KafkaSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     secret: str | None = None
     schema_registry: str | None = None
+    register: RegisterPolicy = RegisterPolicy.NEVER  # topics' default; the devkit's is auto
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,13 @@ class Application:
                 return topic
         return None
 
+    def register_policy(self, topic: TopicSpec) -> RegisterPolicy:
+        return topic.register or self.kafka.register
+
+    @property
+    def uses_registry(self) -> bool:
+        return any(t.format.uses_registry for t in self.topics.values())
+
     def dlq_topic(self, streamlet: str) -> str:
         spec = self.streamlets[streamlet]
         return spec.dlq or f"{self.name}.{streamlet}.dlq"
@@ -186,6 +197,7 @@ class Application:
                 "config": dict(self.kafka.config),
                 "secret": self.kafka.secret,
                 "schema_registry": self.kafka.schema_registry,
+                "register": str(self.kafka.register),
             },
             "streamlets": {
                 name: {
@@ -206,6 +218,8 @@ class Application:
                     "replication": t.replication,
                     "config": dict(t.config),
                     "managed": t.managed,
+                    "format": str(t.format),
+                    "register": str(t.register) if t.register else None,
                 }
                 for name, t in self.topics.items()
             },
@@ -224,6 +238,7 @@ class Application:
                 config=dict(kafka.get("config") or {}),
                 secret=kafka.get("secret"),
                 schema_registry=kafka.get("schema_registry"),
+                register=RegisterPolicy(kafka.get("register") or RegisterPolicy.NEVER),
             ),
             streamlets={
                 name: StreamletSpec(
@@ -248,6 +263,8 @@ class Application:
                     replication=int(t.get("replication", 1)),
                     config={k: str(v) for k, v in (t.get("config") or {}).items()},
                     managed=bool(t.get("managed", True)),
+                    format=TopicFormat(t.get("format") or DEFAULT_FORMAT),
+                    register=RegisterPolicy(t["register"]) if t.get("register") else None,
                 )
                 for name, t in data["topics"].items()
             },

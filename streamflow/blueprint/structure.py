@@ -9,15 +9,17 @@ and then left at its default, so the later passes still run and find more.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from streamflow.api.descriptor import is_dns_label
 from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
 from streamflow.blueprint.yamlload import Node
+from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
     "BlueprintDraft",
@@ -29,9 +31,18 @@ __all__ = [
 ]
 
 TOP_FIELDS = ("name", "schemas", "python_paths", "kafka", "streamlets", "topics")
-KAFKA_FIELDS = ("bootstrap", "config", "secret", "schema_registry")
+KAFKA_FIELDS = ("bootstrap", "config", "secret", "schema_registry", "register")
 STREAMLET_FIELDS = ("class", "config", "replicas", "guarantee", "dlq", "autoscale")
-TOPIC_FIELDS = ("producers", "consumers", "partitions", "replication", "config", "managed")
+TOPIC_FIELDS = (
+    "producers",
+    "consumers",
+    "partitions",
+    "replication",
+    "config",
+    "managed",
+    "format",
+    "register",
+)
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PORT_REF = re.compile(r"^([^.\s]+)\.([^.\s]+)$")
@@ -78,6 +89,9 @@ class TopicDraft:
     replication: int = 1
     config: dict[str, str] = field(default_factory=dict)
     managed: bool = True
+    format: TopicFormat = DEFAULT_FORMAT
+    format_node: Node | None = None
+    register: RegisterPolicy | None = None
 
     @property
     def compacted(self) -> bool:
@@ -152,6 +166,12 @@ def _kafka(report: Reporter, node: Node) -> KafkaSpec:
             continue
         if text == "config":
             values[text] = _string_map(report, value, what="kafka.config")
+        elif text == "register":
+            policy = _choice(
+                report, value, RegisterPolicy, what="register", code="invalid-register"
+            )
+            if policy is not None:
+                values[text] = policy
         else:
             values[text] = _string(report, value, what=f"kafka.{text}")
     return KafkaSpec(**values)
@@ -245,6 +265,16 @@ def _topic_fields(report: Reporter, node: Node, draft: TopicDraft) -> None:
         elif text == "managed":
             managed = _boolean(report, value, what="managed")
             draft.managed = True if managed is None else managed
+        elif text == "format":
+            draft.format_node = value
+            draft.format = (
+                _choice(report, value, TopicFormat, what="format", code="unknown-format")
+                or DEFAULT_FORMAT
+            )
+        elif text == "register":
+            draft.register = _choice(
+                report, value, RegisterPolicy, what="register", code="invalid-register"
+            )
 
 
 # -- single values ---------------------------------------------------------
@@ -306,6 +336,26 @@ def _count(report: Reporter, node: Node, *, what: str, code: str, minimum: int) 
 def _replicas(report: Reporter, node: Node, *, default: int) -> int:
     count = _count(report, node, what="replicas", code="invalid-replicas", minimum=0)
     return default if count is None else count
+
+
+_Choice = TypeVar("_Choice", bound=enum.StrEnum)
+
+
+def _choice(
+    report: Reporter, node: Node, choices: type[_Choice], *, what: str, code: str
+) -> _Choice | None:
+    """One of a string enum's values, or None after a problem that lists them."""
+    value = node.value if node.kind == "scalar" else None
+    names = [str(c) for c in choices]
+    if isinstance(value, str) and value in names:
+        return choices(value)
+    report.error(
+        code,
+        f"{what} must be one of {', '.join(names)}, got {node.describe()}",
+        node,
+        hint=did_you_mean(str(value), names) if isinstance(value, str) else "",
+    )
+    return None
 
 
 def _guarantee(report: Reporter, node: Node) -> str:

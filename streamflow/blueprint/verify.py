@@ -22,6 +22,7 @@ from streamflow.blueprint import paths as search_paths
 from streamflow.blueprint import (
     verify_autoscale,
     verify_kafka,
+    verify_registry,
     verify_schemas,
     verify_streamlets,
     verify_topics,
@@ -31,6 +32,7 @@ from streamflow.blueprint.problems import Position, Problem, Severity, has_error
 from streamflow.blueprint.report import Reporter
 from streamflow.blueprint.structure import BlueprintDraft, read_blueprint
 from streamflow.blueprint.yamlload import Node, parse_yaml
+from streamflow.schema.registry import Registry
 
 __all__ = [
     "BlueprintError",
@@ -86,8 +88,17 @@ def format_problems(problems: list[Problem]) -> str:
     return "\n".join(lines)
 
 
-def verify_file(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> VerifyResult:
-    """Verify the blueprint at ``path``; ``overrides`` maps ``streamlet.param`` to a raw value."""
+def verify_file(
+    path: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    registry: Registry | None = None,
+) -> VerifyResult:
+    """Verify the blueprint at ``path``; ``overrides`` maps ``streamlet.param`` to a raw value.
+
+    With a ``registry``, the registry topics' subjects are checked too (and a
+    registry counts as configured even if the blueprint names none).
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -104,6 +115,7 @@ def verify_file(path: str | Path, *, overrides: Mapping[str, Any] | None = None)
         base_dir=resolved.parent,
         source=str(resolved),
         overrides=overrides,
+        registry=registry,
     )
 
 
@@ -113,11 +125,19 @@ def verify_text(
     filename: str,
     base_dir: str | Path,
     overrides: Mapping[str, Any] | None = None,
+    registry: Registry | None = None,
 ) -> VerifyResult:
     """Verify blueprint ``text`` as if it were the file ``filename`` in ``base_dir``."""
     base = Path(base_dir).resolve()
     source = str(base / Path(filename).name)
-    return _verify(text, filename=filename, base_dir=base, source=source, overrides=overrides)
+    return _verify(
+        text,
+        filename=filename,
+        base_dir=base,
+        source=source,
+        overrides=overrides,
+        registry=registry,
+    )
 
 
 def load_application(
@@ -137,6 +157,7 @@ def _verify(
     base_dir: Path,
     source: str,
     overrides: Mapping[str, Any] | None,
+    registry: Registry | None,
 ) -> VerifyResult:
     root, parse_problems = parse_yaml(text, filename=filename)
     report = Reporter(filename)
@@ -149,7 +170,9 @@ def _verify(
         return VerifyResult(None, report.problems)
     name = draft.name
     python_paths, schema_paths = _search_paths(draft, base_dir=base_dir, report=report)
-    descriptors, configs = _check(draft, python_paths, schema_paths, overrides or {}, report)
+    descriptors, configs = _check(
+        draft, python_paths, schema_paths, overrides or {}, report, registry=registry
+    )
     problems = _sorted(report.problems, first_file=filename)
     if has_errors(problems):
         return VerifyResult(None, problems, name)
@@ -170,6 +193,8 @@ def _check(
     schema_paths: list[Path],
     overrides: Mapping[str, Any],
     report: Reporter,
+    *,
+    registry: Registry | None,
 ) -> tuple[dict[str, StreamletDescriptor], dict[str, dict[str, Any]]]:
     """Run the passes that need classes and schemas; the descriptors and configs found."""
     streamlets, topics = draft.streamlets, draft.topics
@@ -205,6 +230,16 @@ def _check(
         streamlets, descriptors=descriptors, store=store, report=report
     )
     verify_schemas.check_compatibility(topics, descriptors=descriptors, store=store, report=report)
+    verify_registry.check_formats(topics, kafka=draft.kafka, registry=registry, report=report)
+    if registry is not None and not has_errors(report.problems):
+        verify_registry.check_registry(
+            topics,
+            kafka=draft.kafka,
+            descriptors=descriptors,
+            store=store,
+            registry=registry,
+            report=report,
+        )
     for name, descriptor in descriptors.items():
         # a config with a value that did not parse was reported already; checking the
         # rest against the ports would report its defaults' consequences too
@@ -291,6 +326,8 @@ def _application(
             replication=t.replication,
             config=dict(t.config),
             managed=t.managed,
+            format=t.format,
+            register=t.register,
         )
         for name, t in draft.topics.items()
     }

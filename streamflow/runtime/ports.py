@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint.model import Application
-from streamflow.schema.codecs import Codec, SingleObjectCodec
+from streamflow.runtime.codecs import Codecs
+from streamflow.schema.codecs import Codec
 from streamflow.schema.store import SchemaStore
 
 __all__ = ["Bindings", "OutletBinding", "bind"]
@@ -31,27 +32,39 @@ class Bindings:
     dlq_topic: str = ""
 
 
-def bind(app: Application, streamlet: str, store: SchemaStore) -> Bindings:
+def bind(
+    app: Application, streamlet: str, store: SchemaStore, *, codecs: Codecs | None = None
+) -> Bindings:
+    """Each port's topic and codec (chosen from the topic's format).
+
+    Outlets on registry topics resolve their schema ids here, so a replica
+    whose schema is not registered (or whose registry is down) fails at start,
+    saying so, rather than at its first record.
+    """
     descriptor: StreamletDescriptor = app.descriptor(streamlet)
     out = Bindings(dlq_topic=app.dlq_topic(streamlet))
-
-    def codec(schema: str) -> Codec:
-        return SingleObjectCodec(store.get(schema), store=store)
+    codecs = codecs or Codecs(app, store)
 
     for port in descriptor.inlets:
         topic = app.topic_for(streamlet, port.name)
         if topic is not None:
-            out.inlets_by_topic[topic.name] = (port.name, codec(port.schema))
+            out.inlets_by_topic[topic.name] = (
+                port.name,
+                codecs.for_topic(topic, port.schema, producing=False),
+            )
     for port in descriptor.control_inlets:
         topic = app.topic_for(streamlet, port.name)
         if topic is not None:
-            out.controls_by_topic[topic.name] = (port.name, codec(port.schema))
+            out.controls_by_topic[topic.name] = (
+                port.name,
+                codecs.for_topic(topic, port.schema, producing=False),
+            )
     for port in descriptor.outlets:
         topic = app.topic_for(streamlet, port.name)
         out.outlets[port.name] = OutletBinding(
             outlet=port.name,
             topic=topic.name if topic else None,
-            codec=codec(port.schema),
+            codec=codecs.for_topic(topic, port.schema, producing=True),
             schema_header=port.schema.encode(),
         )
     return out

@@ -30,12 +30,14 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError
+from streamflow.schema.registry import RegistryUnavailable
 
 __all__ = ["Processor"]
 
 log = logging.getLogger("streamflow.runtime")
 
 _NO_HEADERS: dict[str, bytes] = {}
+_REGISTRY_RETRY_S = 2.0  # how long a batch waits for an unreachable schema registry
 _Dead = tuple[Message, str, BaseException, str]
 
 
@@ -185,6 +187,10 @@ class Processor:
             except DecodeError as exc:
                 dead.append((msg, inlet, exc, "decode"))
                 continue
+            except RegistryUnavailable as exc:
+                # never a dead letter: the record is fine, the registry is not (yet)
+                self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
+                return
             key = msg.key()
             headers = msg.headers()
             good.append(

@@ -23,11 +23,21 @@ import uuid
 from typing import Any, Protocol
 
 from fastavro import schemaless_reader, schemaless_writer
+from fastavro.validation import validate as fastavro_validate
 
 from streamflow.schema import validate
 from streamflow.schema.store import Schema, SchemaStore
 
-__all__ = ["MAGIC", "Codec", "DecodeError", "EncodeError", "JsonCodec", "SingleObjectCodec"]
+__all__ = [
+    "MAGIC",
+    "Codec",
+    "DecodeError",
+    "EncodeError",
+    "JsonCodec",
+    "JsonTopicCodec",
+    "SingleObjectCodec",
+    "describe_encode_error",
+]
 
 MAGIC = b"\xc3\x01"
 _HEADER_LEN = 10
@@ -73,7 +83,7 @@ class SingleObjectCodec:
         try:
             schemaless_writer(buf, self.schema.parsed, value)
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
-            raise EncodeError(_describe_encode_error(self.schema, value, exc)) from None
+            raise EncodeError(describe_encode_error(self.schema, value, exc)) from None
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
@@ -157,7 +167,24 @@ class JsonCodec:
         return value  # type: ignore[no-any-return]
 
 
-def _describe_encode_error(schema: Schema, value: Any, exc: Exception) -> str:
+class JsonTopicCodec(JsonCodec):
+    """Plain JSON as a Kafka topic's format: what is written is validated first.
+
+    On a topic, an output that does not match its port's schema must be
+    dead-lettered as it would be in Avro, not written for consumers to trip on.
+    The fast check is fastavro's; the full reasons are built only on failure.
+    """
+
+    def encode(self, value: dict[str, Any]) -> bytes:
+        if not fastavro_validate(value, self.schema.parsed, raise_errors=False):
+            raise EncodeError(describe_encode_error(self.schema, value, ValueError("invalid")))
+        try:
+            return super().encode(value)
+        except (TypeError, ValueError) as exc:
+            raise EncodeError(describe_encode_error(self.schema, value, exc)) from None
+
+
+def describe_encode_error(schema: Schema, value: Any, exc: Exception) -> str:
     reasons = validate.validation_problems(schema, value)
     if reasons:
         return f"value does not match {schema.name}: " + "; ".join(reasons)

@@ -268,6 +268,14 @@ class SchemaStore:
         self._resolved_all = True
         return list(unresolved.values())
 
+    def version_from(self, doc: Any) -> Schema:
+        """A schema from a document (one named type), not added to the store.
+
+        For writer schemas met at run time (a registry's): named types it does
+        not define itself resolve to the store's; :class:`SchemaError` if invalid.
+        """
+        return self._build_version(doc, None, "")
+
     def _build_version(self, doc: Any, source: Path | None, text: str) -> Schema:
         found: list[_Definition] = []
         try:
