@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from streamflow.blueprint.model import Application
+from streamflow.schema.formats import DEFAULT_FORMAT
 
 __all__ = [
     "FORMATS",
@@ -44,9 +45,12 @@ class TopicNode:
     replication: int
     managed: bool
     compacted: bool
+    format: str = str(DEFAULT_FORMAT)
 
     def summary(self) -> str:
         parts = [_plural(self.partitions, "partition"), f"replication {self.replication}"]
+        if self.format != DEFAULT_FORMAT:
+            parts.append(self.format)
         if self.compacted:
             parts.append("compacted")
         if not self.managed:
@@ -64,6 +68,12 @@ class Edge:
     schema: str
     direction: str  # "produce" or "consume"
     control: bool = False
+    format: str = str(DEFAULT_FORMAT)
+
+    @property
+    def label(self) -> str:
+        """The schema, and the wire format when it is not the default single-object Avro."""
+        return self.schema if self.format == DEFAULT_FORMAT else f"{self.schema} as {self.format}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,14 @@ def build_graph(app: Application) -> Graph:
     topics, edges = [], []
     for name, topic in app.topics.items():
         topics.append(
-            TopicNode(name, topic.partitions, topic.replication, topic.managed, topic.compacted)
+            TopicNode(
+                name,
+                topic.partitions,
+                topic.replication,
+                topic.managed,
+                topic.compacted,
+                str(topic.format),
+            )
         )
         for ref, direction in [(p, "produce") for p in topic.producers] + [
             (c, "consume") for c in topic.consumers
@@ -107,7 +124,9 @@ def build_graph(app: Application) -> Graph:
             port = app.descriptor(ref.streamlet).port(ref.port)
             schema = port.schema if port is not None else "?"
             control = port is not None and port.kind == "control-inlet"
-            edges.append(Edge(ref.streamlet, ref.port, name, schema, direction, control))
+            edges.append(
+                Edge(ref.streamlet, ref.port, name, schema, direction, control, str(topic.format))
+            )
     return Graph(app.name, tuple(streamlets), tuple(topics), tuple(edges))
 
 
@@ -141,10 +160,10 @@ def to_text(graph: Graph) -> str:
 
 def _flows(graph: Graph, topic: str) -> list[str]:
     producers = [
-        f"{e.streamlet}.{e.port} ─[{e.schema}]─▶ " for e in graph.edges_of(topic, "produce")
+        f"{e.streamlet}.{e.port} ─[{e.label}]─▶ " for e in graph.edges_of(topic, "produce")
     ]
     consumers = [
-        f" ─[{e.schema}]─▶ {e.streamlet}.{e.port}" + (" (control)" if e.control else "")
+        f" ─[{e.label}]─▶ {e.streamlet}.{e.port}" + (" (control)" if e.control else "")
         for e in graph.edges_of(topic, "consume")
     ]
     return [f"{p}{topic}{c}" for p in producers or ["(outside) ──▶ "] for c in consumers or [""]]
@@ -165,7 +184,7 @@ def to_mermaid(graph: Graph) -> str:
         lines.append(f'    {ids.topic(t.name)}[("{_mermaid_text(label)}")]')
     for e in graph.edges:
         arrow = "-.->" if e.control else "-->"
-        label = _mermaid_text(f"{e.port}: {e.schema}")
+        label = _mermaid_text(f"{e.port}: {e.label}")
         source, target = ids.streamlet(e.streamlet), ids.topic(e.topic)
         if e.direction == "consume":
             source, target = target, source
@@ -228,7 +247,7 @@ def to_dot(graph: Graph) -> str:
         if e.direction == "consume":
             source, target = target, source
         style = ", style=dashed" if e.control else ""
-        label = _dot_quote(f"{e.port}\n{e.schema}")
+        label = _dot_quote(f"{e.port}\n{e.label}")
         lines.append(f"    {_dot_quote(source)} -> {_dot_quote(target)} [label={label}{style}];")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -93,11 +93,14 @@ def verify_file(
     *,
     overrides: Mapping[str, Any] | None = None,
     registry: Registry | None = None,
+    require_registry: bool = True,
 ) -> VerifyResult:
     """Verify the blueprint at ``path``; ``overrides`` maps ``streamlet.param`` to a raw value.
 
     With a ``registry``, the registry topics' subjects are checked too (and a
-    registry counts as configured even if the blueprint names none).
+    registry counts as configured even if the blueprint names none). Without
+    ``require_registry`` (drawing a graph, or a command that will start the
+    devkit's registry), registry topics need no registry configured.
     """
     file = Path(path)
     try:
@@ -116,6 +119,7 @@ def verify_file(
         source=str(resolved),
         overrides=overrides,
         registry=registry,
+        require_registry=require_registry,
     )
 
 
@@ -126,6 +130,7 @@ def verify_text(
     base_dir: str | Path,
     overrides: Mapping[str, Any] | None = None,
     registry: Registry | None = None,
+    require_registry: bool = True,
 ) -> VerifyResult:
     """Verify blueprint ``text`` as if it were the file ``filename`` in ``base_dir``."""
     base = Path(base_dir).resolve()
@@ -137,6 +142,7 @@ def verify_text(
         source=source,
         overrides=overrides,
         registry=registry,
+        require_registry=require_registry,
     )
 
 
@@ -158,6 +164,7 @@ def _verify(
     source: str,
     overrides: Mapping[str, Any] | None,
     registry: Registry | None,
+    require_registry: bool,
 ) -> VerifyResult:
     root, parse_problems = parse_yaml(text, filename=filename)
     report = Reporter(filename)
@@ -171,7 +178,13 @@ def _verify(
     name = draft.name
     python_paths, schema_paths = _search_paths(draft, base_dir=base_dir, report=report)
     descriptors, configs = _check(
-        draft, python_paths, schema_paths, overrides or {}, report, registry=registry
+        draft,
+        python_paths,
+        schema_paths,
+        overrides or {},
+        report,
+        registry=registry,
+        require_registry=require_registry,
     )
     problems = _sorted(report.problems, first_file=filename)
     if has_errors(problems):
@@ -195,6 +208,7 @@ def _check(
     report: Reporter,
     *,
     registry: Registry | None,
+    require_registry: bool,
 ) -> tuple[dict[str, StreamletDescriptor], dict[str, dict[str, Any]]]:
     """Run the passes that need classes and schemas; the descriptors and configs found."""
     streamlets, topics = draft.streamlets, draft.topics
@@ -230,7 +244,8 @@ def _check(
         streamlets, descriptors=descriptors, store=store, report=report
     )
     verify_schemas.check_compatibility(topics, descriptors=descriptors, store=store, report=report)
-    verify_registry.check_formats(topics, kafka=draft.kafka, registry=registry, report=report)
+    if require_registry:
+        verify_registry.check_formats(topics, kafka=draft.kafka, registry=registry, report=report)
     if registry is not None and not has_errors(report.problems):
         verify_registry.check_registry(
             topics,

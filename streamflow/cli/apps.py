@@ -15,6 +15,7 @@ turns a client that cannot be made or cannot connect into one sentence.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import typer
 from confluent_kafka import KafkaException
 
-from streamflow.blueprint import BlueprintError, load_application
+from streamflow.blueprint import verify_file
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, state
 from streamflow.runtime import kafka_access
@@ -37,11 +38,19 @@ def resolve(target: str, explicit_bootstrap: str | None) -> tuple[Application, s
     path = Path(target)
     runtime: dict[str, Any] = {}
     if path.is_file():
-        try:
-            app = load_application(path)
-        except BlueprintError as exc:
-            output.print_problems(exc.problems, to=output.error_console())
-            raise typer.Exit(output.EXIT_INVALID) from None
+        # the registry a running app uses is in its saved spec, not always in the blueprint
+        result = verify_file(path, require_registry=False)
+        if result.application is None:
+            output.print_problems(result.problems, to=output.error_console())
+            raise typer.Exit(output.EXIT_INVALID)
+        app = result.application
+        saved = state.app_dir(app.name) / "app.json"
+        if app.uses_registry and not app.kafka.schema_registry and saved.is_file():
+            used = Application.from_dict(state.read_json(saved)).kafka
+            kafka = dataclasses.replace(
+                app.kafka, schema_registry=used.schema_registry, register=used.register
+            )
+            app = dataclasses.replace(app, kafka=kafka)
         runtime_file = state.app_dir(app.name) / "runtime.json"
     else:
         spec = state.app_dir(target) / "app.json"

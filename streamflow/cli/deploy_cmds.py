@@ -22,9 +22,8 @@ from typing import Annotated, Any
 
 import typer
 
-from streamflow.blueprint import BlueprintError, load_application
 from streamflow.cli import deploy_views as views
-from streamflow.cli import output, progress, rollout, state
+from streamflow.cli import output, progress, registry_opts, rollout, state
 from streamflow.cli import overrides as overrides_mod
 from streamflow.operator import planner, targets
 
@@ -122,17 +121,20 @@ def deploy(
     timeout: TimeoutOpt = "120s",
     fmt: OutputOpt = Format.table,
     quiet: QuietOpt = False,
+    registry: registry_opts.RegistryOpt = None,
 ) -> None:
     """Verify a blueprint and deploy its application (or update it when already deployed)."""
     follow = rollout.Follow(wait, _seconds(timeout), fmt.value, quiet)
     replicas = _counts(scale_ or [], option="--scale")
     try:
-        app = load_application(blueprint, overrides=overrides_mod.collect(set_ or [], conf))
+        overrides = overrides_mod.collect(set_ or [], conf)
     except overrides_mod.OverrideError as exc:
         output.fail(str(exc))
-    except BlueprintError as exc:
-        output.print_problems(exc.problems, to=output.error_console())
-        raise typer.Exit(output.EXIT_INVALID) from None
+    result = registry_opts.verified(blueprint, overrides=overrides, registry_url=registry)
+    if result.application is None:
+        output.print_problems(result.problems, to=output.error_console())
+        raise typer.Exit(output.EXIT_INVALID)
+    app = result.application
     chosen = target_for(target, kubeconfig, context, namespace, image=image)
     bootstrap = (
         bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")

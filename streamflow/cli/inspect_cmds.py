@@ -19,7 +19,7 @@ from streamflow.api import descriptor as descriptors
 from streamflow.blueprint import Severity, VerifyResult, verify_file
 from streamflow.blueprint import graph as graphs
 from streamflow.blueprint import paths as search_paths
-from streamflow.cli import output
+from streamflow.cli import output, registry_opts
 from streamflow.cli import overrides as overrides_mod
 from streamflow.schema import SchemaStore
 
@@ -74,6 +74,7 @@ def verify(
         VerifyFormat, typer.Option("--output", "-o", help="Output format.")
     ] = VerifyFormat.text,
     set_: SetOption = None,
+    registry: registry_opts.RegistryOpt = None,
 ) -> None:
     """Check a blueprint and report every problem, with file:line:col.
 
@@ -83,7 +84,7 @@ def verify(
     blueprint names, which runs their top-level code with your rights: verify only
     blueprints you trust.
     """
-    result = verify_file(file, overrides=parse_overrides(set_))
+    result = registry_opts.verified(file, overrides=parse_overrides(set_), registry_url=registry)
     if output_format is VerifyFormat.text:
         _print_verify_text(result, file=file)
     else:
@@ -136,8 +137,8 @@ def graph(
     ] = GraphFormat.text,
     set_: SetOption = None,
 ) -> None:
-    """Draw the application: streamlets, topics, and the schema on every edge."""
-    result = verify_file(file, overrides=parse_overrides(set_))
+    """Draw the application: streamlets, topics, and the schema and format on every edge."""
+    result = verify_file(file, overrides=parse_overrides(set_), require_registry=False)
     app = result.application
     if app is None:
         errors = output.error_console()

@@ -28,15 +28,16 @@ from rich.table import Table
 from rich.text import Text
 
 from streamflow import devkit
-from streamflow.blueprint import BlueprintError, load_application
+from streamflow.blueprint import format_problems
 from streamflow.blueprint.model import Application
 from streamflow.cli import overrides as overrides_mod
-from streamflow.cli import progress, state
+from streamflow.cli import progress, registry_opts, state
 from streamflow.operator.local import ReplicaProcess, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, ensure_topics
+from streamflow.schema.formats import RegisterPolicy
 
 __all__ = ["register"]
 
@@ -70,6 +71,7 @@ def run(
         str | None, typer.Option("--for", help="Stop by itself after this long (e.g. 30s, 5m).")
     ] = None,
     log_format: Annotated[str, typer.Option(help="Replica log format: text or json.")] = "text",
+    registry: registry_opts.RegistryOpt = None,
 ) -> None:
     """Run an application locally until Ctrl-C."""
     try:
@@ -79,12 +81,21 @@ def run(
         raise typer.Exit(2) from None
     try:
         overrides = overrides_mod.collect(set_ or [], conf)
-        app = load_application(blueprint, overrides=overrides)
-    except (BlueprintError, overrides_mod.OverrideError) as exc:
+    except overrides_mod.OverrideError as exc:
         console.print(str(exc), markup=False)
         raise typer.Exit(1) from None
-    _refuse_deployed(app)
-    with _kafka(app, bootstrap_servers) as bootstrap:
+    # without a registry configured, registry topics get the devkit's (started below)
+    result = registry_opts.verified(
+        blueprint, overrides=overrides, registry_url=registry, require_registry=False
+    )
+    if result.application is None:
+        console.print(format_problems(result.problems), markup=False)
+        raise typer.Exit(1)
+    _refuse_deployed(result.application)
+    with (
+        _kafka(result.application, bootstrap_servers) as bootstrap,
+        _registry(result.application) as app,
+    ):
         _create_topics(app, bootstrap)
         folder = store.Home(state.home()).app(app.name)
         runtime = {"bootstrap": bootstrap, "target": "run", "owner_pid": os.getpid()}
@@ -149,6 +160,30 @@ def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
     finally:
         console.print("[bold]streamflow[/]: stopping the embedded broker")
         broker.stop()
+
+
+@contextlib.contextmanager
+def _registry(app: Application) -> Iterator[Application]:
+    """The application, with the devkit's schema registry if it needs one and names none."""
+    if not app.uses_registry or app.kafka.schema_registry:
+        yield app
+        return
+    registry = devkit.SchemaRegistry()
+    with progress.waiting("starting an embedded schema registry (Apicurio)", console=console):
+        try:
+            registry.start()
+        except devkit.DevkitError as exc:
+            console.print(f"error: {exc}", markup=False, style="red")
+            raise typer.Exit(1) from None
+    console.print(
+        f"[bold]streamflow[/]: embedded schema registry ready at {registry.url} "
+        "(in memory; schemas are registered as the replicas start)"
+    )
+    try:
+        yield registry_opts.with_registry(app, registry.url, register=RegisterPolicy.AUTO)
+    finally:
+        console.print("[bold]streamflow[/]: stopping the embedded schema registry")
+        registry.stop()
 
 
 def _create_topics(app: Application, bootstrap: str) -> None:
