@@ -18,6 +18,7 @@ from typing import Any
 
 from streamflow.blueprint.model import GUARANTEES
 from streamflow.operator.kubernetes import names
+from streamflow.schema.formats import RegisterPolicy, TopicFormat
 
 __all__ = ["definition", "spec_schema", "status_schema"]
 
@@ -132,6 +133,14 @@ def _topic() -> dict[str, Any]:
             "replication": {"type": "integer", "minimum": 1},
             "config": _scalar_map("Kafka topic config, e.g. cleanup.policy."),
             "managed": {"type": "boolean", "description": "false: the topic must exist."},
+            "format": _string(
+                enum=[str(f) for f in TopicFormat],
+                description="How records are encoded on the wire (default avro).",
+            ),
+            "register": {
+                **_optional_string("May producers register their schema: auto or never."),
+                "pattern": "^(" + "|".join(str(p) for p in RegisterPolicy) + ")$",
+            },
         },
     }
 
@@ -158,6 +167,10 @@ def spec_schema() -> dict[str, Any]:
                     "config": _scalar_map("librdkafka properties (no credentials)."),
                     "secret": _optional_string("The Secret that holds the Kafka credentials."),
                     "schema_registry": _optional_string("The schema registry URL."),
+                    "register": _string(
+                        enum=[str(p) for p in RegisterPolicy],
+                        description="Topics' default register policy.",
+                    ),
                 },
             },
             "streamlets": {
