@@ -145,6 +145,7 @@ class JsonCodec:
 
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
+        self._coercer = _Coercer(validate.named_types(schema))
 
     def encode(self, value: dict[str, Any]) -> bytes:
         return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
@@ -160,10 +161,13 @@ class JsonCodec:
         """Coerce a parsed JSON value into a record of this schema, or explain why not."""
         if not isinstance(doc, dict):
             raise DecodeError(f"expected a JSON object for {self.schema.name}")
-        value = _Coercer(validate.named_types(self.schema)).coerce(self.schema.parsed, doc)
-        problems = validate.validation_problems(self.schema, value)
-        if problems:
-            raise DecodeError(f"not a valid {self.schema.name}: " + "; ".join(problems))
+        value = self._coercer.coerce(self.schema.parsed, doc)
+        # fastavro's check is the fast path; the walk that names every problem runs on failure
+        if not fastavro_validate(value, self.schema.parsed, raise_errors=False):
+            problems = validate.validation_problems(self.schema, value)
+            raise DecodeError(
+                f"not a valid {self.schema.name}: " + ("; ".join(problems) or "invalid")
+            )
         return value  # type: ignore[no-any-return]
 
 
