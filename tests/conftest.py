@@ -23,6 +23,7 @@ from streamflow import devkit
 pytest_plugins = ["tests.model_fixtures", "tests.k8s_fixtures"]
 
 BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
+SCHEMA_REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,24 @@ def kafka_bootstrap() -> Iterator[str]:
         return
     yield broker.bootstrap_servers
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> Iterator[str]:
+    """The URL of the session's schema registry (Confluent API), for `SchemaRegistryClient`.
+
+    `$STREAMFLOW_SCHEMA_REGISTRY_URL` when set, else the devkit's Apicurio (tools/registry/build).
+    """
+    if external := os.environ.get(SCHEMA_REGISTRY_ENV):
+        yield external
+        return
+    registry = devkit.SchemaRegistry()
+    try:
+        registry.start()
+    except devkit.DevkitError as error:
+        pytest.fail(str(error), pytrace=False)
+    yield registry.url
+    registry.stop()
 
 
 @pytest.fixture(scope="session")

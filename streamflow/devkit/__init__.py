@@ -10,6 +10,7 @@ from streamflow.devkit.kafka import (
 )
 from streamflow.devkit.kafka_secured import SecuredKafkaBroker
 from streamflow.devkit.modelserver import ModelServer, find_modelserver
+from streamflow.devkit.registry import SchemaRegistry, find_registry_app
 
 __all__ = [
     "KUBE_BINARIES",
@@ -17,6 +18,7 @@ __all__ = [
     "KafkaBroker",
     "KubeCluster",
     "ModelServer",
+    "SchemaRegistry",
     "SecuredKafkaBroker",
     "create_topic",
     "find_java",
@@ -24,4 +26,5 @@ __all__ = [
     "find_kafka_lib",
     "find_kubectl",
     "find_modelserver",
+    "find_registry_app",
 ]
