@@ -192,10 +192,10 @@ def _create_topics(app: Application, bootstrap: str) -> None:
         kafka_access.check_access(clients.config)  # a clear cause, not a hang
         report = ensure_topics(clients.admin(), app)
     except (TopicsError, kafka_access.KafkaAccessError) as exc:
-        console.print(f"[red]error[/]: {exc}", markup=False)
+        console.print(f"error: {exc}", markup=False, style="red")
         raise typer.Exit(1) from None
     for warning in report.warnings:
-        console.print(f"[yellow]warning[/]: {warning}")
+        console.print(f"warning: {warning}", markup=False, style="yellow")
 
 
 def _printer(app: Application) -> Callable[[ReplicaProcess, str], None]:

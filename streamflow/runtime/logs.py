@@ -53,4 +53,6 @@ def configure_logging(*, fmt: str, level: str = "INFO", **fields: Any) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # httpx logs every request at INFO: one line per model-server call is noise
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
+    # (httpx2 is the fork that confluent-kafka's schema registry client uses)
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
