@@ -19,6 +19,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import fastavro
+import fastavro.schema
+
 from streamflow.schema.registry import (
     RegistryRefused,
     RegistrySchema,
@@ -70,11 +73,35 @@ class ConfluentRegistry:
             with _errors(f"looking up under {subject}"):
                 return int(self._client.lookup_schema(subject, schema).schema_id or 0)
         except UnknownSchemaId:
+            found = self._equivalent(subject, schema_type, text)
+            if found is not None:
+                return found
             raise SchemaNotRegistered(
                 f"the port's schema is not registered under subject {subject!r} at {self.url}; "
                 "register it (the subject's owner, or a CI job), or set `register: auto` "
                 "on the topic to let streamflow register it"
             ) from None
+
+    def _equivalent(self, subject: str, schema_type: str, text: str) -> int | None:
+        """The id of a version of ``subject`` that is our schema, written differently.
+
+        Some registries' lookups compare texts (Apicurio's does): a schema
+        registered as its owner wrote it (a namespace and short names, other key
+        order) is still ours, and a producer that may not register must find it.
+        """
+        wanted = _comparable(schema_type, text)
+        try:
+            with _errors(f"the versions of {subject}"):
+                versions = self._client.get_versions(subject)
+        except UnknownSchemaId:
+            return None
+        for version in reversed(versions):
+            with _errors(f"version {version} of {subject}"):
+                found = self._client.get_version(subject, version)
+            kind = found.schema.schema_type or "AVRO"
+            if kind == schema_type and _comparable(kind, found.schema.schema_str or "") == wanted:
+                return int(found.schema_id or 0)
+        return None
 
     def latest(self, subject: str) -> RegistrySchema | None:
         try:
@@ -121,6 +148,17 @@ def connect(url: str | None, *, config: Mapping[str, str] | None = None) -> Conf
             f"set kafka.schema_registry in the blueprint, --registry, or ${REGISTRY_ENV}"
         )
     return ConfluentRegistry(chosen, config=config)
+
+
+def _comparable(schema_type: str, text: str) -> Any:
+    """A schema text in a form where equal schemas are equal: Avro with its full names."""
+    try:
+        doc = json.loads(text)
+        if schema_type == "AVRO":
+            return fastavro.parse_schema(doc, _write_hint=False, _force=True)
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException):
+        return text
+    return doc
 
 
 @contextmanager

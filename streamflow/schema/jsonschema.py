@@ -5,7 +5,8 @@ its consumers a JSON Schema in the registry, so that clients written with
 other tools (confluent-kafka's ``JSONDeserializer``, the Java serdes) can
 validate what streamflow writes. The schema describes the JSON our codecs
 produce: bytes and fixed as base64 strings, timestamps and dates as ISO-8601
-strings, decimals and UUIDs as strings, a union as ``anyOf`` its branches.
+strings (or the epoch numbers a streamlet may give instead), decimals and
+UUIDs as strings, a union as ``anyOf`` its branches.
 
 Every named type becomes a definition referenced by ``$ref``, so recursive
 types terminate and a type used twice is written once. A record field is
@@ -15,6 +16,7 @@ as an Avro reader would not keep them.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from streamflow.schema.store import Schema
@@ -32,14 +34,17 @@ _PRIMITIVES: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},
     "bytes": {"type": "string", "contentEncoding": "base64"},
 }
+# A time-based value may also be its Avro number (epoch millis, days...): the
+# codecs accept and write it as given, so the schema must not refuse it.
+_STRING_OR_NUMBER = ["string", "integer"]
 _LOGICAL: dict[str, dict[str, Any]] = {
-    "timestamp-millis": {"type": "string", "format": "date-time"},
-    "timestamp-micros": {"type": "string", "format": "date-time"},
-    "local-timestamp-millis": {"type": "string"},
-    "local-timestamp-micros": {"type": "string"},
-    "date": {"type": "string", "format": "date"},
-    "time-millis": {"type": "string", "format": "time"},
-    "time-micros": {"type": "string", "format": "time"},
+    "timestamp-millis": {"type": _STRING_OR_NUMBER, "format": "date-time"},
+    "timestamp-micros": {"type": _STRING_OR_NUMBER, "format": "date-time"},
+    "local-timestamp-millis": {"type": _STRING_OR_NUMBER},
+    "local-timestamp-micros": {"type": _STRING_OR_NUMBER},
+    "date": {"type": _STRING_OR_NUMBER, "format": "date"},
+    "time-millis": {"type": _STRING_OR_NUMBER, "format": "time"},
+    "time-micros": {"type": _STRING_OR_NUMBER, "format": "time"},
     "decimal": {"type": "string"},
     "uuid": {"type": "string", "format": "uuid"},
 }
@@ -63,7 +68,7 @@ class _Translator:
             return {"anyOf": [self.node(branch) for branch in avro]}
         logical = avro.get("logicalType")
         if logical in _LOGICAL:
-            return dict(_LOGICAL[logical])
+            return copy.deepcopy(_LOGICAL[logical])
         kind = avro.get("type")
         if kind in ("record", "enum", "fixed"):
             return self.named(avro)

@@ -1,0 +1,172 @@
+"""Helpers for the registry-format tests: an app on registry topics, its inputs and metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from confluent_kafka import Message
+
+from streamflow.blueprint.model import Application
+from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.registry import ConfluentRegistry
+from streamflow.runtime.topics import ensure_topics
+from streamflow.schema.formats import subject_for
+from streamflow.schema.registry import RegistryAvroCodec
+from tests.runtime import support
+
+READING = support.STORE.get("tests.runtime.Reading")
+SCALED = support.STORE.get("tests.runtime.Scaled")
+ERROR_HEADERS = (
+    "streamflow-error",
+    "streamflow-error-type",
+    "streamflow-source-topic",
+    "streamflow-source-partition",
+    "streamflow-source-offset",
+)
+
+
+def registry_app(
+    bootstrap: str, registry_url: str, *, in_format: str, out_format: str, partitions: int = 2
+) -> Application:
+    """`apps:Scale` from an `in` topic to an `out` topic in the given formats; topics made."""
+    suffix = uuid.uuid4().hex[:8]
+    app = Application.from_dict(
+        {
+            "name": f"t{suffix}",
+            "schema_paths": [str(support.HERE / "schemas")],
+            "python_paths": [str(support.HERE)],
+            "kafka": {
+                "bootstrap": bootstrap,
+                "schema_registry": registry_url,
+                "register": "auto",
+            },
+            "streamlets": {"scale": {"class": "apps:Scale"}},
+            "topics": {
+                f"in-{suffix}": {
+                    "consumers": ["scale.in"],
+                    "partitions": partitions,
+                    "format": in_format,
+                },
+                f"out-{suffix}": {"producers": ["scale.out"], "format": out_format},
+            },
+        }
+    )
+    ensure_topics(KafkaClients(bootstrap=bootstrap).admin(), app)
+    return app
+
+
+def reading(i: int) -> dict[str, Any]:
+    return {"id": f"r{i}", "seq": i, "value": float(i), "poison": False}
+
+
+def avro_inputs(registry_url: str, topic: str, seqs: range) -> list[tuple[str, bytes]]:
+    codec = RegistryAvroCodec(
+        READING, ConfluentRegistry(registry_url), subject=subject_for(topic), register=True
+    )
+    return [(f"r{i}", codec.encode(reading(i))) for i in seqs]
+
+
+def keys(messages: list[Message]) -> set[str]:
+    return {m.key().decode() for m in messages}
+
+
+def no_more_than(records: list[Message], n: int) -> bool:
+    assert len(records) <= n, f"{len(records)} records, expected {n}"
+    return len(records) == n
+
+
+def metric(base: str, name: str, **labels: str) -> float:
+    """The sum of a replica's Prometheus samples of ``name`` with ``labels``; 0 if unreachable."""
+    try:
+        text = httpx.get(base + "/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
+    )
+
+
+def wait_showing_log(
+    condition: Callable[[], bool], running: support.Replicas, *, timeout: float, message: str
+) -> None:
+    """`support.wait_for`, with the replicas' log in the failure."""
+    try:
+        support.wait_for(condition, timeout=timeout, message=message)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{running.log()}") from None
+
+
+class RegistryRoute:
+    """A TCP proxy to a registry that a test can cut and restore: an outage on demand.
+
+    While cut, every connection (open ones too) is closed at once, as a registry
+    that crashed or a network that dropped would close it; the registry behind
+    it keeps its subjects and ids, so the same ids resolve once restored.
+    """
+
+    def __init__(self, upstream_url: str) -> None:
+        parsed = urllib.parse.urlsplit(upstream_url)
+        self._upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        port = self._listener.getsockname()[1]
+        self.url = parsed._replace(netloc=f"127.0.0.1:{port}").geturl()
+        self._up = threading.Event()
+        self._up.set()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        self._up.clear()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._open.clear()
+
+    def restore(self) -> None:
+        self._up.set()
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            if not self._up.is_set():
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self._upstream, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, server))
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with self._lock:
+            self._open.difference_update((source, sink))
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
