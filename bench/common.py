@@ -7,11 +7,14 @@ complete" are on the same timeline without any clock-sync games.
 
 The hand-written competitor must not import streamflow, so the schema, the
 single-object header and the client settings it needs are built here from
-fastavro and confluent-kafka alone.
+fastavro and confluent-kafka alone. So are the other topic formats the
+benchmark writes (:class:`Wire`): the Confluent registry wire format (byte 0,
+a 4-byte schema id, the Avro body) and plain JSON, with bytes as base64.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform
@@ -24,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka
 import fastavro
@@ -73,12 +76,15 @@ CONSUMER_SETTINGS: dict[str, Any] = {
 }
 
 
-# -- schema ------------------------------------------------------------------
+# -- schema and topic formats ----------------------------------------------------
+
+AVRO, AVRO_REGISTRY, JSON = "avro", "avro-registry", "json"
+FORMATS = (AVRO, AVRO_REGISTRY, JSON)  # streamflow's topic formats the benchmark writes
 
 
-def load_schema() -> tuple[Any, bytes]:
+def load_schema(path: Path = SCHEMA_FILE) -> tuple[Any, bytes]:
     """The parsed schema and its 10-byte single-object header (C3 01 + CRC-64-AVRO, LE)."""
-    raw = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    raw = json.loads(path.read_text(encoding="utf-8"))
     parsed = fastavro.parse_schema(raw)
     canonical = fastavro.schema.to_parsing_canonical_form(parsed)
     digest = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
@@ -92,10 +98,75 @@ def encode(parsed: Any, header: bytes, value: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def payload_length(parsed: Any, header: bytes, size: int) -> int:
+def json_default(value: Any) -> Any:
+    """Bytes as base64, as streamflow's JSON codec writes them."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def subject(topic: str) -> str:
+    """The registry subject of a topic's values (the topic-name strategy, streamflow's)."""
+    return f"{topic}-value"
+
+
+def registry_id(url: str, topic: str, path: Path = SCHEMA_FILE) -> int:
+    """Register the schema under ``topic``'s subject (or find it there); its id."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    text = json.dumps(json.loads(path.read_text(encoding="utf-8")), separators=(",", ":"))
+    return int(SchemaRegistryClient({"url": url}).register_schema(subject(topic), Schema(text)))
+
+
+def registry_schema(url: str, schema_id: int) -> Any:
+    """The parsed Avro schema the registry holds under ``schema_id``."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    found = SchemaRegistryClient({"url": url}).get_schema(schema_id)
+    return fastavro.parse_schema(json.loads(found.schema_str or "{}"))
+
+
+class Wire:
+    """A record's value on a topic of one format; what every bench producer writes.
+
+    ``avro``: the single-object header and the Avro body; ``avro-registry``: byte 0
+    and the schema id the registry gave under ``topic``'s subject, then the Avro
+    body; ``json``: a JSON object, bytes as base64.
+    """
+
+    def __init__(
+        self, fmt: str, *, topic: str, registry: str | None, path: Path = SCHEMA_FILE
+    ) -> None:
+        self.format = fmt
+        self.parsed, header = load_schema(path)
+        if fmt == AVRO_REGISTRY:
+            if not registry:
+                raise ValueError("the avro-registry format needs a schema registry URL")
+            header = b"\x00" + registry_id(registry, topic, path).to_bytes(4, "big")
+        elif fmt not in (AVRO, JSON):
+            raise ValueError(f"unknown topic format {fmt!r}: use one of {', '.join(FORMATS)}")
+        self.header = header if fmt != JSON else b""
+
+    def encode(self, value: dict[str, Any]) -> bytes:
+        if self.format == JSON:
+            return json.dumps(value, default=json_default, separators=(",", ":")).encode()
+        return encode(self.parsed, self.header, value)
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        """The record (bytes fields stay base64 text in JSON: the probe reads numbers only)."""
+        if self.format == JSON:
+            doc: dict[str, Any] = json.loads(data)
+            return doc
+        source = BytesIO(data)
+        source.seek(len(self.header))
+        record: Any = fastavro.schemaless_reader(source, self.parsed, None)
+        return cast(dict[str, Any], record)
+
+
+def payload_length(wire: Wire, size: int) -> int:
     """The payload length that makes an encoded record ``size`` bytes (or just over)."""
     for length in range(size):
-        if len(encode(parsed, header, make_record(0, b"x" * length))) >= size:
+        if len(wire.encode(make_record(0, b"x" * length))) >= size:
             return length
     raise ValueError(f"a record cannot be as small as {size} bytes")
 
@@ -111,13 +182,21 @@ def make_record(seq: int, payload: bytes) -> dict[str, Any]:
     }
 
 
-def prefill(bootstrap: str, topic: str, *, records: int, size: int) -> int:
-    """Write ``records`` keyed single-object Avro records; returns their encoded size.
+def prefill(
+    bootstrap: str,
+    topic: str,
+    *,
+    records: int,
+    size: int,
+    fmt: str = AVRO,
+    registry: str | None = None,
+) -> int:
+    """Write ``records`` keyed records in the topic's format; returns their encoded size.
 
     Payloads are seeded random bytes, so lz4 cannot shrink the 1 KB case to nothing.
     """
-    parsed, header = load_schema()
-    length = payload_length(parsed, header, size)
+    wire = Wire(fmt, topic=topic, registry=registry)
+    length = payload_length(wire, size)
     rng = random.Random(size)
     producer = Producer(
         {
@@ -130,7 +209,7 @@ def prefill(bootstrap: str, topic: str, *, records: int, size: int) -> int:
     )
     encoded_size = 0
     for seq in range(records):
-        value = encode(parsed, header, make_record(seq, rng.randbytes(length)))
+        value = wire.encode(make_record(seq, rng.randbytes(length)))
         encoded_size = len(value)
         key = f"id-{seq:09d}".encode()
         while True:
@@ -250,6 +329,25 @@ def broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
     owned.start()
     try:
         yield owned.bootstrap_servers, "devkit (KRaft, 1 GB heap)"
+    finally:
+        owned.stop()
+
+
+REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
+
+
+@contextmanager
+def schema_registry(url: str | None) -> Iterator[tuple[str, str]]:
+    """``(url, description)``: the given registry, or a devkit one (Apicurio) for this run only."""
+    if url:
+        yield url, "external"
+        return
+    from streamflow import devkit  # only when we own the registry (peers never get here)
+
+    owned = devkit.SchemaRegistry()
+    owned.start()
+    try:
+        yield owned.url, "devkit (Apicurio, in memory)"
     finally:
         owned.stop()
 

@@ -19,11 +19,29 @@ The price is one flush stall every ``flush-every`` batches, which is cheap at 20
 
 It reports (see :mod:`bench.common`) when the first batch arrives and when the
 batch holding the ``--records``-th input has been handed to the producer.
+
+``--format`` is the topics' format, and the loop does what a streamflow codec
+of that format does per record, written directly against fastavro and the
+standard library (never streamflow's classes, so no shared code hides a cost):
+
+* ``avro-registry``: check byte 0, look the 4-byte schema id up in a dict (the
+  writer schema is fetched from the registry once per id), read the Avro body;
+  write the 5-byte header of our own id (registered once, at start) and the body.
+  confluent-kafka's ``AvroSerializer``/``AvroDeserializer`` do the same framing,
+  but also run a subject-name strategy, schema-cache lookups, a schema expansion
+  and a rules-engine pass per record (about 5x this loop's codec work, see
+  bench/README.md): the cost of that library, not of the format, so the lean
+  loop is the fairer floor for "what the format costs";
+* ``json``: ``json.loads``, base64 bytes back to bytes, and a fastavro validation
+  of the record against the schema (streamflow checks what it reads and writes on
+  a JSON topic, so the loop does too); on the way out, validate and ``json.dumps``.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import signal
 import sys
 from io import BytesIO
@@ -38,6 +56,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from fastavro import schemaless_reader, schemaless_writer
+from fastavro.validation import validate
 
 from bench import common
 
@@ -66,7 +85,14 @@ class Passthrough:
                 "on_delivery": self._on_delivery,
             }
         )
-        self.parsed, self.header = common.load_schema()
+        wire = common.Wire(args.format, topic=args.output, registry=args.registry)
+        self.parsed, self.header = wire.parsed, wire.header
+        self.writers: dict[bytes, Any] = {}  # avro-registry: schema id bytes -> writer schema
+        self.convert = {
+            common.AVRO: self._avro,
+            common.AVRO_REGISTRY: self._registry,
+            common.JSON: self._json,
+        }[args.format]
         self.pending: dict[tuple[Any, Any], int] = {}  # (topic, partition) -> next offset
         self.seen = 0
 
@@ -98,6 +124,12 @@ class Passthrough:
         """Decode, re-encode and produce one batch; remember its offsets."""
         if self.seen == 0:
             common.report("first")
+        self.convert(messages)
+        before, self.seen = self.seen, self.seen + len(messages)
+        if before < self.args.records <= self.seen:
+            common.report("produced", records=self.seen)
+
+    def _avro(self, messages: list[Message]) -> None:
         producer, parsed, header = self.producer, self.parsed, self.header
         output, headers, pending = self.args.output, common.SCHEMA_HEADER, self.pending
         for msg in messages:
@@ -111,9 +143,52 @@ class Passthrough:
             schemaless_writer(sink, parsed, value)
             _produce(producer, output, sink.getvalue(), msg.key(), headers)
             pending[(msg.topic(), msg.partition())] = msg.offset() + 1  # type: ignore[operator]
-        before, self.seen = self.seen, self.seen + len(messages)
-        if before < self.args.records <= self.seen:
-            common.report("produced", records=self.seen)
+
+    def _registry(self, messages: list[Message]) -> None:
+        producer, parsed, header, writers = self.producer, self.parsed, self.header, self.writers
+        output, headers, pending = self.args.output, common.SCHEMA_HEADER, self.pending
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            data: bytes = msg.value()  # type: ignore[assignment]  # no tombstones here
+            if data[0] != 0:
+                raise _Failed(f"not in the registry wire format: {data[:5].hex(' ')}")
+            schema_id = data[1:5]
+            writer = writers.get(schema_id)
+            if writer is None:
+                writer = writers[schema_id] = common.registry_schema(
+                    self.args.registry, int.from_bytes(schema_id, "big")
+                )
+            source = BytesIO(data)
+            source.seek(5)
+            value: Any = schemaless_reader(source, writer, None)
+            sink = BytesIO()
+            sink.write(header)
+            schemaless_writer(sink, parsed, value)
+            _produce(producer, output, sink.getvalue(), msg.key(), headers)
+            pending[(msg.topic(), msg.partition())] = msg.offset() + 1  # type: ignore[operator]
+
+    def _json(self, messages: list[Message]) -> None:
+        producer, parsed = self.producer, self.parsed
+        output, headers, pending = self.args.output, common.SCHEMA_HEADER, self.pending
+        loads, dumps, b64decode, default = (
+            json.loads,
+            json.dumps,
+            base64.b64decode,
+            common.json_default,
+        )
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            value: Any = loads(msg.value())  # type: ignore[arg-type]  # no tombstones here
+            value["payload"] = b64decode(value["payload"])
+            if not validate(value, parsed, raise_errors=False):
+                raise _Failed(f"not a valid record: {value!r:.200}")
+            if not validate(value, parsed, raise_errors=False):  # what is written is checked
+                raise _Failed(f"not a valid record to write: {value!r:.200}")
+            encoded = dumps(value, default=default, separators=(",", ":")).encode()
+            _produce(producer, output, encoded, msg.key(), headers)
+            pending[(msg.topic(), msg.partition())] = msg.offset() + 1  # type: ignore[operator]
 
     def flush_and_store(self) -> None:
         """Every output so far is acknowledged once flush returns: only then store offsets."""
@@ -136,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--flush-every", type=int, default=20)
+    parser.add_argument("--format", default=common.AVRO, choices=common.FORMATS)
+    parser.add_argument("--registry", help="the schema registry's URL (avro-registry)")
     loop = Passthrough(parser.parse_args(argv))
     signal.signal(signal.SIGTERM, loop.stop)
     signal.signal(signal.SIGINT, loop.stop)

@@ -42,13 +42,19 @@ class Settings:
     max_s: float = 5.0
     warmup_s: float = 1.0
     size: int = 100
+    format: str = common.AVRO  # the topics' format; avro-registry needs ``registry``
+    registry: str | None = None
 
 
 class _Pipeline:
     """One processor and the probe on its output, for one guarantee."""
 
-    def __init__(self, bootstrap: str, workdir: Path, guarantee: str, tag: str) -> None:
+    def __init__(
+        self, bootstrap: str, workdir: Path, guarantee: str, tag: str, settings: Settings
+    ) -> None:
         self.bootstrap, self.workdir, self.tag = bootstrap, workdir, tag
+        registry = ["--registry", settings.registry] if settings.registry else []
+        self.wire_args = ["--format", settings.format, *registry]
         self.topics = common.Topics(bootstrap)
         self.input, self.output = f"{tag}.in", f"{tag}.out"
         self.topics.create(self.input)
@@ -59,6 +65,7 @@ class _Pipeline:
             [
                 *("-m", "bench.loadgen", "probe", "--bootstrap", bootstrap),
                 *("--topic", self.output, "--out", str(self.probe_file)),
+                *self.wire_args,
             ],
             workdir / f"{tag}.probe.log",
         )
@@ -70,6 +77,8 @@ class _Pipeline:
             output_topic=self.output,
             class_name="PassTimed",
             guarantee=guarantee,
+            topic_format=settings.format,
+            registry=settings.registry,
         )
         self.processor = Child(
             sfapp.command(spec, bootstrap=bootstrap, records=10**12), workdir / f"{tag}.log"
@@ -83,6 +92,7 @@ class _Pipeline:
                 *("-m", "bench.loadgen", "produce", "--bootstrap", self.bootstrap),
                 *("--topic", self.input, "--rate", str(rate), "--seconds", str(seconds)),
                 *("--size", str(size), "--tag", f"{self.tag}-{self.produced}"),
+                *self.wire_args,
             ],
             self.workdir / f"{self.tag}.producer.log",
         )
@@ -152,7 +162,7 @@ def one_run(
     bootstrap: str, workdir: Path, guarantee: str, settings: Settings, round_: int
 ) -> dict[str, Any]:
     tag = f"bench-latency-{uuid.uuid4().hex[:6]}-{guarantee}-r{round_}"
-    pipe = _Pipeline(bootstrap, workdir, guarantee, tag)
+    pipe = _Pipeline(bootstrap, workdir, guarantee, tag, settings)
     steps: list[dict[str, Any]] = []
     try:
         pipe.load(1000, 2.0, settings.size)  # the processor joins and warms up here

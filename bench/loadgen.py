@@ -12,6 +12,11 @@ it writes them to FILE as two int64 arrays. Every 0.25 s it reports how many it 
 seen, which is how the driver measures the maximum rate and knows when a step has
 drained. Both processes share the machine's wall clock, so no clock sync is involved.
 
+Both write and read in the topics' format (``--format``: ``avro``, the default,
+``avro-registry`` with ``--registry URL``, or ``json``), as a client outside
+streamflow would (:class:`bench.common.Wire`), so a processor on topics of any
+format can be measured.
+
 Neither imports streamflow: the load and the measurement must not share its code paths.
 Against a secured Kafka both take librdkafka settings as ``-X key=value`` (repeatable,
 like kcat) and from ``STREAMFLOW_KAFKA_<KEY>`` variables, the way streamflow's own
@@ -22,16 +27,13 @@ from __future__ import annotations
 
 import argparse
 import array
-import json
 import os
 import random
 import signal
 import time
-from io import BytesIO
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import fastavro
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import common
@@ -42,11 +44,9 @@ _TICK_S = 0.25
 _ENV_PREFIX = "STREAMFLOW_KAFKA_"
 
 
-def _schema() -> tuple[Any, bytes]:
-    parsed = fastavro.parse_schema(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
-    canonical = fastavro.schema.to_parsing_canonical_form(parsed)
-    digest = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
-    return parsed, b"\xc3\x01" + bytes.fromhex(digest)
+def _wire(args: argparse.Namespace) -> common.Wire:
+    """How records look on ``--topic``: its format (the registry id is looked up once)."""
+    return common.Wire(args.format, topic=args.topic, registry=args.registry, path=SCHEMA_FILE)
 
 
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def client_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def produce(args: argparse.Namespace) -> None:
     """Produce at ``rate`` for ``seconds``, then flush and report what was sent when."""
-    parsed, header = _schema()
+    encode = _wire(args).encode
     payload = random.Random(0).randbytes(max(0, args.size - 40))
     producer = Producer({**client_config(args), **common.PRODUCER_SETTINGS})
     rate, sent = float(args.rate), 0
@@ -75,12 +75,10 @@ def produce(args: argparse.Namespace) -> None:
     while (now := time.monotonic()) < end:
         due = int((now - start) * rate) if rate > 0 else sent + 1000
         while sent < due:
-            sink = BytesIO()
-            sink.write(header)
             value = {"id": f"{args.tag}-{sent}", "sent_us": time.time_ns() // 1000}
-            fastavro.schemaless_writer(sink, parsed, value | {"payload": payload})
+            data = encode(value | {"payload": payload})
             try:
-                producer.produce(args.topic, sink.getvalue(), None, headers=HEADERS)
+                producer.produce(args.topic, data, None, headers=HEADERS)
             except BufferError:
                 producer.poll(0.01)  # the broker is behind: retry this record
                 continue
@@ -107,7 +105,7 @@ class _Probe:
         self.stopping = True
 
     def run(self) -> None:
-        parsed, _ = _schema()
+        decode = _wire(self.args).decode
         consumer = Consumer(
             {
                 **client_config(self.args),
@@ -138,10 +136,7 @@ class _Probe:
             for msg in messages:
                 if msg.error() is not None:
                     continue
-                source = BytesIO(msg.value())  # type: ignore[arg-type]
-                source.seek(10)
-                record = cast(dict[str, Any], fastavro.schemaless_reader(source, parsed, None))
-                sent.append(record["sent_us"])
+                sent.append(decode(msg.value())["sent_us"])  # type: ignore[arg-type]
                 received.append(now_us)
             if time.monotonic() >= next_tick:
                 common.report("tick", count=len(received))
@@ -180,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--topic", required=True)
     q.add_argument("--out", required=True)
     for sub_parser in (p, q):
+        sub_parser.add_argument("--format", default=common.AVRO, choices=common.FORMATS)
+        sub_parser.add_argument("--registry", help="the schema registry's URL (avro-registry)")
         sub_parser.add_argument(
             "-X",
             dest="kafka",

@@ -1,6 +1,7 @@
 """Passthrough throughput: a streamflow processor against a hand-written loop.
 
-``python -m bench.passthrough [--records N] [--size 100 1000] [--rounds R] [--bootstrap ...]``
+``python -m bench.passthrough [--records N] [--size 100 1000] [--rounds R] [--bootstrap ...]
+[--formats avro avro-registry json] [--registry URL]``
 
 Why it is built this way:
 
@@ -20,11 +21,19 @@ Why it is built this way:
   land in this one; the broker's disk is shared, its dirty pages need not be.
 * Competitors are interleaved round by round, with the order reversed on every other
   round (A B C, C B A, ...), so drift of a busy machine hits all of them alike.
+* Each topic format (``--formats``) has its own input topic, written in that format,
+  and its runs are interleaved with the others' in the same rounds. streamflow and
+  the hand-written loop run in every format, each against the loop in the same
+  format; the peers only in single-object Avro. What a format costs is streamflow in
+  that format over streamflow in ``avro``, paired by round (``format_costs``). The
+  registry formats need a schema registry: ``--registry``,
+  ``$STREAMFLOW_SCHEMA_REGISTRY_URL``, else the devkit's, started for the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -54,6 +63,8 @@ class Run:
     records: int
     batch_size: int
     workdir: Path
+    format: str = common.AVRO
+    registry: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class Competitor:
     description: str
     command: Callable[[Run], list[str]]
     python: str = sys.executable  # the peers run from the bench virtualenv
+    formats: tuple[str, ...] = common.FORMATS  # the topic formats it can run in
 
 
 def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
@@ -74,6 +86,8 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
             input_topic=run.input_topic,
             output_topic=run.output_topic,
             class_name=class_name,
+            topic_format=run.format,
+            registry=run.registry,
         )
         return sfapp.command(
             spec, bootstrap=run.bootstrap, records=run.records, batch_size=run.batch_size
@@ -82,14 +96,16 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
     return command
 
 
-def _plain(module: str) -> Callable[[Run], list[str]]:
-    """The command line of a child that takes the topics and group directly."""
+def _plain(module: str, *, formats: bool = False) -> Callable[[Run], list[str]]:
+    """The command line of a child that takes the topics and group (and format) directly."""
 
     def command(run: Run) -> list[str]:
+        registry = ["--registry", run.registry] if run.registry else []
         return [
             *("-m", module, "--bootstrap", run.bootstrap),
             *("--input", run.input_topic, "--output", run.output_topic, "--group", run.group),
             *("--records", str(run.records), "--batch-size", str(run.batch_size)),
+            *(["--format", run.format, *registry] if formats else []),
         ]
 
     return command
@@ -107,7 +123,10 @@ COMPETITORS = {
             "sf-record", "streamflow streamlet run, process passthrough", _streamflow("PassRecord")
         ),
         Competitor(
-            BASELINE, "hand-written confluent-kafka + fastavro loop", _plain("bench.handwritten")
+            BASELINE,
+            "hand-written confluent-kafka + fastavro loop (json: the json module + fastavro's "
+            "validation)",
+            _plain("bench.handwritten", formats=True),
         ),
         Competitor(
             "quix",
@@ -115,12 +134,14 @@ COMPETITORS = {
             "and AvroDeserializer behind the single-object header",
             _plain("bench.peers.quix_pass"),
             str(common.PEERS_PYTHON),
+            (common.AVRO,),
         ),
         Competitor(
             "faust",
             "faust-streaming: an agent forwarding to a topic, a fastavro single-object codec",
             _plain("bench.peers.faust_pass"),
             str(common.PEERS_PYTHON),
+            (common.AVRO,),
         ),
     )
 }
@@ -222,14 +243,22 @@ def run_scenario(args: argparse.Namespace, *, bootstrap: str, broker: str) -> di
             "warning: bench/common.py's client settings differ from the runtime's: "
             + "; ".join(drift)
         )
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = _all_runs(args, competitors, bootstrap, Path(tmp))
+    needs_registry = common.AVRO_REGISTRY in args.formats
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        registry, registry_kind = (
+            stack.enter_context(common.schema_registry(args.registry))
+            if needs_registry
+            else (None, None)
+        )
+        runs = _all_runs(args, competitors, bootstrap, Path(tmp), registry)
     return {
         "benchmark": "passthrough",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "settings": {
             "records": args.records,
             "sizes": args.size,
+            "formats": args.formats,
+            "registry": registry_kind,
             "rounds": args.rounds,
             "batch_size": args.batch_size,
             "partitions": common.PARTITIONS,
@@ -246,11 +275,16 @@ def run_scenario(args: argparse.Namespace, *, bootstrap: str, broker: str) -> di
         "environment": common.environment(),
         "runs": runs,
         "summary": report.summarise(runs),
+        "format_costs": report.format_costs(runs),
     }
 
 
 def _all_runs(
-    args: argparse.Namespace, competitors: list[Competitor], bootstrap: str, workdir: Path
+    args: argparse.Namespace,
+    competitors: list[Competitor],
+    bootstrap: str,
+    workdir: Path,
+    registry: str | None,
 ) -> list[dict[str, Any]]:
     """Every measured run; the admin client (and its broker connection) dies on return."""
     topics = common.Topics(bootstrap)
@@ -258,18 +292,29 @@ def _all_runs(
     runs: list[dict[str, Any]] = []
     try:
         for size in args.size:
-            input_topic = f"bench.passthrough.in.{size}.{run_id}"
-            topics.create(input_topic)
-            started = time.monotonic()
-            encoded = common.prefill(bootstrap, input_topic, records=args.records, size=size)
-            _say(
-                f"size {size}: {args.records:,} records of {encoded} B prefilled "
-                f"in {time.monotonic() - started:.1f} s"
-            )
+            inputs: dict[str, tuple[str, int]] = {}  # format -> (input topic, encoded size)
+            for fmt in args.formats:
+                input_topic = f"bench.passthrough.in.{size}.{fmt}.{run_id}"
+                topics.create(input_topic)
+                started = time.monotonic()
+                encoded = common.prefill(
+                    bootstrap,
+                    input_topic,
+                    records=args.records,
+                    size=size,
+                    fmt=fmt,
+                    registry=registry,
+                )
+                inputs[fmt] = (input_topic, encoded)
+                _say(
+                    f"size {size}, {fmt}: {args.records:,} records of {encoded} B prefilled "
+                    f"in {time.monotonic() - started:.1f} s"
+                )
+            pairs = [(f, c) for f in args.formats for c in competitors if f in c.formats]
             for round_ in range(args.rounds):
-                order = competitors if round_ % 2 == 0 else competitors[::-1]
-                for competitor in order:
-                    group = f"bench-{run_id}-{competitor.name}-{size}-r{round_}"
+                for fmt, competitor in pairs if round_ % 2 == 0 else pairs[::-1]:
+                    input_topic, encoded = inputs[fmt]
+                    group = f"bench-{run_id}-{competitor.name}-{fmt}-{size}-r{round_}"
                     run = Run(
                         bootstrap=bootstrap,
                         input_topic=input_topic,
@@ -278,18 +323,21 @@ def _all_runs(
                         records=args.records,
                         batch_size=args.batch_size,
                         workdir=workdir,
+                        format=fmt,
+                        registry=registry,
                     )
                     numbers = measure(topics, competitor, run, args.timeout)
                     runs.append(
-                        {"competitor": competitor.name, "size": size, "encoded_size": encoded}
-                        | {"round": round_, **numbers}
+                        {"competitor": competitor.name, "format": fmt, "size": size}
+                        | {"encoded_size": encoded, "round": round_, **numbers}
                     )
                     _say(
-                        f"  round {round_} {competitor.name:<9} "
+                        f"  round {round_} {competitor.name:<9} {fmt:<13} "
                         f"{numbers['records_per_s']:>9,.0f} rec/s  "
                         f"{numbers['cpu_s_per_M']:6.1f} CPU s/M"
                     )
-            topics.delete(input_topic)
+            for input_topic, _ in inputs.values():
+                topics.delete(input_topic)
     finally:
         topics.delete_all()
     return runs
@@ -311,6 +359,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=500, help="records per consume()")
     parser.add_argument(
         "--competitors", nargs="+", default=DEFAULT_COMPETITORS, choices=list(COMPETITORS)
+    )
+    parser.add_argument(
+        "--formats",
+        nargs="+",
+        default=list(common.FORMATS),
+        choices=common.FORMATS,
+        help="topic formats (default: all); the peers run in avro only",
+    )
+    parser.add_argument(
+        "--registry",
+        default=os.environ.get(common.REGISTRY_ENV),
+        help="a schema registry for avro-registry (default: $STREAMFLOW_SCHEMA_REGISTRY_URL, "
+        "else start the devkit's)",
     )
     parser.add_argument(
         "--bootstrap",

@@ -37,7 +37,11 @@ def throughput(result: dict[str, Any], out: Path) -> Path | None:
     sizes = passthrough["settings"]["sizes"]
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=True):
-        rows = [r for r in passthrough["summary"] if r["size"] == size]
+        rows = [
+            r
+            for r in passthrough["summary"]
+            if r["size"] == size and r.get("format", "avro") == "avro"
+        ]
         names = [r["competitor"] for r in rows]
         stats = [r["records_per_s"] for r in rows]
         medians = [s["median"] for s in stats]

@@ -3,7 +3,10 @@
 Throughput and CPU are summarised as median and range over rounds, because a
 handful of runs on a shared machine has outliers that a mean would smear in.
 Ratios to the baseline are paired by round (each run against the baseline run of
-the same round) and then the median is taken, so slow drift cancels out.
+the same round) and then the median is taken, so slow drift cancels out. Runs in
+a topic format other than single-object Avro are compared with the baseline in
+the same format, and with themselves in Avro (:func:`format_costs`). Runs
+recorded before formats existed are Avro.
 """
 
 from __future__ import annotations
@@ -16,19 +19,30 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BASELINE = "hand"
+AVRO = "avro"
+# The issue's target: a registry format costs no more than 10% over single-object Avro.
+FORMAT_COST_TARGET = {"avro-registry": 1.10, "json-registry": 1.10}
 
 _METRICS = ("records_per_s", "cpu_s_per_M", "cpu_total_s_per_M", "inproc_records_per_s")
 
 
+def format_of(run: dict[str, Any]) -> str:
+    return str(run.get("format", AVRO))
+
+
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median and range of each metric, and each competitor's ratio to the baseline."""
+    """Median and range of each metric, and each competitor's ratio to the baseline.
+
+    One row per size, format and competitor; the baseline is the one in the same format.
+    """
     rows: list[dict[str, Any]] = []
-    for size in sorted({r["size"] for r in runs}):
-        sized = [r for r in runs if r["size"] == size]
+    groups = dict.fromkeys((r["size"], format_of(r)) for r in runs)
+    for size, fmt in sorted(groups, key=lambda g: (g[0], g[1] != AVRO, g[1])):
+        sized = [r for r in runs if r["size"] == size and format_of(r) == fmt]
         base = {r["round"]: r for r in sized if r["competitor"] == BASELINE}
         for name in dict.fromkeys(r["competitor"] for r in sized):
             mine = [r for r in sized if r["competitor"] == name]
-            row: dict[str, Any] = {"size": size, "competitor": name}
+            row: dict[str, Any] = {"size": size, "format": fmt, "competitor": name}
             for metric in _METRICS:
                 values = [r[metric] for r in mine if r[metric] is not None]
                 if values:
@@ -47,6 +61,42 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def format_costs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each competitor in each other format over itself in Avro, paired by round.
+
+    ``cpu_ratio`` is what a record costs in that format over Avro (lower is better),
+    ``throughput_ratio`` the records/s (higher is better); ``target`` is the
+    highest CPU ratio the issue accepts, where it sets one.
+    """
+    rows: list[dict[str, Any]] = []
+    avro = {(r["size"], r["competitor"], r["round"]): r for r in runs if format_of(r) == AVRO}
+    groups = dict.fromkeys((r["size"], format_of(r), r["competitor"]) for r in runs)
+    for size, fmt, name in groups:
+        paired = [
+            (r, avro[(size, name, r["round"])])
+            for r in runs
+            if (r["size"], format_of(r), r["competitor"]) == (size, fmt, name)
+            and (size, name, r["round"]) in avro
+        ]
+        if fmt == AVRO or not paired:
+            continue
+        cpu = statistics.median(r["cpu_s_per_M"] / a["cpu_s_per_M"] for r, a in paired)
+        speed = statistics.median(r["records_per_s"] / a["records_per_s"] for r, a in paired)
+        target = FORMAT_COST_TARGET.get(fmt)
+        rows.append(
+            {
+                "size": size,
+                "format": fmt,
+                "competitor": name,
+                "cpu_ratio": cpu,
+                "throughput_ratio": speed,
+                "target": target,
+                "met": cpu <= target if target else None,
+            }
+        )
+    return rows
+
+
 def markdown(result: dict[str, Any]) -> str:
     def cell(row: dict[str, Any], metric: str, fmt: str) -> str:
         stats = row.get(metric)
@@ -60,24 +110,43 @@ def markdown(result: dict[str, Any]) -> str:
         f"batch {settings['batch_size']}, {settings['partitions']} partitions; "
         "median (min-max)",
         "",
-        "| size | competitor | records/s | CPU s / M records | CPU s / M incl. start-up "
+        "| size | format | competitor | records/s | CPU s / M records | CPU s / M incl. start-up "
         "| in-process records/s | throughput ratio | CPU ratio |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["summary"]:
         ratio = f"{row['throughput_ratio']:.2f}" if "throughput_ratio" in row else "1"
         cpu_ratio = f"{row['cpu_ratio']:.2f}" if "cpu_ratio" in row else "1"
         lines.append(
-            f"| {row['size']} B | {row['competitor']} | {cell(row, 'records_per_s', ',.0f')} "
+            f"| {row['size']} B | {row.get('format', AVRO)} | {row['competitor']} "
+            f"| {cell(row, 'records_per_s', ',.0f')} "
             f"| {cell(row, 'cpu_s_per_M', '.1f')} | {cell(row, 'cpu_total_s_per_M', '.1f')} "
             f"| {cell(row, 'inproc_records_per_s', ',.0f')} | {ratio} | {cpu_ratio} |"
         )
     lines += [
         "",
-        f"Throughput ratio: records/s over {BASELINE}'s (higher is better). CPU ratio: CPU per "
-        f"record over {BASELINE}'s (lower is better). Both paired by round, then the median.",
+        f"Throughput ratio: records/s over {BASELINE}'s in the same format (higher is better). "
+        f"CPU ratio: CPU per record over {BASELINE}'s (lower is better). Both paired by round, "
+        "then the median.",
         _machine_note(result),
     ]
+    costs = result.get("format_costs") or []
+    if costs:
+        lines += [
+            "",
+            "What a format costs over single-object Avro (the same competitor, paired by round):",
+            "",
+            "| size | format | competitor | CPU per record | records/s | target (CPU) |",
+            "|---:|---|---|---:|---:|---|",
+        ]
+        for row in costs:
+            target = row.get("target")
+            verdict = "" if row.get("met") is None else (" met" if row["met"] else " missed")
+            lines.append(
+                f"| {row['size']} B | {row['format']} | {row['competitor']} "
+                f"| {row['cpu_ratio']:.2f}x | {row['throughput_ratio']:.2f}x "
+                f"| {f'<= {target:.2f}x{verdict}' if target else '-'} |"
+            )
     return "\n".join(lines)
 
 

@@ -133,11 +133,11 @@ def passthrough_run(
 
 
 def _pass_records(records: int, size: int) -> Iterable[tuple[bytes | None, bytes]]:
-    parsed, header = common.load_schema()
-    length = common.payload_length(parsed, header, size)
+    wire = common.Wire(common.AVRO, topic="", registry=None)
+    length = common.payload_length(wire, size)
     rng = random.Random(size)
     for seq in range(records):
-        value = common.encode(parsed, header, common.make_record(seq, rng.randbytes(length)))
+        value = wire.encode(common.make_record(seq, rng.randbytes(length)))
         yield f"id-{seq:09d}".encode(), value
 
 

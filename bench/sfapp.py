@@ -3,13 +3,17 @@
 Each scenario runs ``streamflow streamlet run`` (what a pod runs) through
 :mod:`bench.sf_replica`, against a spec written here: one processor between an input
 and an output topic, with the guarantee and the replica count the scenario asks for.
-The app name doubles as the consumer group prefix (``<app>.<streamlet>``).
+The app name doubles as the consumer group prefix (``<app>.<streamlet>``). Both
+topics are in one topic format; a registry format names the registry and lets the
+replica register its output schema (``register: auto``), as ``run`` does with the
+devkit's registry.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bench import common
 
@@ -27,9 +31,12 @@ def write_spec(
     class_name: str = "PassBatch",
     guarantee: str = AT_LEAST_ONCE,
     replicas: int = 1,
+    topic_format: str = common.AVRO,
+    registry: str | None = None,
 ) -> Path:
     """The app spec file for one processor; its consumer group is ``group(name)``."""
-    spec = {
+    topic = {"partitions": common.PARTITIONS, "format": topic_format}
+    spec: dict[str, Any] = {
         "name": name,
         "schema_paths": [str(common.SCHEMA_DIR)],
         "python_paths": [str(common.REPO)],
@@ -41,10 +48,12 @@ def write_spec(
             }
         },
         "topics": {
-            input_topic: {"consumers": [f"{STREAMLET}.in"], "partitions": common.PARTITIONS},
-            output_topic: {"producers": [f"{STREAMLET}.out"], "partitions": common.PARTITIONS},
+            input_topic: {"consumers": [f"{STREAMLET}.in"], **topic},
+            output_topic: {"producers": [f"{STREAMLET}.out"], **topic},
         },
     }
+    if registry:
+        spec["kafka"] = {"schema_registry": registry, "register": "auto"}
     path = workdir / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path

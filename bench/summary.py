@@ -35,7 +35,8 @@ DIGITS_ROWS = [
 
 
 def _paired(runs: list[dict[str, Any]], mine: str, theirs: str, size: int, metric: str) -> float:
-    """Median over rounds of mine/theirs for ``metric``, at one record size."""
+    """Median over rounds of mine/theirs for ``metric``, at one record size, in Avro."""
+    runs = [r for r in runs if report.format_of(r) == report.AVRO]
     base = {r["round"]: r[metric] for r in runs if r["competitor"] == theirs and r["size"] == size}
     ratios = [
         r[metric] / base[r["round"]]
@@ -66,6 +67,15 @@ def headline(result: dict[str, Any]) -> list[dict[str, Any]]:
                 met = speed >= target if target else None
                 add(f"streamflow / {peer}, {size} B: throughput", speed, goal, met)
                 add(f"{peer} / streamflow, {size} B: CPU per record", cpu, "-", None)
+        for cost in passthrough.get("format_costs") or []:
+            if cost["competitor"] == SF:
+                target = cost["target"]
+                add(
+                    f"streamflow {cost['format']} / avro, {cost['size']} B: CPU per record",
+                    cost["cpu_ratio"],
+                    f"<= {target:g}x" if target else "-",
+                    cost["met"],
+                )
     if serving := scenarios.get("serving"):
         ratios = serving["ratios"]
         for name in ("wine", "wide"):
@@ -114,7 +124,7 @@ def markdown(result: dict[str, Any], *, plots: list[str] | None = None) -> str:
     if "passthrough" in scenarios:
         lines += [
             "",
-            "## 1. Passthrough (Avro in, Avro out)",
+            "## 1. Passthrough (in and out in one topic format)",
             "",
             report.markdown(scenarios["passthrough"]),
         ]

@@ -8,13 +8,18 @@ status topic until every replica reports ``serving``, ``failed`` or
 ``rejected`` for that version, or the timeout passes, showing how many serve
 it so far (a live line on a terminal, a plain line per change otherwise; with
 ``-o json|yaml`` stdout carries only the result as data).
+
+The control and status topics are topics of the application like any other,
+in whatever format the blueprint gives them: the descriptor is written, and
+the statuses read, with the codec their topic's format calls for
+(:class:`~streamflow.runtime.codecs.Codecs`), as the streamlet's replicas do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -22,12 +27,15 @@ import typer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from rich.text import Text
 
-from streamflow.blueprint.model import Application
-from streamflow.cli import apps, model_wait, output, state
+from streamflow.blueprint.model import Application, TopicSpec
+from streamflow.cli import apps, model_wait, output, registry_opts, state
 from streamflow.operator import targets
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
-from streamflow.schema import SchemaStore, SingleObjectCodec
+from streamflow.runtime.codecs import Codecs
+from streamflow.schema import SchemaStore
+from streamflow.schema.codecs import Codec
+from streamflow.schema.registry import RegistryError, RegistryUnavailable
 from streamflow.streamlets.serving.publisher import build_descriptor
 
 __all__ = ["register"]
@@ -86,6 +94,7 @@ def push(
     bootstrap_servers: Annotated[
         str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
     ] = None,
+    registry: registry_opts.RegistryOpt = None,
     fmt: Annotated[str, typer.Option("-o", "--output", help="table, json or yaml.")] = "table",
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress while waiting; errors still show.")
@@ -102,14 +111,20 @@ def push(
         output.fail(f"-o {fmt!r}: use table, json or yaml", exit_code=output.EXIT_USAGE)
     if protocol not in _PROTOCOLS:
         output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
-    app, bootstrap = apps.resolve(target, bootstrap_servers)
+    app, bootstrap = _resolve(target, bootstrap_servers, registry)
     clients = apps.kafka_clients(app, bootstrap)
-    with apps.kafka_errors(bootstrap):  # the blueprint's TLS/SASL settings, as replicas use
-        control_topic, status_topic = _topics(app, streamlet)
-        store = SchemaStore(app.schema_paths)
-        history = _read_all(
-            clients, control_topic, SingleObjectCodec(store.get(DESCRIPTOR), store=store)
+    with apps.kafka_errors(bootstrap), _registry_errors():
+        control, status_spec = _topics(app, streamlet)
+        control_topic = control.name
+        status_topic = status_spec.name if status_spec else None
+        codecs = Codecs(app, SchemaStore(app.schema_paths))
+        # before anything is written: the descriptor's schema id resolved (or registered),
+        # and the statuses' codec made, so a registry problem stops the push, not the wait
+        descriptors = _codec(codecs, control, DESCRIPTOR, producing=True)
+        statuses_codec = (
+            _codec(codecs, status_spec, STATUS, producing=False) if status_spec else None
         )
+        history = _read_all(clients, control_topic, descriptors)
         model_name = name or (
             history[-1]["name"] if history else (keras or saved_model or onnx or Path("model")).stem
         )
@@ -128,12 +143,7 @@ def push(
             description=description,
         )
         status_start = _end_offsets(clients, status_topic) if status_topic else {}
-        _produce(
-            clients,
-            control_topic,
-            model_name,
-            SingleObjectCodec(store.get(DESCRIPTOR), store=store).encode(descriptor),
-        )
+        _produce(clients, control_topic, model_name, descriptors.encode(descriptor))
         size = len(descriptor["data"] or b"")
         pushed = Text.assemble(
             "pushed ",
@@ -153,10 +163,10 @@ def push(
                 clients,
                 awaited_on,
                 status_start,
-                store,
+                statuses_codec,
                 replicas=replica_count(_local_target(), app, streamlet),
             )
-            if awaited_on is not None
+            if awaited_on is not None and statuses_codec is not None
             else {}
         )
         if fmt != "table":
@@ -210,10 +220,11 @@ def status(
     bootstrap_servers: Annotated[
         str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
     ] = None,
+    registry: registry_opts.RegistryOpt = None,
 ) -> None:
     """Show the model and version each replica serves, and the latest event of each."""
-    app, bootstrap = apps.resolve(target, bootstrap_servers)
-    with apps.kafka_errors(bootstrap):
+    app, bootstrap = _resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), _registry_errors():
         latest = _latest_statuses(app, apps.kafka_clients(app, bootstrap), streamlet)
     if fmt != "table":
         output.print_data(list(latest.values()), fmt=fmt)
@@ -228,14 +239,14 @@ def _latest_statuses(
     app: Application, clients: KafkaClients, streamlet: str | None
 ) -> dict[str, dict[str, Any]]:
     """Each replica's latest serving record, with the latest other event beside it."""
-    store = SchemaStore(app.schema_paths)
-    codec = SingleObjectCodec(store.get(STATUS), store=store)
+    codecs = Codecs(app, SchemaStore(app.schema_paths))
     latest: dict[str, dict[str, Any]] = {}
     for name in [streamlet] if streamlet else _serving_streamlets(app):
         _, status_topic = _topics(app, name)
         if status_topic is None:
             continue
-        for record in _read_all(clients, status_topic, codec):
+        codec = _codec(codecs, status_topic, STATUS, producing=False)
+        for record in _read_all(clients, status_topic.name, codec):
             previous = latest.get(record["replica"])
             if record["state"] == "serving" or previous is None or previous["state"] != "serving":
                 latest[record["replica"]] = record
@@ -255,7 +266,31 @@ def _serving_streamlets(app: Application) -> list[str]:
     ]
 
 
-def _topics(app: Application, streamlet: str) -> tuple[str, str | None]:
+def _resolve(
+    target: str, bootstrap_servers: str | None, registry: str | None
+) -> tuple[Application, str]:
+    app, bootstrap = apps.resolve(target, bootstrap_servers)
+    return (registry_opts.with_registry(app, registry) if registry else app), bootstrap
+
+
+def _codec(codecs: Codecs, topic: TopicSpec, schema: str, *, producing: bool) -> Codec:
+    """The codec of ``topic``'s format; a producing one has its schema id at hand."""
+    try:
+        return codecs.for_topic(topic, schema, producing=producing)
+    except RuntimeError as exc:  # no registry configured, or its client not installed
+        output.fail(f"{topic.name} ({topic.format}): {exc}")
+
+
+@contextlib.contextmanager
+def _registry_errors() -> Iterator[None]:
+    """A registry that refuses (a schema not registered) or cannot be reached: a sentence."""
+    try:
+        yield
+    except (RegistryError, RegistryUnavailable) as exc:
+        output.fail(str(exc))
+
+
+def _topics(app: Application, streamlet: str) -> tuple[TopicSpec, TopicSpec | None]:
     if streamlet not in app.streamlets:
         output.fail(
             f"application {app.name!r} has no streamlet {streamlet!r}",
@@ -271,8 +306,7 @@ def _topics(app: Application, streamlet: str) -> tuple[str, str | None]:
     if topic is None:
         output.fail(f"{streamlet}.{control.name} is not connected to a topic in the blueprint")
     status_port = next((p for p in descriptor.outlets if p.schema == STATUS), None)
-    status_topic = app.topic_for(streamlet, status_port.name) if status_port else None
-    return topic.name, status_topic.name if status_topic else None
+    return topic, app.topic_for(streamlet, status_port.name) if status_port else None
 
 
 def _params(pairs: list[str]) -> dict[str, str]:
@@ -322,7 +356,7 @@ def _end_offsets(clients: KafkaClients, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def _read_all(clients: KafkaClients, topic: str, codec: SingleObjectCodec) -> list[dict[str, Any]]:
+def _read_all(clients: KafkaClients, topic: str, codec: Codec) -> list[dict[str, Any]]:
     """Every decodable record of a (small, compacted) topic, oldest first."""
     consumer = model_wait.consumer(clients)
     records: list[tuple[int, dict[str, Any]]] = []

@@ -26,7 +26,7 @@ from rich.table import Table
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
 from streamflow.runtime.clients import KafkaClients
-from streamflow.schema import SchemaStore, SingleObjectCodec
+from streamflow.schema.codecs import Codec, DecodeError
 
 __all__ = [
     "FINAL",
@@ -66,15 +66,15 @@ def await_status(
     clients: KafkaClients,
     topic: str,
     start: dict[int, int],
-    store: SchemaStore,
+    codec: Codec,
     *,
     replicas: Callable[[], int],
 ) -> dict[str, dict[str, Any]]:
     """The final status of each replica for the version; the latest word of each meanwhile.
 
-    ``replicas``: how many run now (asked again while waiting, as it may change).
+    ``codec``: the status topic's, for its format. ``replicas``: how many run
+    now (asked again while waiting, as it may change).
     """
-    codec = SingleObjectCodec(store.get(STATUS), store=store)
     count, counted = replicas(), time.monotonic()
     final: dict[str, dict[str, Any]] = {}
     states: dict[str, str] = {}  # replica -> the latest state it reported for this version
@@ -93,7 +93,10 @@ def await_status(
                 for msg in reader.consume(100, 0.5):
                     if msg.error() is not None or msg.value() is None:
                         continue
-                    record = codec.decode(msg.value())  # type: ignore[arg-type]
+                    try:
+                        record = codec.decode(msg.value())  # type: ignore[arg-type]
+                    except DecodeError:
+                        continue  # not a status (the topic is the streamlet's own): not ours
                     if record["model"] == awaited.model and record["version"] == awaited.version:
                         states[record["replica"]] = record["state"]
                         if record["state"] in FINAL:

@@ -1,9 +1,13 @@
 """``streamflow tail``: decode and print what is on a topic, with keys and headers.
 
-The schema of each record comes from its ``streamflow-schema`` header, or else
-from the fingerprint in its single-object header, looked up among the
-application's schemas; a record that decodes with neither (a dead letter of
-garbage, say) is shown as raw bytes rather than hidden.
+A record is read as its topic's format says (:mod:`streamflow.runtime.peek`):
+on an ``avro`` topic its schema comes from its ``streamflow-schema`` header,
+or else from the fingerprint in its single-object header; on a topic of
+another format, from the schema of the topic's ports, with the codec they use
+(a registry-framed record shows its schema id beside its value). A dead letter
+is read in the format of the topic it came from. A record that does not decode
+(a dead letter of garbage, say) is shown as raw bytes, with the reason, rather
+than hidden.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from confluent_kafka import Consumer, Message
 from rich.text import Text
 
 from streamflow.blueprint.model import Application
-from streamflow.cli import apps, output
+from streamflow.cli import apps, output, registry_opts
 from streamflow.runtime import peek
 from streamflow.schema import SchemaStore
 
@@ -38,6 +42,7 @@ def tail(
     bootstrap_servers: Annotated[
         str | None, typer.Option("--bootstrap-servers", "-b", envvar="STREAMFLOW_KAFKA_BOOTSTRAP")
     ] = None,
+    registry: registry_opts.RegistryOpt = None,
 ) -> None:
     """Decode and print records from a topic of an application."""
     if fmt not in ("text", "json"):
@@ -46,7 +51,12 @@ def tail(
     if topic not in app.topics and topic not in _dlq_topics(app):
         known = ", ".join([*app.topics, *_dlq_topics(app)])
         output.fail(f"application {app.name!r} has no topic {topic!r} (topics: {known})")
-    decoder = peek.Decoder(SchemaStore(app.schema_paths))
+    if registry:
+        app = registry_opts.with_registry(app, registry)
+    decoder = peek.Decoder(SchemaStore(app.schema_paths), app=app)
+    problem = decoder.problem(topic)
+    if problem:
+        output.fail(f"cannot decode {topic} ({app.topics[topic].format}): {problem}")
     with apps.kafka_errors(bootstrap):  # the blueprint's TLS/SASL settings, as replicas use
         consumer = apps.kafka_clients(app, bootstrap).reader(client_id="streamflow-tail")
         try:
@@ -85,7 +95,8 @@ def _print_records(
 
 
 def _show(msg: Message, decoder: peek.Decoder, fmt: str) -> None:
-    schema, value, error = decoder.decode(msg)
+    decoded = decoder.decode(msg)
+    value, error = decoded.value, decoded.error
     raw_key = msg.key()
     key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
     headers = peek.headers(msg)
@@ -94,7 +105,8 @@ def _show(msg: Message, decoder: peek.Decoder, fmt: str) -> None:
         "offset": msg.offset(),
         "timestamp": dt.datetime.fromtimestamp(msg.timestamp()[1] / 1000, dt.UTC).isoformat(),
         "key": key,
-        "schema": schema,
+        "schema": decoded.schema,
+        "schema_id": decoded.schema_id,
         "headers": headers,
         "value": value if error is None else None,
     }
@@ -107,6 +119,8 @@ def _show(msg: Message, decoder: peek.Decoder, fmt: str) -> None:
     line = Text.assemble(
         (f"{msg.partition()}@{msg.offset()} ", "dim"), ("key=", "dim"), (str(key), "cyan"), " "
     )
+    if decoded.schema_id is not None:
+        line.append(f"schema id {decoded.schema_id} ", style="dim")
     if error is None:
         line.append(json.dumps(value, default=_json_default))
     else:

@@ -22,6 +22,7 @@ from typing import Any
 import fastavro
 import fastavro.schema
 
+from streamflow.schema.fingerprint import fingerprint64
 from streamflow.schema.registry import (
     RegistryRefused,
     RegistrySchema,
@@ -151,11 +152,15 @@ def connect(url: str | None, *, config: Mapping[str, str] | None = None) -> Conf
 
 
 def _comparable(schema_type: str, text: str) -> Any:
-    """A schema text in a form where equal schemas are equal: Avro with its full names."""
+    """A schema text in a form where equal schemas are equal.
+
+    Avro: the fingerprint of its Parsing Canonical Form (full names, no docs or
+    aliases, attributes in one order), the form the specification defines for this.
+    """
     try:
         doc = json.loads(text)
         if schema_type == "AVRO":
-            return fastavro.parse_schema(doc, _write_hint=False, _force=True)
+            return fingerprint64(fastavro.parse_schema(doc, _write_hint=False, _force=True))
     except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException):
         return text
     return doc

@@ -91,7 +91,7 @@ def wait(
         Clients(StatusTopic(records)),  # type: ignore[arg-type]
         "status",
         {0: 0},
-        STORE,
+        SingleObjectCodec(STORE.get(model_wait.STATUS), store=STORE),
         replicas=desired,
     )
     return found, time.monotonic() - started

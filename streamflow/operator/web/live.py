@@ -230,6 +230,7 @@ class Watcher:
             config=config,
             topics=wanted,
             store=SchemaStore(self.app.schema_paths),
+            app=self.app,
         )
         self._reader.start()
 

@@ -11,6 +11,10 @@ page that asks many times a second costs Kafka nothing more. Dead letters are
 read when someone asks for them (a click), from the end of the streamlet's
 dead-letter topic, and their error headers returned; the records themselves
 are not, since they may hold anything.
+
+A report topic may be in any topic format: the reader decodes with the
+application's codecs for it (:class:`streamflow.runtime.peek.Decoder`), the
+schema being the one the graph says its producer writes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streamflow.blueprint.graph import Graph
+from streamflow.blueprint.model import Application
 from streamflow.operator.web import snapshot
 from streamflow.runtime import peek
 from streamflow.schema import SchemaStore
@@ -73,12 +78,14 @@ class TopicReader:
         config: Mapping[str, Any],
         topics: Mapping[str, tuple[str, str]],
         store: SchemaStore,
+        app: Application | None = None,
         interval: float = 2.0,
     ) -> None:
         self.topics = dict(topics)
         self.interval = interval
         self._bootstrap, self._config = bootstrap, dict(config)
-        self._decoder = peek.Decoder(store)
+        schemas = {topic: schema for topic, (_, schema) in self.topics.items()}
+        self._decoder = peek.Decoder(store, app=app, schemas=schemas)
         self._ends: dict[str, tuple[int, ...]] = {}
         self._drift: dict[str, dict[str, dict[str, Any]]] = {}
         self._explanations: dict[str, dict[str, Any]] = {}
@@ -136,9 +143,9 @@ class TopicReader:
             return
         streamlet, schema = self.topics[topic]
         for msg in peek.last(reader, topic, _PER_TOPIC, timeout=10):
-            _, value, error = self._decoder.decode(msg)
-            if error is None and isinstance(value, dict):
-                self._keep(streamlet, schema, value)
+            decoded = self._decoder.decode(msg)
+            if decoded.error is None and isinstance(decoded.value, dict):
+                self._keep(streamlet, schema, decoded.value)
         # only once read: a read that failed is tried again though the end did not move
         self._ends[topic] = ends
 
