@@ -345,7 +345,13 @@ def schema_registry(url: str | None) -> Iterator[tuple[str, str]]:
     from streamflow import devkit  # only when we own the registry (peers never get here)
 
     owned = devkit.SchemaRegistry()
-    owned.start()
+    try:
+        owned.start()
+    except devkit.DevkitError as exc:
+        raise SystemExit(
+            f"{exc}\nOr name a registry (--registry, ${REGISTRY_ENV}), "
+            "or leave avro-registry out: --formats avro json"
+        ) from None
     try:
         yield owned.url, "devkit (Apicurio, in memory)"
     finally:

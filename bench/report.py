@@ -82,7 +82,7 @@ def format_costs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         cpu = statistics.median(r["cpu_s_per_M"] / a["cpu_s_per_M"] for r, a in paired)
         speed = statistics.median(r["records_per_s"] / a["records_per_s"] for r, a in paired)
-        target = FORMAT_COST_TARGET.get(fmt)
+        target = FORMAT_COST_TARGET.get(fmt) if name != BASELINE else None  # streamflow's
         rows.append(
             {
                 "size": size,
