@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +42,7 @@ from streamflow.schema.store import Schema, SchemaError, SchemaStore
 
 __all__ = [
     "WIRE_MAGIC",
+    "NotFound",
     "Registry",
     "RegistryAvroCodec",
     "RegistryError",
@@ -55,6 +58,7 @@ __all__ = [
 
 WIRE_MAGIC = 0
 _HEADER_LEN = 5
+UNKNOWN_ID_RECHECK_S = 30.0  # an unknown id's dead letters may stop when a registry catches up
 
 
 class RegistryError(Exception):
@@ -69,7 +73,11 @@ class RegistryRefused(RegistryError):
     """A 4xx answer other than not-found: an incompatible or invalid schema, bad auth."""
 
 
-class UnknownSchemaId(RegistryError):
+class NotFound(RegistryError):
+    """The registry says it has no such subject, version or schema."""
+
+
+class UnknownSchemaId(NotFound):
     """The registry has no schema with this id."""
 
 
@@ -155,19 +163,39 @@ class _Framed:
             self.prepare()
         return self._prefix
 
-    def _lookup(self, schema_id: int) -> RegistrySchema:
+    def _lookup(self, schema_id: int) -> RegistrySchema | _Unreadable:
+        """The registry's schema for an id, or why records with it cannot be read.
+
+        An id the registry does not know is asked about again after a while (a
+        registry replica may not have it yet); a schema of the wrong type is final.
+        """
         try:
             found = self.registry.schema_by_id(schema_id)
         except UnknownSchemaId:
-            raise DecodeError(
-                f"schema id {schema_id} is not in the registry at {self.registry.url}"
-            ) from None
+            return _Unreadable(
+                f"schema id {schema_id} is not in the registry at {self.registry.url}",
+                time.monotonic() + UNKNOWN_ID_RECHECK_S,
+            )
         if found.schema_type != self.schema_type:
-            raise DecodeError(
+            return _Unreadable(
                 f"schema id {schema_id} is a {found.schema_type} schema; this topic's "
                 f"format needs {self.schema_type}"
             )
         return found
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    """Why records with one schema id cannot be read, until when that answer holds."""
+
+    reason: str
+    until: float = math.inf  # monotonic; inf: for the life of the codec
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.until
+
+
+_ASK = _Unreadable("not asked yet", -math.inf)  # a marker: expired from the start
 
 
 class RegistryAvroCodec(_Framed):
@@ -186,8 +214,8 @@ class RegistryAvroCodec(_Framed):
     ) -> None:
         super().__init__(schema, registry, subject=subject, register=register)
         self._store = store or SchemaStore(include_builtin=False)
-        # id -> (writer, reader or None), or the DecodeError message for an unreadable one
-        self._writers: dict[int, tuple[Any, Any] | str] = {}
+        # id -> (writer, reader or None), or why records with it cannot be read
+        self._writers: dict[int, tuple[Any, Any] | _Unreadable] = {}
 
     def prepare(self) -> int:
         schema_id = super().prepare()
@@ -204,12 +232,14 @@ class RegistryAvroCodec(_Framed):
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        schema_id = _header(data, "Avro")
+        # the hot path: a 5-byte header, a dict hit, a tuple; everything else is the slow one
+        if len(data) >= _HEADER_LEN and data[0] == WIRE_MAGIC:
+            schema_id = int.from_bytes(data[1:_HEADER_LEN], "big")
+        else:
+            schema_id = _header(data, "Avro")  # raises, saying what the bytes are
         resolved = self._writers.get(schema_id)
-        if resolved is None:
-            resolved = self._writers[schema_id] = self._resolve(schema_id)
-        if isinstance(resolved, str):
-            raise DecodeError(resolved)
+        if resolved.__class__ is not tuple:
+            resolved = self._writer_for(schema_id, resolved)
         buf = io.BytesIO(data)
         buf.seek(_HEADER_LEN)
         try:
@@ -232,26 +262,35 @@ class RegistryAvroCodec(_Framed):
             raise DecodeError(f"{self.schema.name} did not decode to a record")
         return record
 
-    def _resolve(self, schema_id: int) -> tuple[Any, Any] | str:
+    def _writer_for(
+        self, schema_id: int, cached: tuple[Any, Any] | _Unreadable | None
+    ) -> tuple[Any, Any]:
+        """The (writer, reader) of an id not known yet, or whose bad answer has expired."""
+        if cached is None or (isinstance(cached, _Unreadable) and cached.expired()):
+            cached = self._writers[schema_id] = self._resolve(schema_id)
+        if isinstance(cached, _Unreadable):
+            raise DecodeError(cached.reason)
+        return cached
+
+    def _resolve(self, schema_id: int) -> tuple[Any, Any] | _Unreadable:
         """The writer schema of an id, parsed and checked against ours; or why not."""
-        try:
-            found = self._lookup(schema_id)
-        except DecodeError as exc:
-            return str(exc)
+        found = self._lookup(schema_id)
+        if isinstance(found, _Unreadable):
+            return found
         if found.has_references:
-            return (
+            return _Unreadable(
                 f"schema id {schema_id} uses schema references, which streamflow does not "
                 "resolve yet; register the schema self-contained"
             )
         try:
             writer = self._store.version_from(json.loads(found.text))
         except (ValueError, SchemaError) as exc:
-            return f"schema id {schema_id} is not a usable Avro schema: {exc}"
+            return _Unreadable(f"schema id {schema_id} is not a usable Avro schema: {exc}")
         if writer.fingerprint == self.schema.fingerprint:
             return (self.schema.parsed, None)
         problems = compat.compatibility_problems(reader=self.schema, writer=writer)
         if problems:
-            return (
+            return _Unreadable(
                 f"{self.schema.name} cannot read records written with schema id {schema_id} "
                 f"({writer.name}): " + "; ".join(problems)
             )
@@ -271,20 +310,17 @@ class RegistryJsonCodec(_Framed):
     def __init__(self, schema: Schema, registry: Registry, *, subject: str, register: bool) -> None:
         super().__init__(schema, registry, subject=subject, register=register)
         self._json = JsonTopicCodec(schema)
-        self._known: dict[int, str | None] = {}  # id -> None when readable, else why not
+        self._known: dict[int, _Unreadable | None] = {}  # id -> None when readable, else why not
 
     def encode(self, value: dict[str, Any]) -> bytes:
         return (self._prefix or self.header) + self._json.encode(value)
 
     def decode(self, data: bytes) -> dict[str, Any]:
         schema_id = _header(data, "JSON")
-        if schema_id not in self._known:
-            try:
-                self._lookup(schema_id)
-                self._known[schema_id] = None
-            except DecodeError as exc:
-                self._known[schema_id] = str(exc)
-        reason = self._known[schema_id]
-        if reason is not None:
-            raise DecodeError(reason)
+        known = self._known.get(schema_id, _ASK)
+        if known is not None and known.expired():
+            found = self._lookup(schema_id)
+            known = self._known[schema_id] = found if isinstance(found, _Unreadable) else None
+        if known is not None:
+            raise DecodeError(known.reason)
         return self._json.decode(data[_HEADER_LEN:])
