@@ -119,7 +119,7 @@ class KafkaSpec:
     config: Mapping[str, str] = field(default_factory=dict)
     secret: str | None = None
     schema_registry: str | None = None
-    register: RegisterPolicy = RegisterPolicy.NEVER  # topics' default; the devkit's is auto
+    register: RegisterPolicy | None = None  # topics' default; unset: never (the devkit's: auto)
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class Application:
         return None
 
     def register_policy(self, topic: TopicSpec) -> RegisterPolicy:
-        return topic.register or self.kafka.register
+        return topic.register or self.kafka.register or RegisterPolicy.NEVER
 
     @property
     def uses_registry(self) -> bool:
@@ -197,7 +197,7 @@ class Application:
                 "config": dict(self.kafka.config),
                 "secret": self.kafka.secret,
                 "schema_registry": self.kafka.schema_registry,
-                "register": str(self.kafka.register),
+                "register": str(self.kafka.register) if self.kafka.register else None,
             },
             "streamlets": {
                 name: {
@@ -238,7 +238,7 @@ class Application:
                 config=dict(kafka.get("config") or {}),
                 secret=kafka.get("secret"),
                 schema_registry=kafka.get("schema_registry"),
-                register=RegisterPolicy(kafka.get("register") or RegisterPolicy.NEVER),
+                register=RegisterPolicy(kafka["register"]) if kafka.get("register") else None,
             ),
             streamlets={
                 name: StreamletSpec(

@@ -19,6 +19,7 @@ from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec,
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
 from streamflow.blueprint.yamlload import Node
+from streamflow.schema import registry
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
@@ -168,10 +169,17 @@ def _kafka(report: Reporter, node: Node) -> KafkaSpec:
             values[text] = _string_map(report, value, what="kafka.config")
         elif text == "register":
             policy = _choice(
-                report, value, RegisterPolicy, what="register", code="invalid-register"
+                report, value, RegisterPolicy, what="kafka.register", code="invalid-register"
             )
             if policy is not None:
                 values[text] = policy
+        elif text == "schema_registry":
+            url = _string(report, value, what="kafka.schema_registry")
+            problem = registry.url_problem(url) if url is not None else None
+            if problem:
+                report.error("invalid-registry-url", problem, value)
+            elif url is not None:
+                values[text] = url
         else:
             values[text] = _string(report, value, what=f"kafka.{text}")
     return KafkaSpec(**values)

@@ -39,7 +39,7 @@ RegistryOpt = Annotated[
 def connect(url: str) -> registries.ConfluentRegistry:
     try:
         return registries.ConfluentRegistry(url)
-    except RuntimeError as exc:  # the registry extra is not installed
+    except registries.RegistryConfigError as exc:  # a bad URL, or the extra is not installed
         output.fail(str(exc))
 
 
@@ -70,8 +70,9 @@ def verified(
 def with_registry(
     app: Application, url: str, *, register: RegisterPolicy | None = None
 ) -> Application:
-    """The application using the registry at ``url`` (and that default register policy)."""
+    """The application using the registry at ``url``; ``register``: the default policy,
+    unless the blueprint set one."""
     kafka = dataclasses.replace(
-        app.kafka, schema_registry=url, register=register or app.kafka.register
+        app.kafka, schema_registry=url, register=app.kafka.register or register
     )
     return dataclasses.replace(app, kafka=kafka)

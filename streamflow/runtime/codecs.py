@@ -29,9 +29,7 @@ class Codecs:
     @property
     def registry(self) -> Registry:
         if self._registry is None:
-            self._registry = registries.connect(
-                self.app.kafka.schema_registry, config=self.app.kafka.config
-            )
+            self._registry = registries.connect(self.app.kafka.schema_registry)
         return self._registry
 
     def for_topic(self, topic: TopicSpec | None, schema_name: str, *, producing: bool) -> Codec:

@@ -22,10 +22,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from streamflow.api.streamlet import Record
 from streamflow.runtime.clients import KafkaClients
 from streamflow.schema.codecs import Codec, DecodeError
+from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 __all__ = ["ControlInletBinding", "ControlReader"]
 
 log = logging.getLogger("streamflow.runtime.control")
+_REGISTRY_RETRY_S = 2.0
+
+
+class _RegistryDown(Exception):
+    """A control record's schema could not be looked up: read it again later."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class ControlReader:
             **{"enable.auto.commit": False, "auto.offset.reset": "earliest"},
         )
         self._partitions: list[TopicPartition] = []
+        self._retry_at = 0.0
 
     def assign(self, timeout: float = 30.0) -> None:
         for topic in self._bindings:
@@ -73,8 +80,14 @@ class ControlReader:
         while ends:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"control inlets did not catch up in {timeout:.0f}s: {ends}")
-            for msg in self._consumer.consume(500, 0.2):
-                applied += self._handle(msg, apply, reject)
+            messages = self._consumer.consume(500, 0.2)
+            for i, msg in enumerate(messages):
+                try:
+                    applied += self._handle(msg, apply, reject)
+                except _RegistryDown as exc:
+                    self._rewind(messages[i:], exc)
+                    time.sleep(_REGISTRY_RETRY_S)  # replaying is all this replica does yet
+                    break
                 key = (cast(str, msg.topic()), cast(int, msg.partition()))
                 if key in ends and cast(int, msg.offset()) + 1 >= ends[key]:
                     del ends[key]
@@ -82,10 +95,33 @@ class ControlReader:
         return applied
 
     def poll(self, *, apply: Apply, reject: Reject, timeout: float = 0.0) -> int:
+        if time.monotonic() < self._retry_at:
+            return 0  # the registry was down: data batches go on, control is asked later
         applied = 0
-        for msg in self._consumer.consume(100, timeout):
-            applied += self._handle(msg, apply, reject)
+        messages = self._consumer.consume(100, timeout)
+        for i, msg in enumerate(messages):
+            try:
+                applied += self._handle(msg, apply, reject)
+            except _RegistryDown as exc:
+                self._rewind(messages[i:], exc)
+                self._retry_at = time.monotonic() + _REGISTRY_RETRY_S
+                break
         return applied
+
+    def _rewind(self, unhandled: list[Message], exc: Exception) -> None:
+        """Seek back to the first record not handled in each partition: it is read again."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in unhandled:
+            if msg.error() is None:
+                key = (cast(str, msg.topic()), cast(int, msg.partition()))
+                first.setdefault(key, cast(int, msg.offset()))
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        log.warning(
+            "control inlet waits for the schema registry (retried in %.0fs): %s",
+            _REGISTRY_RETRY_S,
+            exc,
+        )
 
     def _handle(self, msg: Message, apply: Apply, reject: Reject) -> int:
         error = msg.error()
@@ -101,6 +137,9 @@ class ControlReader:
         except DecodeError as exc:
             reject(msg, binding.inlet, exc)
             return 0
+        except (RegistryUnavailable, RegistryRefused) as exc:
+            # the record is fine and must not be rejected: it is read again later
+            raise _RegistryDown(str(exc)) from None
         key = msg.key()
         record = Record(
             value=value,

@@ -30,7 +30,7 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError
-from streamflow.schema.registry import RegistryUnavailable
+from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 __all__ = ["Processor"]
 
@@ -187,8 +187,8 @@ class Processor:
             except DecodeError as exc:
                 dead.append((msg, inlet, exc, "decode"))
                 continue
-            except RegistryUnavailable as exc:
-                # never a dead letter: the record is fine, the registry is not (yet)
+            except (RegistryUnavailable, RegistryRefused) as exc:
+                # never a dead letter: the record is fine, the registry (or access to it) is not
                 self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
                 return
             key = msg.key()

@@ -8,7 +8,9 @@ dead-lettered) and anything that means "ask again later"
 (:class:`~streamflow.schema.registry.RegistryUnavailable`, backpressure).
 
 confluent-kafka's registry module is the ``registry`` extra, imported on first
-use so applications without registry topics never need it.
+use so applications without registry topics never need it. Credentials never
+sit in a blueprint: ``$STREAMFLOW_SCHEMA_REGISTRY_USER_INFO`` (``user:password``,
+e.g. from the same Secret as the Kafka credentials) is sent as basic auth.
 """
 
 from __future__ import annotations
@@ -17,43 +19,68 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import quote
 
 import fastavro
 import fastavro.schema
+import httpx
 
-from streamflow.schema.fingerprint import fingerprint64
 from streamflow.schema.registry import (
+    NotFound,
     RegistryRefused,
     RegistrySchema,
     RegistryUnavailable,
     SchemaNotRegistered,
     UnknownSchemaId,
+    url_problem,
 )
 
-__all__ = ["REGISTRY_ENV", "ConfluentRegistry", "connect"]
+__all__ = [
+    "REGISTRY_ENV",
+    "USER_INFO_ENV",
+    "ConfluentRegistry",
+    "RegistryConfigError",
+    "connect",
+]
 
 REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
-_NOT_FOUND = (40401, 40402, 40403)  # subject, version, schema not found
-_CLIENT_KEYS = ("basic.auth.user.info", "basic.auth.credentials.source", "ssl.ca.location")
+USER_INFO_ENV = "STREAMFLOW_SCHEMA_REGISTRY_USER_INFO"
+_SCHEMA_NOT_FOUND = 40403
+_SUBJECT_OR_VERSION_NOT_FOUND = (40401, 40402)
+_TIMEOUT_S = 5.0
+
+
+class RegistryConfigError(RuntimeError):
+    """The registry cannot be used as configured: a bad URL, or the client is not installed."""
 
 
 class ConfluentRegistry:
     """:class:`streamflow.schema.registry.Registry` over ``SchemaRegistryClient``."""
 
-    def __init__(self, url: str, *, config: Mapping[str, str] | None = None) -> None:
+    def __init__(self, url: str, *, environ: Mapping[str, str] | None = None) -> None:
         try:
             from confluent_kafka.schema_registry import SchemaRegistryClient
         except ImportError as exc:
-            raise RuntimeError(
+            raise RegistryConfigError(
                 "registry topic formats need confluent-kafka's schema registry client: "
-                "pip install 'streamflow[registry]'"
-                f" ({exc})"
+                f"pip install 'streamflow[registry]' ({exc})"
             ) from None
+        problem = url_problem(url)
+        if problem:
+            raise RegistryConfigError(problem)
         self.url = url.rstrip("/")
-        conf: dict[str, Any] = {"url": self.url, "timeout": 10, "max.retries": 1}
-        conf.update({k: v for k, v in (config or {}).items() if k in _CLIENT_KEYS})
-        self._client = SchemaRegistryClient(conf)
+        conf: dict[str, Any] = {"url": self.url, "timeout": _TIMEOUT_S, "max.retries": 1}
+        user_info = (os.environ if environ is None else environ).get(USER_INFO_ENV)
+        if user_info:
+            conf["basic.auth.credentials.source"] = "USER_INFO"
+            conf["basic.auth.user.info"] = user_info
+        user, _, password = (user_info or "").partition(":")
+        self._auth = (user, password) if user_info else None
+        try:
+            self._client = SchemaRegistryClient(conf)
+        except ValueError as exc:
+            raise RegistryConfigError(f"schema registry {url!r}: {exc}") from None
 
     def schema_by_id(self, schema_id: int) -> RegistrySchema:
         with _errors(f"schema id {schema_id}"):
@@ -73,7 +100,7 @@ class ConfluentRegistry:
         try:
             with _errors(f"looking up under {subject}"):
                 return int(self._client.lookup_schema(subject, schema).schema_id or 0)
-        except UnknownSchemaId:
+        except NotFound:
             found = self._equivalent(subject, schema_type, text)
             if found is not None:
                 return found
@@ -94,7 +121,7 @@ class ConfluentRegistry:
         try:
             with _errors(f"the versions of {subject}"):
                 versions = self._client.get_versions(subject)
-        except UnknownSchemaId:
+        except NotFound:
             return None
         for version in reversed(versions):
             with _errors(f"version {version} of {subject}"):
@@ -108,7 +135,7 @@ class ConfluentRegistry:
         try:
             with _errors(f"the latest version of {subject}"):
                 found = self._client.get_latest_version(subject)
-        except UnknownSchemaId:
+        except NotFound:
             return None
         return RegistrySchema(
             schema_id=int(found.schema_id or 0),
@@ -119,17 +146,35 @@ class ConfluentRegistry:
         )
 
     def compatible(self, subject: str, schema_type: str, text: str) -> list[str]:
-        """Why the subject's compatibility rule refuses this schema; empty if it accepts."""
+        """Why the subject's compatibility rule refuses this schema; empty if it accepts.
+
+        Asked verbosely (the client's own call keeps only the yes or no), so a
+        refusal says which field; a subject with no versions accepts anything.
+        """
         if self.latest(subject) is None:
             return []
-        with _errors(f"checking compatibility with {subject}"):
-            answer = self._client.test_compatibility(
-                subject, self._schema(schema_type, text), verbose=True
+        what = f"checking compatibility with {subject}"
+        body: dict[str, Any] = {"schema": text}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        try:
+            answer = httpx.post(
+                f"{self.url}/compatibility/subjects/{quote(subject, safe='')}/versions/latest",
+                params={"verbose": "true"},
+                json=body,
+                headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+                auth=self._auth,
+                timeout=_TIMEOUT_S,
             )
-        if answer is True:
+        except httpx.HTTPError as exc:
+            raise RegistryUnavailable(f"schema registry: {what}: {exc}") from None
+        if answer.status_code != 200:
+            _raise_for(answer.status_code, _error_code(answer), answer.text[:200], what)
+        found = answer.json()
+        if found.get("is_compatible", False):
             return []
-        messages = getattr(answer, "messages", None) or []
-        return [str(m) for m in messages] or [
+        reasons = found.get("messages") or ([found["reason"]] if found.get("reason") else [])
+        return [str(r) for r in reasons] or [
             f"the registry's compatibility rule for {subject!r} refuses it"
         ]
 
@@ -140,30 +185,40 @@ class ConfluentRegistry:
         return Schema(text, schema_type)
 
 
-def connect(url: str | None, *, config: Mapping[str, str] | None = None) -> ConfluentRegistry:
+def connect(url: str | None) -> ConfluentRegistry:
     """The registry at ``url`` (or ``$STREAMFLOW_SCHEMA_REGISTRY_URL``)."""
     chosen = url or os.environ.get(REGISTRY_ENV)
     if not chosen:
-        raise RuntimeError(
+        raise RegistryConfigError(
             "this application has registry topics but no schema registry is configured: "
             f"set kafka.schema_registry in the blueprint, --registry, or ${REGISTRY_ENV}"
         )
-    return ConfluentRegistry(chosen, config=config)
+    return ConfluentRegistry(chosen)
 
 
 def _comparable(schema_type: str, text: str) -> Any:
     """A schema text in a form where equal schemas are equal.
 
-    Avro: the fingerprint of its Parsing Canonical Form (full names, no docs or
-    aliases, attributes in one order), the form the specification defines for this.
+    Avro: fastavro's parsed form (full names) without docs, as sorted JSON. Not
+    the Parsing Canonical Form: that drops logical types and defaults, and a
+    ``long`` must not pass for a ``timestamp-millis``.
     """
     try:
         doc = json.loads(text)
         if schema_type == "AVRO":
-            return fingerprint64(fastavro.parse_schema(doc, _write_hint=False, _force=True))
+            parsed = fastavro.parse_schema(doc, _write_hint=False, _force=True)
+            return json.dumps(_without_docs(parsed), sort_keys=True)
     except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException):
         return text
     return doc
+
+
+def _without_docs(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_docs(v) for k, v in node.items() if k != "doc"}
+    if isinstance(node, list):
+        return [_without_docs(v) for v in node]
+    return node
 
 
 @contextmanager
@@ -173,14 +228,39 @@ def _errors(what: str) -> Iterator[None]:
     try:
         yield
     except SchemaRegistryError as exc:
-        if exc.http_status_code == 404 or exc.error_code in _NOT_FOUND:
-            raise UnknownSchemaId(f"{what}: {exc.error_message}") from None
-        if exc.http_status_code >= 500 or exc.http_status_code in (408, 429):
-            raise RegistryUnavailable(f"schema registry: {what}: {exc.error_message}") from None
-        raise RegistryRefused(f"schema registry refused {what}: {exc.error_message}") from None
+        _raise_for(exc.http_status_code, exc.error_code, exc.error_message, what)
     except (OSError, json.JSONDecodeError) as exc:
         raise RegistryUnavailable(f"schema registry: {what}: {exc}") from None
-    except Exception as exc:  # httpx's transport errors, timeouts
+    except Exception as exc:  # httpx's (httpx2's) transport errors and timeouts
         if type(exc).__module__.startswith("httpx"):
             raise RegistryUnavailable(f"schema registry: {what}: {exc}") from None
         raise
+
+
+def _raise_for(status: int, code: int | None, message: str, what: str) -> NoReturn:
+    """The registry's error answer as the exception the codecs and verifier act on.
+
+    Only the registry's own not-found codes mean "no such schema": a bare 404
+    is a wrong URL (or a proxy), and dead-lettering records for that would be wrong.
+    """
+    if status == 404 and code == _SCHEMA_NOT_FOUND:
+        raise UnknownSchemaId(f"{what}: {message}")
+    if status == 404 and code in _SUBJECT_OR_VERSION_NOT_FOUND:
+        raise NotFound(f"{what}: {message}")
+    if status >= 500 or status in (408, 429):
+        raise RegistryUnavailable(f"schema registry: {what}: {status} {message}")
+    if status == 404:
+        raise RegistryRefused(
+            f"schema registry: {what}: 404 Not Found, and not as a registry says it; "
+            "is the URL the registry's Confluent-compatible API "
+            "(for Apicurio: .../apis/ccompat/v7)?"
+        )
+    raise RegistryRefused(f"schema registry refused {what}: {status} {message}")
+
+
+def _error_code(answer: httpx.Response) -> int | None:
+    try:
+        code = answer.json().get("error_code")
+    except (ValueError, AttributeError):
+        return None
+    return int(code) if isinstance(code, int) else None

@@ -30,12 +30,14 @@ from streamflow.runtime.ports import Bindings, bind
 from streamflow.runtime.processor import Processor
 from streamflow.runtime.serve import ServeRunner
 from streamflow.runtime.source import SourceRunner
+from streamflow.schema.registry import RegistryUnavailable
 from streamflow.schema.store import SchemaStore
 
 __all__ = ["ReplicaOptions", "install_signal_handlers", "run_replica"]
 
 log = logging.getLogger("streamflow.runtime")
 _ACCESS_TIMEOUT_S = 30.0
+_REGISTRY_BACKOFF_S = (1.0, 30.0)  # first and longest wait for a schema registry at start
 
 
 @dataclass
@@ -66,7 +68,6 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     descriptor = app.descriptor(streamlet_name)
     spec = app.streamlets[streamlet_name]
     store = SchemaStore(app.schema_paths)
-    bindings = bind(app, streamlet_name, store)
     config = config_mod.parse_config(descriptor, spec.config)
     streamlet: Streamlet = descriptor.cls(config)
     context = Context(
@@ -90,6 +91,10 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         server.port,
         extra={"health_port": server.port},
     )
+    bindings = _bind(app, streamlet_name, store, health, options.stop)
+    if bindings is None:  # stopped while the schema registry was away
+        server.stop()
+        return
     clients = KafkaClients(
         bootstrap=options.bootstrap, config={**app.kafka.config, **options.kafka_config}
     )
@@ -143,6 +148,35 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         server.stop()
         loop.close()
     log.info("stopped cleanly")
+
+
+def _bind(
+    app: Application,
+    streamlet: str,
+    store: SchemaStore,
+    health: HealthState,
+    stop: threading.Event,
+) -> Bindings | None:
+    """The ports' bindings; while the schema registry cannot be reached, waits and says so.
+
+    An outlet on a registry topic needs its schema id before its first record.
+    A registry that is down at start is not a crash (a crash loop would hide
+    why): the replica stays up, not ready, with the reason in its health, and
+    retries with backoff. A registry that answers no (a schema that may not be
+    registered) is a configuration error, and fails the start at once.
+    """
+    delay = _REGISTRY_BACKOFF_S[0]
+    while True:
+        try:
+            return bind(app, streamlet, store)
+        except RegistryUnavailable as exc:
+            reason = f"waiting for the schema registry: {exc}"
+            health.set_ready(False, [reason])
+            health.turned()  # waiting on a dependency is not being stuck
+            log.warning("%s (again in %.0fs)", reason, delay)
+            if stop.wait(delay):
+                return None
+            delay = min(delay * 2, _REGISTRY_BACKOFF_S[1])
 
 
 def _delivery(

@@ -32,6 +32,7 @@ import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import fastavro
 from fastavro import schemaless_reader, schemaless_writer
@@ -54,6 +55,7 @@ __all__ = [
     "UnknownSchemaId",
     "registry_text",
     "schema_id_of",
+    "url_problem",
 ]
 
 WIRE_MAGIC = 0
@@ -106,6 +108,17 @@ class Registry(Protocol):
     def latest(self, subject: str) -> RegistrySchema | None: ...
 
     def compatible(self, subject: str, schema_type: str, text: str) -> list[str]: ...
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a registry's base URL, if it cannot."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return (
+            f"schema registry URL {url!r} must be http:// or https:// with a host, e.g. "
+            "http://registry:8081 (for Apicurio: http://host:8080/apis/ccompat/v7)"
+        )
+    return None
 
 
 def registry_text(schema: Schema, schema_type: str) -> str:
