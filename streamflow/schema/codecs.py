@@ -179,7 +179,13 @@ class JsonTopicCodec(JsonCodec):
     The fast check is fastavro's; the full reasons are built only on failure.
     """
 
+    def __init__(self, schema: Schema) -> None:
+        super().__init__(schema)
+        self._fields = tuple(schema.field_names())
+
     def encode(self, value: dict[str, Any]) -> bytes:
+        # the declared fields only, as Avro writes them: what consumers validate against
+        value = {name: value[name] for name in self._fields if name in value}
         if not fastavro_validate(value, self.schema.parsed, raise_errors=False):
             raise EncodeError(describe_encode_error(self.schema, value, ValueError("invalid")))
         try:
@@ -234,7 +240,9 @@ class _Coercer:
         return self.coerce(kind, value) if kind != "enum" else value
 
     def coerce_record(self, schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
-        out = dict(value)
+        # only the declared fields, as an Avro reader keeps only its own: anything else
+        # would reach the logic, and be written back out past a JSON Schema that forbids it
+        out: dict[str, Any] = {}
         for field in schema["fields"]:
             name = field["name"]
             if name in value:
