@@ -14,11 +14,15 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamflow import devkit
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 pytest_plugins = ["tests.model_fixtures", "tests.k8s_fixtures"]
 
@@ -61,6 +65,17 @@ def schema_registry_url() -> Iterator[str]:
         pytest.fail(str(error), pytrace=False)
     yield registry.url
     registry.stop()
+
+
+@pytest.fixture
+def schema_registry_client(schema_registry_url: str) -> Iterator[SchemaRegistryClient]:
+    """confluent-kafka's client of the session's registry (it caches what it registered)."""
+    # imported here: the registry extra is optional for the rest of the suite
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    yield client
+    client.__exit__()
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,9 @@ checked the way the runtime will meet it, located at the port:
 
 * a producer's schema must be accepted by the subject's compatibility rule
   (the registry's own check, so its configured level applies);
-* a consumer's schema must be able to read the subject's latest version
-  (Avro's resolution rules, as the codec will apply them);
+* a consumer's schema must be able to read every version of the subject
+  (records of each may still be in the topic; Avro's resolution rules, as
+  the codec will apply them);
 * a producer that may not register (``register: never``) must find its
   schema registered already, or it would fail at start.
 
@@ -106,7 +107,7 @@ def _check_topic(
 ) -> None:
     subject = subject_for(topic.name)
     kind = topic.format.registry_schema_type
-    may_register = (topic.register or kafka.register) is RegisterPolicy.AUTO
+    may_register = (topic.register or kafka.register) is RegisterPolicy.AUTO  # unset: never
     for use, schema in _port_schemas(topic.producers, descriptors, store):
         text = registry_text(schema, kind)
         reasons = registry.compatible(subject, kind, text)
@@ -133,24 +134,35 @@ def _check_topic(
                 )
     if topic.format is not TopicFormat.AVRO_REGISTRY:
         return  # JSON is checked record by record against the port's schema
-    latest = registry.latest(subject)
-    if latest is None or latest.schema_type != "AVRO":
+    readers = _port_schemas(topic.consumers, descriptors, store)
+    if not readers:
         return
-    try:
-        writer = store.version_from(json.loads(latest.text))
-    except (ValueError, SchemaError):
-        return  # the codec reports it per record, with the id
-    for use, reader in _port_schemas(topic.consumers, descriptors, store):
-        problems = compat.compatibility_problems(reader=reader, writer=writer)
-        if problems:
+    # every version may still have records in the topic, not only the latest
+    for version in registry.versions(subject):
+        where = f"version {version.version} of subject {subject} (id {version.schema_id})"
+        if version.schema_type != "AVRO":
             report.error(
                 "incompatible-schema",
-                f"topic {topic.name}: {use.ref} reads {reader.name}, which cannot read the "
-                f"latest version of subject {subject} (version {latest.version}, "
-                f"id {latest.schema_id}): " + "; ".join(problems),
-                use.node,
-                hint="make the consumer's schema a compatible evolution of the subject's",
+                f"topic {topic.name} has format avro-registry, but {where} is a "
+                f"{version.schema_type} schema",
+                topic.format_node or topic.key,
+                hint="use the topic's registry format (json-registry for JSON Schema)",
             )
+            continue
+        try:
+            writer = store.version_from(json.loads(version.text))
+        except (ValueError, SchemaError):
+            continue  # the codec reports it per record, with the id
+        for use, reader in readers:
+            problems = compat.compatibility_problems(reader=reader, writer=writer)
+            if problems:
+                report.error(
+                    "incompatible-schema",
+                    f"topic {topic.name}: {use.ref} reads {reader.name}, which cannot read "
+                    f"{where}: " + "; ".join(problems),
+                    use.node,
+                    hint="make the consumer's schema a compatible evolution of the subject's",
+                )
 
 
 def _port_schemas(

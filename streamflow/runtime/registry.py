@@ -118,17 +118,12 @@ class ConfluentRegistry:
         order) is still ours, and a producer that may not register must find it.
         """
         wanted = _comparable(schema_type, text)
-        try:
-            with _errors(f"the versions of {subject}"):
-                versions = self._client.get_versions(subject)
-        except NotFound:
-            return None
-        for version in reversed(versions):
-            with _errors(f"version {version} of {subject}"):
-                found = self._client.get_version(subject, version)
-            kind = found.schema.schema_type or "AVRO"
-            if kind == schema_type and _comparable(kind, found.schema.schema_str or "") == wanted:
-                return int(found.schema_id or 0)
+        for found in reversed(self.versions(subject)):
+            if (
+                found.schema_type == schema_type
+                and _comparable(found.schema_type, found.text) == wanted
+            ):
+                return found.schema_id
         return None
 
     def latest(self, subject: str) -> RegistrySchema | None:
@@ -144,6 +139,28 @@ class ConfluentRegistry:
             has_references=bool(found.schema.references),
             version=found.version,
         )
+
+    def versions(self, subject: str) -> list[RegistrySchema]:
+        """Every version of ``subject``, oldest first; empty when there is no such subject."""
+        try:
+            with _errors(f"the versions of {subject}"):
+                numbers = self._client.get_versions(subject)
+        except NotFound:
+            return []
+        out = []
+        for number in numbers:
+            with _errors(f"version {number} of {subject}"):
+                found = self._client.get_version(subject, number)
+            out.append(
+                RegistrySchema(
+                    schema_id=int(found.schema_id or 0),
+                    schema_type=found.schema.schema_type or "AVRO",
+                    text=found.schema.schema_str or "",
+                    has_references=bool(found.schema.references),
+                    version=found.version,
+                )
+            )
+        return out
 
     def compatible(self, subject: str, schema_type: str, text: str) -> list[str]:
         """Why the subject's compatibility rule refuses this schema; empty if it accepts.

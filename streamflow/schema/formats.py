@@ -2,7 +2,7 @@
 
 A format belongs to a topic, not to a port: every producer and consumer of a
 topic agrees on it, and the codec for a port is chosen from its topic's format
-in exactly one place (:func:`streamflow.runtime.codecs.codec_for`), so the
+in exactly one place (:meth:`streamflow.runtime.codecs.Codecs.for_topic`), so the
 runtime, ``tail``, the ingresses and ``model push`` can never disagree.
 
 * ``avro``: Avro single-object encoding (``C3 01``, the 8-byte fingerprint, the

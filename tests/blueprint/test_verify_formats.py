@@ -10,10 +10,8 @@ import json
 import socket
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from typer.testing import CliRunner, Result
 
@@ -163,13 +161,6 @@ def test_graph_shows_each_topics_format_without_a_registry(tmp_path: Path) -> No
 # -- against a real registry -------------------------------------------------------------
 
 
-@pytest.fixture
-def registry_client(schema_registry_url: str) -> Iterator[SchemaRegistryClient]:
-    client = SchemaRegistryClient({"url": schema_registry_url})
-    yield client
-    client.__exit__()
-
-
 def unique_topic() -> str:
     return f"readings-{uuid.uuid4().hex[:10]}"
 
@@ -186,10 +177,10 @@ def clashing_reading() -> dict[str, object]:
 
 
 def test_verify_refuses_a_producer_the_subjects_compatibility_rule_refuses(
-    tmp_path: Path, schema_registry_url: str, registry_client: SchemaRegistryClient
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     topic = unique_topic()
-    register(registry_client, f"{topic}-value", clashing_reading())
+    register(schema_registry_client, f"{topic}-value", clashing_reading())
     path = write_blueprint(
         tmp_path,
         f"""\
@@ -211,13 +202,13 @@ def test_verify_refuses_a_producer_the_subjects_compatibility_rule_refuses(
 
 
 def test_verify_refuses_a_consumer_that_cannot_read_the_subjects_latest_version(
-    tmp_path: Path, schema_registry_url: str, registry_client: SchemaRegistryClient
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     topic = unique_topic()
-    first = register(registry_client, f"{topic}-value", READING)
+    first = register(schema_registry_client, f"{topic}-value", READING)
     # BACKWARD lets the owner drop `value` (new readers ignore it); our sink needs it
     without_value = {**READING, "fields": [{"name": "id", "type": "string"}]}
-    latest = register(registry_client, f"{topic}-value", without_value)
+    latest = register(schema_registry_client, f"{topic}-value", without_value)
     assert latest != first
     path = write_blueprint(
         tmp_path,
@@ -231,10 +222,10 @@ def test_verify_refuses_a_consumer_that_cannot_read_the_subjects_latest_version(
     problem = only(result, "incompatible-schema")
     at = position(path, "consumers:", "sink.in")
     assert f"{path}:{problem.position.line}:{problem.position.column}" == at
-    assert "sink.in reads tests.fixtures.Reading, which cannot read the latest version" in (
+    assert "sink.in reads tests.fixtures.Reading, which cannot read version 2 of subject" in (
         problem.message
     )
-    assert f"id {latest}" in problem.message
+    assert f"id {latest})" in problem.message
     assert "value" in problem.message
 
     cli_result = invoke("verify", path, "--registry", schema_registry_url)
@@ -243,11 +234,11 @@ def test_verify_refuses_a_consumer_that_cannot_read_the_subjects_latest_version(
 
 
 def test_verify_finds_a_schema_its_owner_registered_as_written(
-    tmp_path: Path, schema_registry_url: str, registry_client: SchemaRegistryClient
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     topic = unique_topic()
     older = {**READING, "fields": [{"name": "id", "type": "string"}]}
-    register(registry_client, f"{topic}-value", older)
+    register(schema_registry_client, f"{topic}-value", older)
     # ours adds `value` with no default: BACKWARD refuses it
     path = write_blueprint(
         tmp_path,
@@ -265,7 +256,7 @@ def test_verify_finds_a_schema_its_owner_registered_as_written(
     # the owner registered Reading.avsc as written (namespace, short names), and our
     # producer may not register (the default): the lookup must still find it
     fine = unique_topic()
-    register(registry_client, f"{fine}-value", READING)
+    register(schema_registry_client, f"{fine}-value", READING)
     path = write_blueprint(
         tmp_path,
         f"""\
@@ -328,3 +319,30 @@ def test_verify_reports_a_registry_nothing_listens_on(tmp_path: Path) -> None:
     assert error.startswith(f"{at}: error[registry-unreachable]: "), error
     assert url in error
     assert "check the URL and that the registry is running" in result.stdout
+
+
+def test_verify_refuses_a_consumer_that_cannot_read_an_older_version_still_in_the_topic(
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
+) -> None:
+    topic = unique_topic()
+    subject = f"{topic}-value"
+    # v1 had no `value`; v2 added it with a default (BACKWARD allows it). Our sink's
+    # Reading needs `value` and has no default: it reads v2, not v1's records
+    older = register(schema_registry_client, subject, {**READING, "fields": READING["fields"][:1]})
+    fields = [READING["fields"][0], {**READING["fields"][1], "default": 0.0}]
+    latest = register(schema_registry_client, subject, {**READING, "fields": fields})
+    assert latest != older
+    path = write_blueprint(
+        tmp_path,
+        f"""\
+        {topic}:
+          consumers: [sink.in]
+          format: avro-registry
+        """,
+    )
+    result = verify_file(path, registry=ConfluentRegistry(schema_registry_url))
+    problem = only(result, "incompatible-schema")  # the latest reads fine; version 1 does not
+    assert f"version 1 of subject {subject} (id {older})" in problem.message
+    assert f"{path}:{problem.position.line}:{problem.position.column}" == position(
+        path, "consumers:", "sink.in"
+    )

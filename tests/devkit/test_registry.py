@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,19 +41,14 @@ def fresh_client(url: str) -> SchemaRegistryClient:
 
 
 @pytest.fixture
-def client(schema_registry_url: str) -> Iterator[SchemaRegistryClient]:
-    yield fresh_client(schema_registry_url)
-
-
-@pytest.fixture
 def subject() -> str:
     return f"readings-{uuid.uuid4().hex[:12]}-value"
 
 
 def test_an_avro_schema_registers_and_comes_back_by_its_id(
-    schema_registry_url: str, client: SchemaRegistryClient, subject: str
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
-    schema_id = client.register_schema(subject, avro(READING_V1))
+    schema_id = schema_registry_client.register_schema(subject, avro(READING_V1))
 
     found = fresh_client(schema_registry_url).get_schema(schema_id)
     assert json.loads(found.schema_str) == READING_V1
@@ -62,65 +56,79 @@ def test_an_avro_schema_registers_and_comes_back_by_its_id(
 
 
 def test_ids_are_global_and_one_schema_has_one_id_across_subjects(
-    client: SchemaRegistryClient, subject: str
+    schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
     other = {**READING_V1, "name": f"Other{uuid.uuid4().hex[:8]}"}
-    first = client.register_schema(subject, avro(READING_V1))
-    again = client.register_schema(f"copy-{subject}", avro(READING_V1))
-    different = client.register_schema(f"other-{subject}", avro(other))
+    first = schema_registry_client.register_schema(subject, avro(READING_V1))
+    again = schema_registry_client.register_schema(f"copy-{subject}", avro(READING_V1))
+    different = schema_registry_client.register_schema(f"other-{subject}", avro(other))
     assert again == first
     assert different != first
 
 
-def test_the_global_compatibility_is_backward(schema_registry_url: str) -> None:
-    assert fresh_client(schema_registry_url).get_compatibility() == "BACKWARD"
+def test_a_registry_of_its_own_is_backward_by_default(subject: str) -> None:
+    # Started here: the session's registry may be another ($STREAMFLOW_SCHEMA_REGISTRY_URL),
+    # whose global rule is its owner's choice.
+    with SchemaRegistry() as registry:
+        own = fresh_client(registry.url)
+        assert own.get_compatibility() == "BACKWARD"
+        own.register_schema(subject, avro(READING_V1))
+        with pytest.raises(SchemaRegistryError) as refused:  # no rule of the subject's own
+            own.register_schema(subject, avro(with_field({"name": "unit", "type": "string"})))
+        assert refused.value.http_status_code == 409
 
 
 def test_a_new_field_without_a_default_is_refused_under_backward(
-    client: SchemaRegistryClient, subject: str
+    schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
-    client.register_schema(subject, avro(READING_V1))
+    # the subject's own rule: the session's registry may have any global one
+    schema_registry_client.set_compatibility(subject_name=subject, level="BACKWARD")
+    schema_registry_client.register_schema(subject, avro(READING_V1))
     incompatible = avro(with_field({"name": "unit", "type": "string"}))
 
-    assert client.test_compatibility(subject, incompatible) is False
+    assert schema_registry_client.test_compatibility(subject, incompatible) is False
     with pytest.raises(SchemaRegistryError) as refused:
-        client.register_schema(subject, incompatible)
+        schema_registry_client.register_schema(subject, incompatible)
     assert refused.value.http_status_code == 409
-    assert client.get_latest_version(subject).version == 1
+    assert schema_registry_client.get_latest_version(subject).version == 1
 
 
 def test_a_new_field_with_a_default_is_the_next_version(
-    schema_registry_url: str, client: SchemaRegistryClient, subject: str
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
-    first = client.register_schema(subject, avro(READING_V1))
+    first = schema_registry_client.register_schema(subject, avro(READING_V1))
     compatible = avro(with_field({"name": "unit", "type": "string", "default": "C"}))
 
-    assert client.test_compatibility(subject, compatible) is True
-    second = client.register_schema(subject, compatible)
+    assert schema_registry_client.test_compatibility(subject, compatible) is True
+    second = schema_registry_client.register_schema(subject, compatible)
     latest = fresh_client(schema_registry_url).get_latest_version(subject)
     assert second != first
     assert (latest.schema_id, latest.version) == (second, 2)
 
 
 def test_lookup_names_the_version_of_an_earlier_schema(
-    schema_registry_url: str, client: SchemaRegistryClient, subject: str
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
-    first = client.register_schema(subject, avro(READING_V1))
-    client.register_schema(subject, avro(with_field({"name": "n", "type": "int", "default": 0})))
+    first = schema_registry_client.register_schema(subject, avro(READING_V1))
+    schema_registry_client.register_schema(
+        subject, avro(with_field({"name": "n", "type": "int", "default": 0}))
+    )
 
     found = fresh_client(schema_registry_url).lookup_schema(subject, avro(READING_V1))
     assert (found.schema_id, found.version) == (first, 1)
 
 
 def test_a_json_schema_registers_and_keeps_its_type(
-    schema_registry_url: str, client: SchemaRegistryClient, subject: str
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient, subject: str
 ) -> None:
     document = {
         "type": "object",
         "properties": {"sensor": {"type": "string"}, "value": {"type": "number"}},
         "required": ["sensor"],
     }
-    schema_id = client.register_schema(subject, Schema(json.dumps(document), "JSON"))
+    schema_id = schema_registry_client.register_schema(
+        subject, Schema(json.dumps(document), "JSON")
+    )
 
     found = fresh_client(schema_registry_url).get_schema(schema_id)
     assert found.schema_type == "JSON"

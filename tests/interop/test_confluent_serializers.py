@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +44,6 @@ READING_JSON_SCHEMA = {
 }
 
 
-@pytest.fixture
-def client(schema_registry_url: str) -> Iterator[SchemaRegistryClient]:
-    registry_client = SchemaRegistryClient({"url": schema_registry_url})
-    yield registry_client
-    registry_client.__exit__()
-
-
 def value_context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
@@ -61,13 +53,16 @@ def scaled(i: int) -> dict[str, Any]:
 
 
 def test_avro_serializer_in_and_avro_deserializer_out(
-    kafka_bootstrap: str, schema_registry_url: str, client: SchemaRegistryClient, tmp_path: Path
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
+    tmp_path: Path,
 ) -> None:
     app = registry_app(
         kafka_bootstrap, schema_registry_url, in_format="avro-registry", out_format="avro-registry"
     )
     source, sink = support.topic(app, "in"), support.topic(app, "out")
-    serialize = AvroSerializer(client, READING_AVSC)
+    serialize = AvroSerializer(schema_registry_client, READING_AVSC)
     inputs = [(f"r{i}", serialize(reading(i), value_context(source))) for i in range(150)]
     assert inputs[0][1] is not None and inputs[0][1][0] == 0
     support.produce(kafka_bootstrap, source, inputs)  # type: ignore[arg-type]
@@ -79,24 +74,29 @@ def test_avro_serializer_in_and_avro_deserializer_out(
         )
         assert len(out) == 150, running.log()
 
-    any_writer = AvroDeserializer(client)
-    with_reader = AvroDeserializer(client, (support.HERE / "schemas" / "scaled.avsc").read_text())
+    any_writer = AvroDeserializer(schema_registry_client)
+    with_reader = AvroDeserializer(
+        schema_registry_client, (support.HERE / "schemas" / "scaled.avsc").read_text()
+    )
     for message in out:
         i = int(message.key().decode()[1:])
         assert any_writer(message.value(), value_context(sink)) == scaled(i)
         assert with_reader(message.value(), value_context(sink)) == scaled(i)
-    registered = client.get_latest_version(subject_for(sink))
+    registered = schema_registry_client.get_latest_version(subject_for(sink))
     assert {schema_id_of(m.value()) for m in out} == {registered.schema_id}
 
 
 def test_json_serializer_in_and_json_deserializer_out(
-    kafka_bootstrap: str, schema_registry_url: str, client: SchemaRegistryClient, tmp_path: Path
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
+    tmp_path: Path,
 ) -> None:
     app = registry_app(
         kafka_bootstrap, schema_registry_url, in_format="json-registry", out_format="json-registry"
     )
     source, sink = support.topic(app, "in"), support.topic(app, "out")
-    serialize = JSONSerializer(json.dumps(READING_JSON_SCHEMA), client)
+    serialize = JSONSerializer(json.dumps(READING_JSON_SCHEMA), schema_registry_client)
     inputs = [(f"r{i}", serialize(reading(i), value_context(source))) for i in range(150)]
     support.produce(kafka_bootstrap, source, inputs)  # type: ignore[arg-type]
 
@@ -107,11 +107,11 @@ def test_json_serializer_in_and_json_deserializer_out(
         )
         assert len(out) == 150, running.log()
 
-    registered = client.get_latest_version(subject_for(sink))
+    registered = schema_registry_client.get_latest_version(subject_for(sink))
     assert registered.schema.schema_type == "JSON"
     assert json.loads(registered.schema.schema_str) == json_schemas.from_avro(SCALED)
     # the writer's schema comes from the registry by the record's id, and validates it
-    deserialize = JSONDeserializer(None, schema_registry_client=client)
+    deserialize = JSONDeserializer(None, schema_registry_client=schema_registry_client)
     for message in out:
         assert schema_id_of(message.value()) == registered.schema_id
         i = int(message.key().decode()[1:])
@@ -124,7 +124,7 @@ def test_json_serializer_in_and_json_deserializer_out(
 
 
 def test_our_avro_registry_bytes_are_avro_serializers_bytes(
-    schema_registry_url: str, client: SchemaRegistryClient
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     store = SchemaStore(include_builtin=False)
     store.add_schema(ORDER)
@@ -138,29 +138,29 @@ def test_our_avro_registry_bytes_are_avro_serializers_bytes(
     )
     schema_id = ours.prepare()
     theirs = AvroSerializer(
-        client,
+        schema_registry_client,
         registry_text(order, "AVRO"),
         conf={"auto.register.schemas": False, "use.latest.version": True},
     )
-    reader = AvroDeserializer(client)
+    reader = AvroDeserializer(schema_registry_client)
     for value in ORDERS:
         data = ours.encode(value)
         assert data == theirs(value, value_context(topic)), value
         assert schema_id_of(data) == schema_id
         assert reader(data, value_context(topic)) == ours.decode(data)
     # the schema as a team would write it (short names): the same Avro body
-    as_written = AvroSerializer(client, json.dumps(ORDER))
+    as_written = AvroSerializer(schema_registry_client, json.dumps(ORDER))
     for value in ORDERS:
         assert as_written(value, value_context(topic))[5:] == ours.encode(value)[5:]
 
 
 def test_our_readers_take_avro_serializer_bytes_of_an_older_version(
-    schema_registry_url: str, client: SchemaRegistryClient
+    schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     topic = f"readings-{uuid.uuid4().hex[:10]}"
     older = {**READING.raw, "fields": [f for f in READING.raw["fields"] if f["name"] != "poison"]}
-    client.register_schema(subject_for(topic), Schema(json.dumps(older), "AVRO"))
-    serialize = AvroSerializer(client, json.dumps(older))
+    schema_registry_client.register_schema(subject_for(topic), Schema(json.dumps(older), "AVRO"))
+    serialize = AvroSerializer(schema_registry_client, json.dumps(older))
     data = serialize({"id": "r1", "seq": 1, "value": 1.5}, value_context(topic))
     ours = RegistryAvroCodec(
         READING, ConfluentRegistry(schema_registry_url), subject=subject_for(topic), register=False

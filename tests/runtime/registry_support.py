@@ -1,10 +1,16 @@
-"""Helpers for the registry-format tests: an app on registry topics, its inputs and metrics."""
+"""Helpers for the registry-format tests: an app on registry topics, its inputs and metrics.
+
+What a test asserts is absent (no output, no dead letter) it reads with
+`read_topic`: every record up to the topic's end as of the call, so the
+answer does not depend on how long a consumer happened to wait.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -14,12 +20,30 @@ import httpx
 from confluent_kafka import Message
 
 from streamflow.blueprint.model import Application
+from streamflow.operator.local import ReplicaProcess
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.registry import ConfluentRegistry
 from streamflow.runtime.topics import ensure_topics
 from streamflow.schema.formats import subject_for
 from streamflow.schema.registry import RegistryAvroCodec
 from tests.runtime import support
+from tests.streamlets.io_kafka.iohelpers import read_topic
+
+__all__ = [
+    "ERROR_HEADERS",
+    "READING",
+    "SCALED",
+    "RegistryRoute",
+    "avro_inputs",
+    "keys",
+    "metric",
+    "no_more_than",
+    "read_topic",
+    "reading",
+    "registry_app",
+    "unready_reasons",
+    "wait_showing_log",
+]
 
 READING = support.STORE.get("tests.runtime.Reading")
 SCALED = support.STORE.get("tests.runtime.Scaled")
@@ -82,17 +106,42 @@ def no_more_than(records: list[Message], n: int) -> bool:
     return len(records) == n
 
 
-def metric(base: str, name: str, **labels: str) -> float:
-    """The sum of a replica's Prometheus samples of ``name`` with ``labels``; 0 if unreachable."""
-    try:
-        text = httpx.get(base + "/metrics", timeout=2).text
-    except httpx.HTTPError:
-        return 0.0
+def metric(replica: ReplicaProcess, name: str, **labels: str) -> float:
+    """The sum of a replica's Prometheus samples of ``name`` with ``labels``.
+
+    Read from the replica's first process only: a counter read as 0 must mean
+    "none counted", never "nobody answered" or "counting began again".
+    """
+    text = _health(replica, "/metrics").text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items())
     )
+
+
+def unready_reasons(replica: ReplicaProcess) -> list[str]:
+    """Why ``/readyz`` says the replica is not ready (empty when it is)."""
+    return list(_health(replica, "/readyz").json()["reasons"])
+
+
+def _health(replica: ReplicaProcess, path: str) -> httpx.Response:
+    """A GET of the replica's health endpoint; a replica that died or restarted fails the test."""
+    restarted = f"{replica.name} was restarted: what its first process counted is gone"
+    deadline = time.monotonic() + 15  # a busy machine may answer slowly, never not at all
+    while True:
+        assert replica.restarts == 0, restarted
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{replica.health_port}{path}", timeout=5)
+        except httpx.HTTPError as exc:
+            if not replica.running or time.monotonic() > deadline:
+                code = replica.process.poll() if replica.process else None
+                state = "running" if code is None else f"exited with {code}"
+                raise AssertionError(f"{replica.name} ({state}) did not answer: {exc}") from None
+            time.sleep(0.2)  # a retry interval, not a synchronisation
+            continue
+        assert replica.restarts == 0, restarted
+        return answer
 
 
 def wait_showing_log(
