@@ -64,12 +64,17 @@ def config_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     This is how credentials reach a pod: the operator mounts the application's
     Secret with that prefix (``STREAMFLOW_KAFKA_SASL_PASSWORD`` becomes
     ``sasl.password``), so they never appear in a spec or a ConfigMap.
-    ``STREAMFLOW_KAFKA_BOOTSTRAP`` is the bootstrap servers, read separately.
+    ``STREAMFLOW_KAFKA_BOOTSTRAP`` is the bootstrap servers, read separately;
+    ``STREAMFLOW_KAFKA_SCHEMA_REGISTRY_*`` (the same Secret's registry
+    credentials) are the registry client's, not librdkafka's.
     """
     return {
         name[len(ENV_PREFIX) :].lower().replace("_", "."): value
         for name, value in environ.items()
-        if name.startswith(ENV_PREFIX) and name != ENV_PREFIX + "BOOTSTRAP" and value
+        if name.startswith(ENV_PREFIX)
+        and name != ENV_PREFIX + "BOOTSTRAP"
+        and not name.startswith(ENV_PREFIX + "SCHEMA_REGISTRY_")
+        and value
     }
 
 

@@ -9,8 +9,9 @@ dead-lettered) and anything that means "ask again later"
 
 confluent-kafka's registry module is the ``registry`` extra, imported on first
 use so applications without registry topics never need it. Credentials never
-sit in a blueprint: ``$STREAMFLOW_SCHEMA_REGISTRY_USER_INFO`` (``user:password``,
-e.g. from the same Secret as the Kafka credentials) is sent as basic auth.
+sit in a blueprint: ``$STREAMFLOW_SCHEMA_REGISTRY_USER_INFO`` (``user:password``),
+or the key ``SCHEMA_REGISTRY_USER_INFO`` of the application's Kafka Secret on
+Kubernetes, is sent as basic auth.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ __all__ = [
 
 REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
 USER_INFO_ENV = "STREAMFLOW_SCHEMA_REGISTRY_USER_INFO"
+# the same, from the application's Kafka Secret on Kubernetes (its keys get STREAMFLOW_KAFKA_)
+SECRET_USER_INFO_ENV = "STREAMFLOW_KAFKA_SCHEMA_REGISTRY_USER_INFO"
 _SCHEMA_NOT_FOUND = 40403
 _SUBJECT_OR_VERSION_NOT_FOUND = (40401, 40402)
 _TIMEOUT_S = 5.0
@@ -71,7 +74,8 @@ class ConfluentRegistry:
             raise RegistryConfigError(problem)
         self.url = url.rstrip("/")
         conf: dict[str, Any] = {"url": self.url, "timeout": _TIMEOUT_S, "max.retries": 1}
-        user_info = (os.environ if environ is None else environ).get(USER_INFO_ENV)
+        env = os.environ if environ is None else environ
+        user_info = env.get(USER_INFO_ENV) or env.get(SECRET_USER_INFO_ENV)
         if user_info:
             conf["basic.auth.credentials.source"] = "USER_INFO"
             conf["basic.auth.user.info"] = user_info

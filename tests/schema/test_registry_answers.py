@@ -155,3 +155,20 @@ def test_a_long_is_not_taken_for_an_equal_schema_with_a_timestamp() -> None:
     )
     assert registries._comparable("AVRO", timestamp) != registries._comparable("AVRO", plain)
     assert registries._comparable("AVRO", timestamp) == registries._comparable("AVRO", documented)
+
+
+def test_registry_credentials_come_from_the_environment_and_never_reach_librdkafka() -> None:
+    from streamflow.runtime.clients import config_from_env
+
+    secret_env = {
+        "STREAMFLOW_KAFKA_SASL_PASSWORD": "kafka-secret",
+        "STREAMFLOW_KAFKA_SCHEMA_REGISTRY_USER_INFO": "svc:registry-secret",
+    }
+    assert config_from_env(secret_env) == {"sasl.password": "kafka-secret"}
+    from_secret = registries.ConfluentRegistry("http://registry:8081", environ=secret_env)
+    assert from_secret._auth == ("svc", "registry-secret")
+    direct = registries.ConfluentRegistry(
+        "http://registry:8081", environ={"STREAMFLOW_SCHEMA_REGISTRY_USER_INFO": "me:pw"}
+    )
+    assert direct._auth == ("me", "pw")
+    assert registries.ConfluentRegistry("http://registry:8081", environ={})._auth is None
