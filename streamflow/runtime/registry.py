@@ -77,7 +77,6 @@ class ConfluentRegistry:
         env = os.environ if environ is None else environ
         user_info = env.get(USER_INFO_ENV) or env.get(SECRET_USER_INFO_ENV)
         if user_info:
-            conf["basic.auth.credentials.source"] = "USER_INFO"
             conf["basic.auth.user.info"] = user_info
         user, _, password = (user_info or "").partition(":")
         self._auth = (user, password) if user_info else None
