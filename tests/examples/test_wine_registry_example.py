@@ -3,9 +3,10 @@
 No broker and no registry are configured, so `run` starts both (the devkit's
 Kafka and Apicurio) and registers the ports' schemas itself. While it runs, a
 user's second terminal reads its predictions with `streamflow tail` (decoded,
-with the schema id) and with confluent-kafka's own `AvroDeserializer`, which
-knows nothing of streamflow: what the example writes is what any Confluent
-client reads.
+with the schema id), writes wines of its own into the features topic with
+confluent-kafka's `AvroSerializer` (another team's producer, which knows
+nothing of streamflow), and reads every prediction back with confluent-kafka's
+`AvroDeserializer`: the example reads and writes what any Confluent client does.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.model_fixtures import WineModels
 
 ROOT = Path(__file__).resolve().parents[2]
 BLUEPRINT = ROOT / "blueprints" / "wine" / "registry.yaml"
+FEATURES_SCHEMA = ROOT / "schemas" / "examples" / "wine" / "WineFeatures.avsc"
+EXTERNAL = 25  # wines written by a plain confluent-kafka producer
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MAGIC = 0
@@ -93,34 +96,55 @@ def test_the_registry_example_runs_and_any_confluent_client_reads_its_prediction
         assert len(ids) == 1 and isinstance(ids.pop(), int), records
         assert all(r["value"]["model"] == "wine" and "predicted" in r["value"] for r in records)
 
-        # confluent-kafka's own deserializer, pointed where the app says its Kafka and registry are
+        # another team's producer: confluent-kafka's serializer, the registered schema
         runtime = json.loads((home / "apps" / "wine-registry" / "runtime.json").read_text())
         spec = json.loads((home / "apps" / "wine-registry" / "app.json").read_text())
-        registry_url = spec["kafka"]["schema_registry"]
-        deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+        bootstrap, registry = (
+            runtime["bootstrap"],
+            SchemaRegistryClient({"url": spec["kafka"]["schema_registry"]}),
+        )
+        serialize = AvroSerializer(
+            registry,
+            FEATURES_SCHEMA.read_text(),
+            conf={"auto.register.schemas": False, "use.latest.version": True},
+        )
+        samples = [json.loads(line) for line in wine_models.samples.read_text().splitlines()]
+        producer = Producer({"bootstrap.servers": bootstrap})
+        features = SerializationContext("wine-features", MessageField.VALUE)
+        for n, sample in enumerate(samples[:EXTERNAL]):
+            wine = {**sample, "id": f"external-{n}"}
+            producer.produce("wine-features", serialize(wine, features), wine["id"].encode())
+        assert producer.flush(30) == 0
+
+        # ... and a consumer with confluent-kafka's deserializer reads every prediction
+        deserialize = AvroDeserializer(registry)
         consumer = Consumer(
             {
-                "bootstrap.servers": runtime["bootstrap"],
+                "bootstrap.servers": bootstrap,
                 "group.id": f"confluent-reader-{uuid.uuid4().hex[:8]}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
             }
         )
+        read: list[dict[str, Any]] = []
+        predictions = SerializationContext("wine-predictions", MessageField.VALUE)
+
+        def external_seen() -> set[str]:
+            return {r["id"] for r in read if r["id"].startswith("external-")}
+
         try:
             consumer.subscribe(["wine-predictions"])
-            read: list[dict[str, Any]] = []
-            deadline = time.monotonic() + 60
-            while len(read) < 100 and time.monotonic() < deadline:
-                for msg in consumer.consume(100, 1.0):
+            deadline = time.monotonic() + 120
+            while len(external_seen()) < EXTERNAL and time.monotonic() < deadline:
+                for msg in consumer.consume(200, 1.0):
                     if msg.error() is not None:
                         continue
                     raw = msg.value()
                     assert raw is not None and raw[0] == _MAGIC, raw
-                    context = SerializationContext("wine-predictions", MessageField.VALUE)
-                    read.append(deserialize(raw, context))
+                    read.append(deserialize(raw, predictions))
         finally:
             consumer.close()
-        assert len(read) >= 100, f"only {len(read)} predictions read"
+        assert external_seen() == {f"external-{n}" for n in range(EXTERNAL)}, len(read)
         assert all(r["model"] == "wine" and r["model_version"] == 1 for r in read)
         assert {r["predicted"] for r in read} <= {0, 1, 2}
     finally:
