@@ -198,7 +198,11 @@ class SchemaRegistry:
         return {
             "quarkus.http.host": _HOST,
             "quarkus.http.port": str(self._port),
-            "registry.rules.global.compatibility": self._compatibility,
+            **(
+                {"registry.rules.global.compatibility": self._compatibility}
+                if self._compatibility != "NONE"
+                else {}
+            ),
             # Quarkus and Vert.x unpack into the temp dir; keep that inside the work dir.
             "java.io.tmpdir": str(work_dir / "tmp"),
             **_LEAN_SETTINGS,
@@ -248,6 +252,8 @@ class SchemaRegistry:
             return False
 
     def _set_compatibility(self) -> None:
+        if self._compatibility == "NONE":
+            return  # Apicurio's NONE is the absence of a global rule: nothing to set
         body = json.dumps({"compatibility": self._compatibility}).encode()
         request = urllib.request.Request(
             f"{self.url}/config",

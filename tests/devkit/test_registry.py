@@ -153,6 +153,15 @@ def test_a_registry_of_its_own_takes_its_compatibility_and_stops_clean() -> None
     registry.stop()  # idempotent
 
 
+def test_a_registry_of_its_own_without_a_rule_takes_any_change(subject: str) -> None:
+    with SchemaRegistry(compatibility="NONE") as registry:
+        own = fresh_client(registry.url)
+        own.register_schema(subject, avro(READING_V1))
+        # a new required field: refused under BACKWARD, taken with no rule at all
+        own.register_schema(subject, avro(with_field({"name": "unit", "type": "string"})))
+        assert own.get_latest_version(subject).version == 2
+
+
 def test_a_missing_app_says_how_to_build_it(tmp_path: Path) -> None:
     with pytest.raises(DevkitError, match="tools/registry/build") as error:
         devkit.find_registry_app(app=tmp_path / "nowhere")
