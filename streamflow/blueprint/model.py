@@ -109,6 +109,9 @@ class StreamletSpec:
     guarantee: str = AT_LEAST_ONCE
     dlq: str | None = None
     autoscale: AutoscaleSpec | None = None
+    # CPU and memory of its replicas, Kubernetes-style ({requests: {...}, limits: {...}});
+    # None: the target's default. The local target ignores it.
+    resources: Mapping[str, Mapping[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,9 @@ class Application:
                     "guarantee": s.guarantee,
                     "dlq": s.dlq,
                     "autoscale": s.autoscale.to_dict() if s.autoscale else None,
+                    "resources": {k: dict(v) for k, v in s.resources.items()}
+                    if s.resources is not None
+                    else None,
                 }
                 for name, s in self.streamlets.items()
             },
@@ -250,6 +256,9 @@ class Application:
                     dlq=s.get("dlq"),
                     autoscale=AutoscaleSpec.from_dict(s["autoscale"])
                     if s.get("autoscale")
+                    else None,
+                    resources={k: dict(v) for k, v in s["resources"].items()}
+                    if s.get("resources")
                     else None,
                 )
                 for name, s in data["streamlets"].items()

@@ -18,6 +18,7 @@ from streamflow.api.descriptor import is_dns_label
 from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
+from streamflow.blueprint.verify_resources import read_resources
 from streamflow.blueprint.yamlload import Node
 from streamflow.schema import registry
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
@@ -33,7 +34,15 @@ __all__ = [
 
 TOP_FIELDS = ("name", "schemas", "python_paths", "kafka", "streamlets", "topics")
 KAFKA_FIELDS = ("bootstrap", "config", "secret", "schema_registry", "register")
-STREAMLET_FIELDS = ("class", "config", "replicas", "guarantee", "dlq", "autoscale")
+STREAMLET_FIELDS = (
+    "class",
+    "config",
+    "replicas",
+    "guarantee",
+    "dlq",
+    "autoscale",
+    "resources",
+)
 TOPIC_FIELDS = (
     "producers",
     "consumers",
@@ -78,6 +87,7 @@ class StreamletDraft:
     replicas_node: Node | None = None
     autoscale: AutoscaleSpec | None = None
     autoscale_node: Node | None = None
+    resources: dict[str, dict[str, str]] | None = None
 
 
 @dataclass
@@ -231,6 +241,8 @@ def _streamlet_fields(report: Reporter, node: Node, draft: StreamletDraft) -> No
         elif text == "autoscale":
             draft.autoscale_node = value
             draft.autoscale = read_autoscale(report, value, streamlet=draft.name)
+        elif text == "resources":
+            draft.resources = read_resources(report, value, streamlet=draft.name)
     if draft.autoscale is not None and draft.replicas_node is None:
         draft.replicas = draft.autoscale.min  # autoscaled: it starts at its minimum
 

@@ -329,6 +329,7 @@ def _application(
             guarantee=s.guarantee,
             dlq=s.dlq,
             autoscale=s.autoscale,
+            resources=s.resources,
         )
         for name, s in draft.streamlets.items()
     }

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from streamflow.cli import deploy_views as views
-from streamflow.cli import output, progress, registry_opts, rollout, state
+from streamflow.cli import output, progress, registry_opts, rollout, state, undeploy_wait
 from streamflow.cli import overrides as overrides_mod
 from streamflow.operator import planner, targets
 
@@ -112,7 +112,22 @@ def deploy(
             help="Kafka (default: the blueprint's, $STREAMFLOW_KAFKA_BOOTSTRAP, else embedded).",
         ),
     ] = None,
-    image: Annotated[str | None, typer.Option(help="kubernetes: the streamlets' image.")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="kubernetes: the streamlets' image, the streamflow image with the project at "
+            "/app (e.g. registry.example/wine:1). Required for a new application; an update "
+            "keeps the deployed image unless given."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="kubernetes: print the StreamflowApplication that would be applied (-o yaml "
+            "or json; yaml by default), and contact no cluster: for GitOps, or kubectl apply.",
+        ),
+    ] = False,
     target: TargetOpt = TargetKind.local,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -135,7 +150,14 @@ def deploy(
         output.print_problems(result.problems, to=output.error_console())
         raise typer.Exit(output.EXIT_INVALID)
     app = result.application
+    if dry_run:
+        _print_resource(app, target, replicas, bootstrap_servers, image, namespace, fmt)
+        return
+    if target is TargetKind.kubernetes:
+        views.check_portable(app)
     chosen = target_for(target, kubeconfig, context, namespace, image=image)
+    if target is TargetKind.kubernetes and not image:
+        _require_deployed(chosen, app.name)
     bootstrap = (
         bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
     )
@@ -152,6 +174,50 @@ def deploy(
     rollout.finish(chosen, app.name, ("deploying", "deployed"), follow)
 
 
+_IMAGE_HINT = (
+    "pass --image REF: an image of the streamflow image with this project at /app "
+    "(see operator/README.md)"
+)
+
+
+def _print_resource(
+    app: Any,
+    target: TargetKind,
+    replicas: dict[str, int],
+    bootstrap: str | None,
+    image: str | None,
+    namespace: str | None,
+    fmt: Format,
+) -> None:
+    """``--dry-run``: the resource a Kubernetes deploy would apply, asking no cluster."""
+    if target is not TargetKind.kubernetes:
+        output.fail(
+            "--dry-run prints a Kubernetes resource: it needs --target kubernetes",
+            exit_code=output.EXIT_USAGE,
+        )
+    if not image:
+        output.fail("a Kubernetes deploy needs the streamlets' image", hint=_IMAGE_HINT)
+    views.check_portable(app)
+    resource = views.resource_body(
+        targets.scaled(app, replicas), bootstrap=bootstrap, image=image, namespace=namespace
+    )
+    output.print_data(resource, fmt="json" if fmt is Format.json else "yaml")
+
+
+def _require_deployed(chosen: targets.Target, name: str) -> None:
+    """Without ``--image``, only an update (which keeps the deployed image) may go on."""
+    try:
+        chosen.application(name)
+    except targets.TargetError as exc:
+        if not exc.message.startswith("no application"):
+            output.fail(exc.message, hint=exc.hint)
+        output.fail(
+            f"{name!r} is not deployed yet, and a new Kubernetes application needs the "
+            "streamlets' image",
+            hint=_IMAGE_HINT,
+        )
+
+
 def undeploy(
     name: AppArg,
     delete_topics: Annotated[
@@ -161,9 +227,12 @@ def undeploy(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
+    wait: undeploy_wait.UndeployWaitOpt = True,
+    timeout: undeploy_wait.UndeployTimeoutOpt = "120s",
     quiet: QuietOpt = False,
 ) -> None:
     """Stop every replica of an application and remove it; its topics stay unless asked."""
+    limit = _seconds(timeout)
     chosen = target_for(target, kubeconfig, context, namespace)
 
     def left() -> str:
@@ -176,7 +245,9 @@ def undeploy(
                 lambda: chosen.undeploy(name, delete_topics=delete_topics), wait=waiter, poll=left
             )
         )
-        waiter.done(f"undeployed {name} from {chosen.kind}")
+        if wait:  # Kubernetes: until the resource and its children are gone (exit 1 if stuck)
+            undeploy_wait.wait_gone(chosen, name, wait=waiter, timeout=limit)
+        waiter.done(f"{'undeployed' if wait else 'undeploying'} {name} from {chosen.kind}")
     errors = output.error_console()
     if delete_topics:
         errors.print(f"deleted topics: {', '.join(deleted) or 'none'}", markup=False)

@@ -7,7 +7,9 @@ so one set of views serves ``deploy``, ``status``, ``scale``, ``list`` and
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,16 +17,20 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
 from streamflow.operator import targets
+from streamflow.operator.kubernetes import spec
 
 __all__ = [
     "autoscale_line",
+    "check_portable",
     "print_actions",
     "print_configuration",
     "print_list",
     "print_status",
     "print_warnings",
+    "resource_body",
     "summary",
 ]
 
@@ -134,3 +140,30 @@ def print_warnings(warnings: Sequence[str]) -> None:
     console = output.error_console()
     for warning in warnings:
         console.print(Text.assemble(("warning", "bold yellow"), ": ", warning))
+
+
+def check_portable(app: Application) -> None:
+    """A Kubernetes deploy names every file inside the project, or says which one is not."""
+    try:
+        spec.Layout.of(app)
+    except spec.PathError as exc:
+        output.fail(
+            f"{app.name!r} cannot be deployed to Kubernetes: {exc}",
+            hint="the image holds the project at /app; keep the blueprint's schemas, Python "
+            "paths and files inside the project",
+        )
+
+
+def resource_body(
+    app: Application, *, bootstrap: str | None, image: str, namespace: str | None
+) -> dict[str, Any]:
+    """The StreamflowApplication ``deploy --target kubernetes`` would apply (``--dry-run``)."""
+    address = bootstrap or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
+    if not address:
+        output.fail(
+            f"{app.name!r} has no Kafka bootstrap servers for its pods to reach",
+            hint="set kafka.bootstrap in the blueprint, or pass --bootstrap-servers",
+        )
+    if address != app.kafka.bootstrap:
+        app = dataclasses.replace(app, kafka=dataclasses.replace(app.kafka, bootstrap=address))
+    return spec.body(app, namespace=namespace or "", pods=spec.PodSettings(image=image))

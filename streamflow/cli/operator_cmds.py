@@ -148,7 +148,11 @@ def _start_ui(port: int, kubeconfig: str | None, context: str | None, namespaces
 @operator_app.command("manifests")
 def manifests(
     image: Annotated[
-        str | None, typer.Option(help="The operator's image (default: streamflow:<version>).")
+        str | None,
+        typer.Option(
+            help="The operator's own image (default: streamflow:<version>). Each application "
+            "names its streamlets' image itself: `streamflow deploy --image REF`."
+        ),
     ] = None,
     namespace: Annotated[
         str, typer.Option("--namespace", "-n", help="Where the operator and its apps live.")
@@ -174,10 +178,9 @@ def manifests(
     try:
         from streamflow.operator.kubernetes import manifests as manifests_mod
         from streamflow.operator.kubernetes import monitoring as monitoring_mod
-        from streamflow.operator.kubernetes.spec import DEFAULT_IMAGE
     except ImportError as exc:
         output.fail(f"the manifests need {exc.name!r}", hint=_EXTRA_HINT)
-    found = manifests_mod.files(namespace=namespace, image=image or DEFAULT_IMAGE)
+    found = manifests_mod.files(namespace=namespace, image=image or manifests_mod.DEFAULT_IMAGE)
     if output_dir is None:
         if monitoring:
             found["monitoring.yaml"] = monitoring_mod.render(namespace=namespace)

@@ -8,7 +8,8 @@ is not everywhere; a JDK and the Maven-fetched jars in `tools/kafka/lib` are.
 Design choices, each for a reason:
 
 * One process in KRaft combined mode (broker + controller, node 1), on
-  127.0.0.1 ports picked at first start and kept for the object's lifetime, so
+  127.0.0.1 ports (or, with ``host=``, a client listener on an address that a
+  real pod's network can reach) picked at first start and kept for the object's lifetime, so
   `restart()` comes back on the same address with the same log dirs and a
   client that survives the outage sees the same cluster.
 * A static quorum (`controller.quorum.voters`) rather than a dynamic one: the
@@ -145,8 +146,10 @@ class KafkaBroker:
         keep: bool = False,
         overrides: Mapping[str, str | int] | None = None,
         jvm_options: Sequence[str] = (),
+        host: str = _HOST,
     ) -> None:
         self._lib_dir = lib_dir
+        self._host = host
         self._given_work_dir = work_dir
         self._heap = heap
         self._keep = keep
@@ -174,10 +177,10 @@ class KafkaBroker:
 
     @property
     def bootstrap_servers(self) -> str:
-        """`127.0.0.1:<port>` of the PLAINTEXT listener; stable across `restart()`."""
+        """`<host>:<port>` of the PLAINTEXT listener; stable across `restart()`."""
         if self._ports is None:
             raise DevkitError("The Kafka broker has not been started.")
-        return f"{_HOST}:{self._ports[0]}"
+        return f"{self._host}:{self._ports[0]}"
 
     @property
     def work_dir(self) -> Path | None:
@@ -196,7 +199,7 @@ class KafkaBroker:
         lib = find_kafka_lib(lib_dir=self._lib_dir)
         work_dir = self._prepare_work_dir()
         if self._ports is None:
-            self._ports = _free_port_pair()
+            self._ports = _free_port_pair(self._host)
         config = self._write_config(work_dir)
         if not (work_dir / "data" / "meta.properties").exists():
             _format_storage(
@@ -256,7 +259,9 @@ class KafkaBroker:
         assert self._ports is not None
         plaintext, controller = self._ports
         settings = {
-            **_server_settings(plaintext=plaintext, controller=controller, data=work_dir / "data"),
+            **_server_settings(
+                plaintext=plaintext, controller=controller, data=work_dir / "data", host=self._host
+            ),
             **self._extra_settings(work_dir),
             **self._overrides,
         }
@@ -293,7 +298,7 @@ class KafkaBroker:
 
     def _wait_until_ready(self, *, deadline: float) -> None:
         port = int(self.bootstrap_servers.rpartition(":")[2])
-        self._wait_for(deadline, lambda: _port_accepts(port))
+        self._wait_for(deadline, lambda: _port_accepts(self._host, port))
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         self._wait_for(deadline, lambda: _has_broker(admin, deadline=deadline))
 
@@ -352,13 +357,17 @@ def _has_leaders(admin: AdminClient, name: str, *, partitions: int) -> bool:
     return all(partition.leader >= 0 for partition in topic.partitions.values())
 
 
-def _server_settings(*, plaintext: int, controller: int, data: Path) -> dict[str, str]:
+def _server_settings(
+    *, plaintext: int, controller: int, data: Path, host: str = _HOST
+) -> dict[str, str]:
+    # Clients connect to `host` (loopback unless the broker must be reached from
+    # elsewhere, such as a real pod's network namespace); the controller stays on loopback.
     return {
         "process.roles": "broker,controller",
         "node.id": str(_NODE_ID),
         "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller}",
-        "listeners": f"PLAINTEXT://{_HOST}:{plaintext},CONTROLLER://{_HOST}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{_HOST}:{plaintext}",
+        "listeners": f"PLAINTEXT://{host}:{plaintext},CONTROLLER://{_HOST}:{controller}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{plaintext}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -420,17 +429,20 @@ def _cluster_id() -> str:
             return text
 
 
-def _free_port_pair() -> tuple[int, int]:
-    """Two distinct free ports: both sockets stay bound until both are read."""
+def _free_port_pair(host: str = _HOST) -> tuple[int, int]:
+    """Free ports for the client listener (on ``host``) and the controller (on loopback).
+
+    Both sockets stay bound until both are read, so the two ports differ.
+    """
     with socket.socket() as first, socket.socket() as second:
-        first.bind((_HOST, 0))
+        first.bind((host, 0))
         second.bind((_HOST, 0))
         return int(first.getsockname()[1]), int(second.getsockname()[1])
 
 
-def _port_accepts(port: int) -> bool:
+def _port_accepts(host: str, port: int) -> bool:
     try:
-        with socket.create_connection((_HOST, port), timeout=1.0):
+        with socket.create_connection((host, port), timeout=1.0):
             return True
     except OSError:
         return False

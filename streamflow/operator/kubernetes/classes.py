@@ -1,11 +1,13 @@
 """What the operator learns from a streamlet's class: its config, and whether it serves HTTP.
 
-The operator imports the classes (they are on its Python path, as they are on
-the CLI's), which lets it check a config typed in with ``kubectl edit`` as
-strictly as ``streamflow configure`` does, and tells it which streamlets are
-HTTP ingresses (``logic == "serve"``) and so need a Service. A class that
-cannot be imported is not fatal: the streamlet is deployed with its config
-as written and without a Service, and the status says why.
+The children need two things only the class knows: the config with its
+defaults filled in (the ConfigMap), and whether the streamlet is an HTTP
+ingress (``logic == "serve"``) and so needs a Service. :func:`facts` reads
+them from the class. The operator calls it only in the verifier's child
+process (:mod:`~streamflow.operator.kubernetes.verify_child`), after the
+application verified, and receives plain :class:`Facts` back: the operator's
+own process never imports an application's classes, so two applications
+whose modules share a name cannot see each other's.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The StreamflowApplication CustomResourceDefinition, written once, in Python.
 
 The spec *is* :meth:`Application.to_dict` plus a few deploy-time fields
-(``image``, ``image_pull_policy``, ``resources``), so the schema mirrors that
-dict field by field. It is structural, so the API server itself rejects a
-malformed resource with the path of the offending field (``spec.streamlets.
-scorer.replicas: Invalid value: -1``) before the operator ever sees it; only a
-streamlet's ``config`` stays free-form, since its shape belongs to the
+(``image``, ``imagePullPolicy``, ``resources``, ``blueprintDir``), so the
+schema mirrors that dict field by field, with the field names the Kubernetes
+API conventions ask for: every multi-word field is camelCase (the conversion
+is :mod:`~streamflow.operator.kubernetes.spec`'s). It is structural, so the
+API server itself rejects a malformed resource with the path of the offending
+field (``spec.streamlets.scorer.replicas: Invalid value: -1``) before the
+operator ever sees it; only a streamlet's ``config`` stays free-form, since its shape belongs to the
 streamlet's class (the operator checks it against the class's parameters).
 
 ``operator/crd.yaml`` is generated from :func:`definition` and a test keeps
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamflow.blueprint.model import GUARANTEES
+from streamflow.blueprint.verify_resources import QUANTITY_PATTERN
 from streamflow.operator.kubernetes import names
 from streamflow.schema.formats import RegisterPolicy, TopicFormat
 
@@ -24,7 +27,7 @@ __all__ = ["definition", "spec_schema", "status_schema"]
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _PORT_REF = r"^[^.\s]+\.[^.\s]+$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|E|Ei)?$"
+_QUANTITY = QUANTITY_PATTERN
 
 
 def _string(**extra: Any) -> dict[str, Any]:
@@ -89,13 +92,13 @@ def _autoscale() -> dict[str, Any]:
         "properties": {
             "min": {"type": "integer", "minimum": 0, "description": "The fewest replicas."},
             "max": {"type": "integer", "minimum": 1, "description": "The most replicas."},
-            "target_lag": {
+            "targetLag": {
                 "type": "integer",
                 "minimum": 1,
                 "description": "The lag (records) one replica is meant to carry.",
             },
-            "scale_up_after": {**seconds, "description": "Seconds a higher count must last."},
-            "scale_down_after": {**seconds, "description": "Seconds a lower count must last."},
+            "scaleUpAfter": {**seconds, "description": "Seconds a higher count must last."},
+            "scaleDownAfter": {**seconds, "description": "Seconds a lower count must last."},
             "keda": {"type": "boolean", "description": "Let KEDA scale it, where installed."},
         },
     }
@@ -147,26 +150,43 @@ def _topic() -> dict[str, Any]:
 
 def spec_schema() -> dict[str, Any]:
     """The OpenAPI v3 schema of ``spec``."""
+    relative = "Relative to blueprintDir, the pods' working directory."
     return {
         "type": "object",
-        "required": ["name", "streamlets"],
+        "required": ["name", "image", "streamlets"],
         "properties": {
             "name": _string(
                 pattern=_DNS_LABEL, maxLength=63, description="The application's name."
             ),
-            "source": _string(description="Where the blueprint was read from."),
-            "image": _string(minLength=1, description="The streamlets' container image."),
-            "image_pull_policy": _string(enum=["Always", "IfNotPresent", "Never"]),
+            "blueprintDir": _string(
+                description="The blueprint's directory, relative to the application root of "
+                "the image (/app): the pods' working directory."
+            ),
+            "source": _string(description="The blueprint's file name, in blueprintDir."),
+            "image": _string(
+                minLength=1,
+                description="The streamlets' container image: the streamflow image with the "
+                "project at /app.",
+            ),
+            "imagePullPolicy": _string(enum=["Always", "IfNotPresent", "Never"]),
             "resources": _resources("Default CPU and memory of every streamlet's pods."),
-            "schema_paths": {"type": "array", "items": _string()},
-            "python_paths": {"type": "array", "items": _string()},
+            "schemaPaths": {
+                "type": "array",
+                "items": _string(),
+                "description": f"Where schemas are looked for. {relative}",
+            },
+            "pythonPaths": {
+                "type": "array",
+                "items": _string(),
+                "description": f"Where streamlet modules are looked for. {relative}",
+            },
             "kafka": {
                 "type": "object",
                 "properties": {
                     "bootstrap": _optional_string("Kafka bootstrap servers."),
                     "config": _scalar_map("librdkafka properties (no credentials)."),
                     "secret": _optional_string("The Secret that holds the Kafka credentials."),
-                    "schema_registry": _optional_string("The schema registry URL."),
+                    "schemaRegistry": _optional_string("The schema registry URL."),
                     "register": _string(
                         enum=[str(p) for p in RegisterPolicy],
                         description="Topics' default register policy.",

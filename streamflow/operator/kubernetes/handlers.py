@@ -6,22 +6,28 @@ resource, so the handlers hold no logic of their own:
 * the resource created, its ``spec`` updated, or found on start (``resume``);
 * an event on a Deployment the operator manages (a rollout progressing, pods
   becoming ready, the Deployment deleted by hand): the status follows the
-  pods, and a deleted child is put back;
-* a periodic resync, for anything no event reports (a ConfigMap deleted by
-  hand, topics that could not be created before).
+  pods, and a deleted child is put back.
 
-One more timer, ``autoscale``, runs only for applications with an
-autoscaled streamlet: every few seconds, the operator's autoscaler measures
-and decides (:mod:`~streamflow.operator.kubernetes.autoscaler`), and it too
-ends in a reconcile when a count changes.
+The periodic work (a resync, for anything no event reports, such as a
+ConfigMap deleted by hand or topics that could not be created before; and the
+autoscaler's ticks, for applications with an autoscaled streamlet) is not
+done with kopf's timers but by :mod:`~streamflow.operator.kubernetes.periodic`,
+over the applications an event handler here records.
 
 The handlers are registered on a registry of their own (not kopf's global
 one), bound to one :class:`Reconciler`, so several operators can live in one
 process, as the tests run them. kopf keeps its bookkeeping in annotations
 (``operator.streamflow.io/...``), not in ``status``, which belongs to the
-CRD's schema. There are no deletion handlers and so no finalizers: children
-go with their owner through garbage collection, and deleting an application
-never waits for the operator.
+CRD's schema.
+
+**No finalizer.** There are no deletion handlers, timers or daemons, the
+things kopf puts its finalizer on a resource for: children go with their owner
+through garbage collection, and deleting an application never waits for the
+operator, even one that is down or uninstalled. An application that still
+carries the finalizer of an older operator (which had timers) loses it the
+first time this one sees it: kopf takes its own finalizer off a resource that
+no handler needs it for, so the finalizer's name is pinned to kopf's default,
+the one older operators used.
 """
 
 from __future__ import annotations
@@ -34,15 +40,24 @@ import kopf
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from streamflow.operator.kubernetes import names
+from streamflow.operator.kubernetes import names, periodic
 from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess, api_message
 from streamflow.operator.kubernetes.reconcile import Reconciler
 
-__all__ = ["KopfEvents", "build_registry", "build_settings", "connection_info"]
+__all__ = [
+    "LEGACY_FINALIZER",
+    "KopfEvents",
+    "build_registry",
+    "build_settings",
+    "connection_info",
+    "periodic_work",
+]
 
 _RETRY_DELAY_S = 5.0
 _STORAGE_PREFIX = f"operator.{names.GROUP}"
+# kopf's default finalizer: what operators with timers put on every application.
+LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
 
 class KopfEvents:
@@ -89,6 +104,7 @@ def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
     # No watching of CRDs and namespaces (cluster-wide reads a namespaced Role does not
     # grant): the resource is found once at start, so the CRD must be installed first.
     settings.scanning.disabled = True
+    settings.persistence.finalizer = LEGACY_FINALIZER  # the one kopf removes when unneeded
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_STORAGE_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=_STORAGE_PREFIX, key="last-handled-configuration"
@@ -102,16 +118,7 @@ def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
     return settings
 
 
-def build_registry(
-    reconciler: Reconciler,
-    access: KubeAccess,
-    *,
-    resync_s: float = 60.0,
-    autoscaler: Autoscaler | None = None,
-    autoscale_s: float = 5.0,
-) -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
-
+def _reconcile_with(reconciler: Reconciler) -> Any:
     def run(namespace: str | None, name: str | None) -> None:
         if not namespace or not name:
             return
@@ -121,6 +128,16 @@ def build_registry(
             raise kopf.TemporaryError(api_message(exc), delay=_RETRY_DELAY_S) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise kopf.TemporaryError(str(exc), delay=_RETRY_DELAY_S) from None
+
+    return run
+
+
+def build_registry(
+    reconciler: Reconciler, access: KubeAccess, *, known: periodic.Known
+) -> kopf.OperatorRegistry:
+    """kopf's handlers; ``known`` is kept up to date with the applications watched."""
+    registry = kopf.OperatorRegistry()
+    run = _reconcile_with(reconciler)
 
     @kopf.on.login(id="login", registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -134,41 +151,21 @@ def build_registry(
     def changed(namespace: str | None, name: str | None, **_: Any) -> None:
         run(namespace, name)
 
-    @kopf.timer(
-        names.GROUP,
-        names.VERSION,
-        names.PLURAL,
-        interval=resync_s,
-        initial_delay=resync_s,
-        id="resync",
-        registry=registry,
-    )
-    def resync(namespace: str | None, name: str | None, **_: Any) -> None:
-        run(namespace, name)
-
-    if autoscaler is not None:
-
-        @kopf.timer(
-            names.GROUP,
-            names.VERSION,
-            names.PLURAL,
-            interval=autoscale_s,
-            initial_delay=autoscale_s,
-            when=_autoscaled,
-            id="autoscale",
-            registry=registry,
-        )
-        def autoscale(namespace: str | None, name: str | None, **_: Any) -> None:
-            if not namespace or not name:
-                return
-            try:
-                autoscaler.tick(namespace, name)
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-                # not retried by kopf: the next tick measures and decides afresh
-                message = api_message(exc) if isinstance(exc, ApiException) else str(exc)
-                logging.getLogger("streamflow.operator").warning(
-                    "autoscaling %s/%s: %s", namespace, name, message
-                )
+    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, id="known", registry=registry)
+    def seen(
+        type: str | None,  # kopf names the watch event's type so
+        namespace: str | None,
+        name: str | None,
+        spec: kopf.Spec,
+        meta: kopf.Meta,
+        **_: Any,
+    ) -> None:
+        if not namespace or not name:
+            return
+        if type == "DELETED" or meta.get("deletionTimestamp"):
+            known.gone(namespace, name)
+        else:
+            known.seen(namespace, name, spec)
 
     @kopf.on.event(
         "apps",
@@ -189,7 +186,30 @@ def build_registry(
     return registry
 
 
-def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
+def periodic_work(
+    reconciler: Reconciler,
+    known: periodic.Known,
+    *,
+    resync_s: float = 60.0,
+    autoscaler: Autoscaler | None = None,
+    autoscale_s: float = 5.0,
+) -> list[periodic.Periodic]:
+    """The resync of every application, and the autoscaler's ticks for the autoscaled ones."""
+    work = [periodic.Periodic(known, every_s=resync_s, action=reconciler.reconcile, name="resync")]
+    if autoscaler is not None:
+        work.append(
+            periodic.Periodic(
+                known,
+                every_s=autoscale_s,
+                action=autoscaler.tick,
+                wants=_autoscaled,
+                name="autoscale",
+            )
+        )
+    return work
+
+
+def _autoscaled(spec: Mapping[str, Any]) -> bool:
     streamlets = spec.get("streamlets") or {}
     return any(isinstance(s, Mapping) and s.get("autoscale") for s in streamlets.values())
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ __all__ = [
     "ensure_topics",
     "property_name",
     "secret_config",
+    "secret_digest",
 ]
 
 TOPICS_READY = "TopicsReady"
@@ -99,6 +102,18 @@ def credentials(secret: Mapping[str, Any] | None, *, name: str) -> dict[str, str
             "credentials go only to the brokers it names"
         )
     return config
+
+
+def secret_digest(secret: Mapping[str, Any] | None) -> str:
+    """A digest of a Secret's data: it changes when the credentials are rotated.
+
+    It goes into the pods' checksum (never the data itself), because a pod
+    reads a Secret through ``envFrom`` only when it starts: without it, new
+    credentials would reach no pod until something else rolled it.
+    """
+    data = (secret or {}).get("data") or {}
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if data else ""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,12 @@ restart), the same function runs on a fresh read of the resource:
 Before any of that, the resource is admitted (:mod:`~streamflow.operator.kubernetes.admission`):
 security settings in its Kafka config, an unlabelled or bootstrap-less Secret,
 or an image outside ``--allowed-images`` fail it with nothing created and nothing
-sent to Kafka.
+sent to Kafka. Then it is verified (:mod:`~streamflow.operator.kubernetes.verify`)
+with the CLI's verifier, in a child process: an application that does not verify
+fails with its problems in the ``Verified`` condition, and the children of its
+last good spec, if any, are left as they are. What the children need of the
+classes (config with defaults, an ingress's port) comes from that child too, so
+the operator never imports an application's code.
 
 Because every step compares before it writes, a second reconcile of an
 unchanged application writes nothing: an operator restart resumes without
@@ -28,10 +33,11 @@ per application), since Deployment events arrive while a reconcile runs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -48,16 +54,20 @@ from streamflow.operator.kubernetes import (
     resources,
     scaling,
     status,
+    verify,
 )
 from streamflow.operator.kubernetes.client import api_message
 from streamflow.operator.kubernetes.executor import Cluster, Executor
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
+from streamflow.operator.kubernetes.verify import Verifier, describe_problems
 
 __all__ = ["EventSink", "Outcome", "Reconciler"]
 
 _LOG = logging.getLogger("streamflow.operator")
 # Retry topics that could not be created at most this often (seconds).
 _TOPICS_RETRY_S = 30.0
+VERIFIED = "Verified"
+_CLASSES_LOADED = "ClassesLoaded"  # written by operators before verification, dropped now
 _REASONS = {
     planner.Create: "Deployed",
     planner.Scale: "Scaled",
@@ -107,6 +117,8 @@ class Reconciler:
     keda_installed: Callable[[], bool] | None = None
     # Image patterns a resource may name (``--allowed-images``); empty: any image.
     allowed_images: tuple[str, ...] = ()
+    # Runs the CLI's verifier on each spec, in a child process per application.
+    verifier: Verifier = field(default_factory=Verifier)
 
     def __post_init__(self) -> None:
         if self.keda_installed is None:
@@ -153,11 +165,13 @@ class Reconciler:
         )
         if refusal is not None:
             return self._failed(body, generation, refusal.reason, refusal.message), None
-        facts = {s: classes.facts(resource.app, s) for s in resource.app.streamlets}
-        problems = [p for f in facts.values() for p in f.problems]
-        if problems:
-            message = "invalid config: " + "; ".join(problems)
-            return self._failed(body, generation, "InvalidConfig", message), None
+        if resource.app.kafka.secret:  # its data's digest rolls the pods when it is rotated
+            secret = self.cluster.secret(resource.namespace, resource.app.kafka.secret)
+            resource = dataclasses.replace(resource, secret_digest=kafka.secret_digest(secret))
+        verdict = self.verifier.verify(resource.app)
+        if not verdict.ok:
+            return self._unverified(body, generation, verdict), None
+        facts = verdict.facts
         scalers = scaling.who_scales(resource.app, keda_installed=self.keda_for(body))
         try:
             actions, repairs, desired = self._apply(body, resource, facts, scalers)
@@ -169,17 +183,17 @@ class Reconciler:
         deployments = self.cluster.deployments(namespace, name)
         autoscaling = scaling.condition(resource.app, scalers)
         previous = dict(body.get("status") or {})
-        if autoscaling is None:  # no streamlet autoscaled any more: drop the condition
-            previous["conditions"] = [
-                c for c in previous.get("conditions") or [] if c.get("type") != scaling.AUTOSCALING
-            ]
+        dropped = {_CLASSES_LOADED} | ({scaling.AUTOSCALING} if autoscaling is None else set())
+        previous["conditions"] = [  # conditions no longer evaluated are not carried over
+            c for c in previous.get("conditions") or [] if c.get("type") not in dropped
+        ]
         new = status.build(
             generation=generation,
             desired=desired,
             deployments=deployments,
             conditions=[
                 status.Condition("Reconciled", True, "Applied"),
-                _classes_condition(facts),
+                _verified_condition(verdict.problems),
                 *([autoscaling] if autoscaling else []),
             ],
             previous=previous,
@@ -338,25 +352,54 @@ class Reconciler:
             conditions = status.merge_conditions(previous, [condition], now=_now())
             self._write_status(fresh, {**previous, "conditions": conditions})
 
+    def _unverified(
+        self, body: Mapping[str, Any], generation: int, verdict: verify.Verdict
+    ) -> Outcome:
+        """The spec does not verify (or could not be verified): nothing is applied."""
+        if verdict.error is not None:
+            message = f"the application could not be verified: {verdict.error}"
+            verified = status.Condition(VERIFIED, None, "VerifierFailed", verdict.error)
+            return self._failed(
+                body, generation, "VerifierFailed", message, also=[verified], event="Failed"
+            )
+        listed = describe_problems(verdict.errors)
+        count = len(verdict.errors)
+        message = f"the application does not verify ({count} problem{'s' * (count != 1)}): "
+        verified = status.Condition(VERIFIED, False, "ProblemsFound", listed)
+        return self._failed(
+            body,
+            generation,
+            "NotVerified",
+            message + listed,
+            also=[verified],
+            event="VerificationFailed",
+        )
+
     def _failed(
-        self, body: Mapping[str, Any], generation: int, reason: str, message: str
+        self,
+        body: Mapping[str, Any],
+        generation: int,
+        reason: str,
+        message: str,
+        *,
+        also: Sequence[status.Condition] = (),
+        event: str = "Failed",
     ) -> Outcome:
         """Nothing was applied: say why in the status and as a Warning event."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         previous = body.get("status") or {}
+        conditions = [status.Condition("Reconciled", False, reason, message), *also]
         new = {
             **previous,
             "phase": status.FAILED,
             "message": message,
             "observedGeneration": generation,
-            "conditions": status.merge_conditions(
-                previous, [status.Condition("Reconciled", False, reason, message)], now=_now()
-            ),
+            "conditions": status.merge_conditions(previous, conditions, now=_now()),
         }
         new.setdefault("ready", f"0/{len((body.get('spec') or {}).get('streamlets') or {})}")
         if self._write_status(body, new):
             _LOG.warning("%s/%s: %s", namespace, name, message)
-            self.events.warn(body, reason="Failed", message=message)
+            self.events.warn(body, reason=event, message=message)
         return Outcome(namespace, name, [], [], new)
 
     def _write_status(self, body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -373,15 +416,9 @@ def _template_checksum(deployment: Mapping[str, Any]) -> str:
     return str(annotations.get(names.CHECKSUM_ANNOTATION, ""))
 
 
-def _classes_condition(facts: Mapping[str, classes.Facts]) -> status.Condition:
-    unknown = [f.unknown_class for f in facts.values() if f.unknown_class]
-    if not unknown:
-        return status.Condition("ClassesLoaded", True, "Imported")
-    message = (
-        "; ".join(unknown) + ". The operator cannot import these classes: their config is "
-        "not checked, and no Service is made for them"
-    )
-    return status.Condition("ClassesLoaded", False, "ImportFailed", message)
+def _verified_condition(problems: Sequence[Mapping[str, Any]]) -> status.Condition:
+    """Verified, with the warnings the verifier had, if any (they do not fail the spec)."""
+    return status.Condition(VERIFIED, True, "Verified", describe_problems(problems))
 
 
 def _with_nulls(body: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,21 +6,40 @@ executor only sends it.
 
 Choices worth knowing:
 
-* The pod template carries ``streamflow.io/config-checksum``, the planner's
-  fingerprint of the streamlet extended with the pod settings (image,
-  resources). A change to one streamlet changes its checksum alone, so only
-  its pods roll; a change of replicas changes no checksum and rolls nothing.
-* The ConfigMap holds the application spec the pods run (``app.json``, what
+* The pod template carries ``streamflow.io/config-checksum``: the planner's
+  fingerprint of the streamlet, extended with everything else its pods read
+  (the ConfigMap's ``app.json``, the image, the resources, the working
+  directory, and a digest of the Kafka Secret's data). A change to one
+  streamlet changes its checksum alone, so only its pods roll; a change of
+  replicas changes no checksum and rolls nothing; rotating the Secret's
+  credentials rolls every pod that mounts it (the operator re-reads the
+  Secret on each reconcile, the periodic resync included).
+* The ConfigMap holds what the streamlet's pods run (``app.json``, what
   ``streamflow streamlet run --app-spec`` reads) and that streamlet's resolved
-  config (``config.json``, for people). It is written with the Deployment,
-  so it always matches the pods that mount it.
+  config (``config.json``, for people). ``app.json`` holds only that streamlet
+  and the topics it is bound to (:func:`~streamflow.operator.kubernetes.spec.
+  pod_app_spec`), so it changes exactly when the streamlet's checksum does: it
+  is written with the Deployment on every create and roll, and is never a
+  stale copy of another streamlet's settings.
+* The pods' working directory is the blueprint's directory inside the image
+  (``/app/blueprints/wine``), as the local target runs each replica in the
+  blueprint's directory: a relative path in a config (``models/wine-v1.keras``)
+  and the spec's relative search paths resolve the same way on both targets.
 * Kafka credentials reach the pod only through ``envFrom`` of the Secret the
   spec names: its keys become ``STREAMFLOW_KAFKA_<KEY>`` variables (``SASL_
-  PASSWORD`` → ``sasl.password``); nothing secret is ever in the spec, the
+  PASSWORD`` -> ``sasl.password``); nothing secret is ever in the spec, the
   ConfigMap or the Deployment.
-* A Deployment has no replica ordinals, yet each replica needs its own Kafka
-  client and transactional id; the pod takes a number from a checksum of its
-  own (unique) name.
+* A replica's identity is its pod. A Deployment has no ordinals, so the
+  replica number (the Kafka ``client.id`` and transactional id
+  ``<app>.<streamlet>.<n>``, and the ``replica`` label of its metrics) is a
+  checksum of the pod's name: a container restarted in the same pod keeps
+  its id and its metric series; a replacement pod (a rollout, an eviction) is
+  a new member with a new name and a new id, exactly as its ``pod`` label in
+  Prometheus is new. Nothing needs more: partitions are assigned by the
+  consumer group, and exactly-once fences zombies by the group's generation
+  (KIP-447), not by stable transactional ids. Stable ordinals would need a
+  StatefulSet (as Kafka Streams' state stores do); Cloudflow and KServe run
+  Deployments too.
 """
 
 from __future__ import annotations
@@ -32,7 +51,7 @@ from typing import Any
 from streamflow.operator import planner
 from streamflow.operator.kubernetes import names
 from streamflow.operator.kubernetes.classes import Facts
-from streamflow.operator.kubernetes.spec import AppResource
+from streamflow.operator.kubernetes.spec import AppResource, pod_app_spec
 
 __all__ = [
     "CONFIG_DIR",
@@ -86,7 +105,10 @@ def checksum(resource: AppResource, streamlet: str) -> str:
         "pull": resource.pods.image_pull_policy,
         "resources": resource.pods.resources_of(streamlet),
         "secret": resource.app.kafka.secret,
+        "secret_data": resource.secret_digest,
         "registry": resource.app.kafka.schema_registry,
+        "app": pod_app_spec(resource, streamlet),
+        "workdir": resource.layout.working_dir(),
     }
     text = json.dumps(material, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -110,7 +132,7 @@ def config_map(resource: AppResource, streamlet: str, facts: Facts) -> dict[str,
         "kind": "ConfigMap",
         "metadata": metadata,
         "data": {
-            "app.json": json.dumps(resource.app.to_dict(), indent=2, sort_keys=True),
+            "app.json": json.dumps(pod_app_spec(resource, streamlet), indent=2, sort_keys=True),
             "config.json": json.dumps(facts.config, indent=2, sort_keys=True, default=str),
         },
     }
@@ -191,6 +213,7 @@ def _container(resource: AppResource, streamlet: str, facts: Facts) -> dict[str,
         "name": _CONTAINER,
         "image": resource.pods.image,
         "imagePullPolicy": resource.pods.image_pull_policy,
+        "workingDir": resource.layout.working_dir(),
         "command": ["/bin/sh", "-c", _ENTRYPOINT, "streamflow"],
         "args": _args(streamlet),
         "ports": ports,

@@ -6,6 +6,9 @@ signal arrives. It watches the namespaces it is given (its own, by default,
 which a namespaced Role suffices for) or, with ``clusterwide``, all of them.
 The tests run it on a thread with a ``threading.Event`` as the stop flag and
 read :attr:`Operator.reconciler`'s history to see what each reconcile did.
+The periodic work (resync, autoscaling) runs on threads of its own beside
+kopf (:mod:`~streamflow.operator.kubernetes.periodic`), started with kopf and
+stopped when it returns, so no application gets kopf's finalizer.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from collections.abc import Callable, Sequence
 
 import kopf
 
-from streamflow.operator.kubernetes import handlers
+from streamflow.operator.kubernetes import handlers, periodic
 from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.operator.kubernetes.reconcile import Reconciler
+from streamflow.operator.kubernetes.verify import Verifier
 
 __all__ = ["Operator"]
 
@@ -39,10 +43,13 @@ class Operator:
         autoscale_s: float = 5.0,
         keda_installed: Callable[[], bool] | None = None,
         allowed_images: Sequence[str] = (),
+        verifier: Verifier | None = None,
     ) -> None:
         """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
         overrides asking the cluster whether it serves KEDA's ScaledObjects (tests);
-        ``allowed_images``: the image patterns an application may use (empty: any)."""
+        ``allowed_images``: the image patterns an application may use (empty: any);
+        ``verifier``: how specs are verified (default: a child process per application,
+        paths resolved against the working directory)."""
         if not namespaces and not clusterwide:
             namespaces = [access.default_namespace()]
         self.access = access
@@ -55,11 +62,14 @@ class Operator:
             handlers.KopfEvents(),
             keda_installed=keda_installed,
             allowed_images=tuple(allowed_images),
+            verifier=verifier or Verifier(),
         )
         self.autoscaler = Autoscaler(self.reconciler)
-        self.registry = handlers.build_registry(
+        self.known = periodic.Known()
+        self.registry = handlers.build_registry(self.reconciler, access, known=self.known)
+        self.periodic = handlers.periodic_work(
             self.reconciler,
-            access,
+            self.known,
             resync_s=resync_s,
             autoscaler=self.autoscaler,
             autoscale_s=autoscale_s,
@@ -74,6 +84,8 @@ class Operator:
         """Run until ``stop_flag`` is set, or SIGINT/SIGTERM when on the main thread."""
         in_main = threading.current_thread() is threading.main_thread()
         settings = handlers.build_settings(in_main_thread=in_main)
+        done = threading.Event()  # ends the periodic work when kopf ends, however it ends
+        threads = [work.start(done) for work in self.periodic]
         try:
             asyncio.run(
                 kopf.operator(
@@ -89,4 +101,7 @@ class Operator:
                 )
             )
         finally:
+            done.set()
+            for thread in threads:
+                thread.join()
             self.api.close()  # type: ignore[no-untyped-call]

@@ -6,33 +6,80 @@ the pods' resources. Those stay out of the Application, which knows nothing
 of Kubernetes; :class:`PodSettings` carries them instead. ``None`` values are
 dropped on the way in, since the API server prunes nulls anyway and a spec
 that reads back the same as it was written keeps ``kubectl diff`` quiet.
+
+Two conversions happen here and nowhere else:
+
+* **Names.** The spec follows the Kubernetes API conventions (``pythonPaths``,
+  ``imagePullPolicy``, ``autoscale.targetLag``: every multi-word field in
+  camelCase), while the blueprint and the Application stay snake_case. Only
+  the fields are renamed: a streamlet's ``config`` and the Kafka and topic
+  ``config`` maps are data, and keep their keys as written.
+* **Paths.** A spec never names a path of the machine that deployed it. The
+  image owns an *application root* (:data:`APP_ROOT`, ``/app``) holding the
+  project (the nearest directory above the blueprint with ``pyproject.toml``
+  or ``.git``); the spec records the blueprint's directory relative to that
+  root (``blueprintDir: blueprints/wine``), and ``source``, ``pythonPaths`` and
+  ``schemaPaths`` relative to the blueprint's directory, the one rule every
+  relative path follows (a streamlet's ``models/wine-v1.keras`` included),
+  since a replica's working directory is its blueprint's directory on every
+  target. A path outside the project cannot be in the image, so deploying
+  it is a :class:`PathError`. Reading a spec resolves its paths against a
+  root (:func:`app_root`): ``$STREAMFLOW_APP_ROOT``, else whichever of
+  ``/app`` and the project around the working directory holds the blueprint's
+  directory, so the operator in its image and the CLI in a checkout both
+  find the classes and schemas.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-import streamflow
 from streamflow.blueprint.model import Application
+from streamflow.blueprint.paths import find_project_root
 from streamflow.operator.kubernetes import names
 
 __all__ = [
-    "DEFAULT_IMAGE",
+    "APP_ROOT",
     "DEFAULT_RESOURCES",
+    "ROOT_ENV",
+    "SERVING_RESOURCES",
     "AppResource",
+    "Layout",
+    "PathError",
     "PodSettings",
     "SpecError",
+    "app_root",
     "body",
     "parse",
+    "pod_app_spec",
     "to_spec",
 ]
 
-DEFAULT_IMAGE = f"streamflow:{streamflow.__version__}"
+APP_ROOT = "/app"
+ROOT_ENV = "STREAMFLOW_APP_ROOT"
 DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"memory": "512Mi"},
+}
+# A streamlet that follows a model (it has a control inlet) holds TensorFlow and the
+# model in memory: the wine classifier measured 672 MiB resident after loading its model.
+SERVING_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "250m", "memory": "768Mi"},
+    "limits": {"memory": "1Gi"},
+}
+
+# Spec field <-> Application field, per level; anything not listed is one word already.
+_TOP = {"schemaPaths": "schema_paths", "pythonPaths": "python_paths"}
+_KAFKA = {"schemaRegistry": "schema_registry"}
+_AUTOSCALE = {
+    "targetLag": "target_lag",
+    "scaleUpAfter": "scale_up_after",
+    "scaleDownAfter": "scale_down_after",
 }
 
 
@@ -40,11 +87,128 @@ class SpecError(ValueError):
     """A resource whose spec cannot be turned into an application."""
 
 
+class PathError(SpecError):
+    """An application whose files cannot be named relative to its project."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an application's files are: relative to the root, then to the blueprint's directory."""
+
+    blueprint_dir: str = "."
+    source: str = ""
+    python_paths: tuple[str, ...] = ()
+    schema_paths: tuple[str, ...] = ()
+
+    def working_dir(self, root: str = APP_ROOT) -> str:
+        """The blueprint's directory inside the image: the replicas' working directory."""
+        return posixpath.normpath(posixpath.join(root, self.blueprint_dir))
+
+    @classmethod
+    def of(cls, app: Application) -> Layout:
+        """The layout of an application read from a blueprint on this machine.
+
+        :class:`PathError` for a blueprint in no project, or a path outside its project.
+        """
+        if not app.source:  # built in code, not read from a file: its paths must be relative
+            for path in (*app.python_paths, *app.schema_paths):
+                if Path(path).is_absolute():
+                    raise PathError(
+                        f"{path} is absolute, and the application was not read from a "
+                        "blueprint file to make it relative to"
+                    )
+            return cls(".", "", tuple(app.python_paths), tuple(app.schema_paths))
+        source = Path(app.source)
+        root = find_project_root(start=source.parent)
+        if root is None:
+            raise PathError(
+                f"{source.parent} is in no project (no pyproject.toml or .git in it or above "
+                "it), so its files cannot be named from the root of an image; add a "
+                "pyproject.toml to the project's root directory"
+            )
+        blueprint_dir = source.parent.resolve()
+
+        def relative(path: str, what: str) -> str:
+            resolved = Path(path).resolve()
+            if not resolved.is_relative_to(root):
+                raise PathError(
+                    f"{what} {path} is outside the project {root}; the image holds only the "
+                    "project (at its application root), so every file the application "
+                    "uses must be inside it"
+                )
+            return Path(os.path.relpath(resolved, blueprint_dir)).as_posix()
+
+        return cls(
+            blueprint_dir=blueprint_dir.relative_to(root).as_posix() or ".",
+            source=source.name,
+            python_paths=tuple(relative(p, "the Python path") for p in app.python_paths),
+            schema_paths=tuple(relative(p, "the schema path") for p in app.schema_paths),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Layout:
+        """The layout a spec records; :class:`SpecError` for a path that leaves the root."""
+        blueprint_dir = str(spec.get("blueprintDir") or ".")
+        _check_inside(blueprint_dir, base=".", what="spec.blueprintDir")
+        layout = cls(
+            blueprint_dir=posixpath.normpath(blueprint_dir),
+            source=str(spec.get("source") or ""),
+            python_paths=tuple(str(p) for p in spec.get("pythonPaths") or ()),
+            schema_paths=tuple(str(p) for p in spec.get("schemaPaths") or ()),
+        )
+        _check_inside(layout.source or ".", base=layout.blueprint_dir, what="spec.source")
+        for key, paths in (
+            ("pythonPaths", layout.python_paths),
+            ("schemaPaths", layout.schema_paths),
+        ):
+            for index, path in enumerate(paths):
+                _check_inside(path, base=layout.blueprint_dir, what=f"spec.{key}[{index}]")
+        return layout
+
+    def to_spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"blueprintDir": self.blueprint_dir}
+        if self.source:
+            out["source"] = self.source
+        out["pythonPaths"] = list(self.python_paths)
+        out["schemaPaths"] = list(self.schema_paths)
+        return out
+
+
+def _check_inside(path: str, *, base: str, what: str) -> None:
+    """Relative, and inside the root once joined to ``base`` (itself relative to the root)."""
+    if PurePosixPath(path).is_absolute() or Path(path).is_absolute():
+        raise SpecError(
+            f"{what} ({path}) is absolute: a spec names paths relative to the application's "
+            "root in its image (see `streamflow deploy --dry-run`)"
+        )
+    joined = posixpath.normpath(posixpath.join(base, path))
+    if joined == ".." or joined.startswith("../"):
+        raise SpecError(f"{what} ({path}) leaves the application's root")
+
+
+def app_root(layout: Layout) -> Path:
+    """The root a spec's paths are resolved against, here: see the module's docstring."""
+    chosen = os.environ.get(ROOT_ENV)
+    if chosen:
+        return Path(chosen)
+    candidates = [Path(APP_ROOT), find_project_root(start=Path.cwd())]
+    for candidate in candidates:
+        if candidate is not None and (candidate / layout.blueprint_dir).is_dir():
+            return candidate
+    return Path(APP_ROOT)
+
+
 @dataclass(frozen=True)
 class PodSettings:
-    """What a cluster needs to run the application's pods, beyond the Application itself."""
+    """What a cluster needs to run the application's pods, beyond the Application itself.
 
-    image: str = DEFAULT_IMAGE
+    ``image`` has no default: an unqualified ``streamflow:<version>`` would be
+    pulled from whatever registry the nodes default to, and hold none of the
+    application's classes. ``streamflow deploy --target kubernetes`` requires
+    ``--image`` for a new application, and the CRD requires ``spec.image``.
+    """
+
+    image: str = ""
     image_pull_policy: str = "IfNotPresent"
     resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     streamlet_resources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -59,16 +223,21 @@ class PodSettings:
         }
 
     def to_spec(self) -> dict[str, Any]:
-        return {
-            "image": self.image,
-            "image_pull_policy": self.image_pull_policy,
-            "resources": {k: dict(v) for k, v in self.resources.items()},
-        }
+        out: dict[str, Any] = {"image": self.image} if self.image else {}
+        out["imagePullPolicy"] = self.image_pull_policy
+        out["resources"] = {k: dict(v) for k, v in self.resources.items()}
+        return out
 
 
 @dataclass(frozen=True)
 class AppResource:
-    """One StreamflowApplication as the operator reads it."""
+    """One StreamflowApplication as the operator reads it.
+
+    ``app`` has its paths resolved against :func:`app_root`; ``layout`` keeps
+    them as the spec wrote them, for the pods. ``secret_digest`` is a digest of
+    the data of the Kafka Secret, when the operator has read it: it goes into
+    the pods' checksum, so that rotating the credentials rolls the pods.
+    """
 
     name: str
     namespace: str
@@ -76,6 +245,8 @@ class AppResource:
     generation: int
     app: Application
     pods: PodSettings
+    layout: Layout = field(default_factory=Layout)
+    secret_digest: str = ""
 
     def owner_reference(self) -> dict[str, Any]:
         """What makes a child garbage-collected with this resource."""
@@ -89,12 +260,21 @@ class AppResource:
         }
 
 
-def parse(resource: Mapping[str, Any]) -> AppResource:
-    """The application a resource describes; :class:`SpecError` says what is wrong."""
+def parse(resource: Mapping[str, Any], *, root: str | Path | None = None) -> AppResource:
+    """The application a resource describes; :class:`SpecError` says what is wrong.
+
+    ``root``: where the spec's relative paths are (default :func:`app_root`).
+    """
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
+    layout = Layout.from_spec(spec)
+    base = Path(root if root is not None else app_root(layout)) / layout.blueprint_dir
     try:
-        app = Application.from_dict(spec)
+        data = _from_spec(spec)
+        data["source"] = _resolved(base, layout.source) if layout.source else ""
+        data["python_paths"] = [_resolved(base, p) for p in layout.python_paths]
+        data["schema_paths"] = [_resolved(base, p) for p in layout.schema_paths]
+        app = Application.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecError(
             f"spec cannot be read as an application: {type(exc).__name__}: {exc}"
@@ -103,8 +283,8 @@ def parse(resource: Mapping[str, Any]) -> AppResource:
     _check_autoscale(app)
     streamlets = spec.get("streamlets") or {}
     pods = PodSettings(
-        image=spec.get("image") or DEFAULT_IMAGE,
-        image_pull_policy=spec.get("image_pull_policy") or "IfNotPresent",
+        image=str(spec.get("image") or ""),
+        image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
         resources=spec.get("resources") or dict(DEFAULT_RESOURCES),
         streamlet_resources={
             name: s["resources"] for name, s in streamlets.items() if s.get("resources")
@@ -117,7 +297,12 @@ def parse(resource: Mapping[str, Any]) -> AppResource:
         generation=int(metadata.get("generation") or 0),
         app=app,
         pods=pods,
+        layout=layout,
     )
+
+
+def _resolved(base: Path, path: str) -> str:
+    return os.path.normpath(base / path)
 
 
 def _check_references(app: Application) -> None:
@@ -154,36 +339,140 @@ def _check_autoscale(app: Application) -> None:
                 "min is the fewest replicas, max the most"
             )
         if auto.target_lag < 1:
-            problems.append(f"{where}.target_lag ({auto.target_lag}) must be 1 or more")
-        for window in ("scale_up_after", "scale_down_after"):
-            if getattr(auto, window) < 0:
-                problems.append(f"{where}.{window} ({getattr(auto, window)}) must be 0 or more")
+            problems.append(f"{where}.targetLag ({auto.target_lag}) must be 1 or more")
+        for key, window in _AUTOSCALE.items():
+            if window != "target_lag" and getattr(auto, window) < 0:
+                problems.append(f"{where}.{key} ({getattr(auto, window)}) must be 0 or more")
     if problems:
         raise SpecError("; ".join(problems))
 
 
 def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]:
-    """The spec of the resource that deploys ``app``: its plain dict plus pod settings."""
-    spec: dict[str, Any] = _without_nulls(app.to_dict())
-    spec.update((pods or PodSettings()).to_spec())
-    if pods is not None:
-        for name, own in pods.streamlet_resources.items():
-            spec["streamlets"][name]["resources"] = dict(own)
+    """The spec of the resource that deploys ``app``: its plain dict plus pod settings.
+
+    :class:`PathError` when the application's files cannot be named inside its project.
+    A streamlet's resources are, from weakest to strongest: the default of its
+    kind (:data:`SERVING_RESOURCES` for one that follows a model), what the
+    deployed resource had, what its blueprint says.
+    """
+    pods = pods or PodSettings()
+    data: dict[str, Any] = _without_nulls(app.to_dict())
+    for key in ("source", "python_paths", "schema_paths"):
+        data.pop(key, None)
+    for name, streamlet in data["streamlets"].items():
+        own = _merged(
+            _kind_default(app, name),
+            pods.streamlet_resources.get(name),
+            app.streamlets[name].resources,
+        )
+        if own:
+            streamlet["resources"] = own
+    spec = {"name": data.pop("name"), **Layout.of(app).to_spec(), **_to_spec_names(data)}
+    spec.update(pods.to_spec())
     return spec
+
+
+def _kind_default(app: Application, streamlet: str) -> Mapping[str, Mapping[str, str]] | None:
+    """:data:`SERVING_RESOURCES` for a streamlet with a control inlet (it loads models)."""
+    try:
+        following = bool(app.descriptor(streamlet).control_inlets)
+    except Exception:  # the class cannot be imported here: no kind-specific default
+        return None
+    return SERVING_RESOURCES if following else None
+
+
+def _merged(*layers: Mapping[str, Mapping[str, str]] | None) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for layer in layers:
+        for kind, amounts in (layer or {}).items():
+            out.setdefault(kind, {}).update(amounts)
+    return out
+
+
+def pod_app_spec(resource: AppResource, streamlet: str) -> dict[str, Any]:
+    """What one streamlet's pods run (``--app-spec``): only what concerns that streamlet.
+
+    The other streamlets, and the topics it is not bound to, are left out, so
+    a change to another streamlet changes nothing here and rolls none of its
+    pods; the paths are the spec's, relative to the pods' working directory.
+    """
+    data = resource.app.to_dict()
+    data["source"] = resource.layout.source
+    data["python_paths"] = list(resource.layout.python_paths)
+    data["schema_paths"] = list(resource.layout.schema_paths)
+    # How many replicas run, within which bounds and with what resources is the
+    # Deployment's business, not the replica's: a scale must roll nothing.
+    own = data["streamlets"][streamlet]
+    data["streamlets"] = {
+        streamlet: {k: v for k, v in own.items() if k not in ("replicas", "autoscale", "resources")}
+    }
+    topics = {}
+    for name, topic in data["topics"].items():
+        producers = [p for p in topic["producers"] if p.partition(".")[0] == streamlet]
+        consumers = [c for c in topic["consumers"] if c.partition(".")[0] == streamlet]
+        if producers or consumers:
+            topics[name] = {**topic, "producers": producers, "consumers": consumers}
+    data["topics"] = topics
+    return _without_nulls(data)  # type: ignore[no-any-return]
 
 
 def body(app: Application, *, namespace: str, pods: PodSettings | None = None) -> dict[str, Any]:
     """A whole StreamflowApplication for ``app``, named after it."""
+    metadata: dict[str, Any] = {"name": names.resource_name(app.name)}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {"app.kubernetes.io/part-of": names.label_value(app.name)}
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
-        "metadata": {
-            "name": names.resource_name(app.name),
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": names.label_value(app.name)},
-        },
+        "metadata": metadata,
         "spec": to_spec(app, pods),
     }
+
+
+# -- names -----------------------------------------------------------------------------------
+
+
+def _renamed(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
+    return {table.get(k, k): v for k, v in data.items()}
+
+
+def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Application field names (snake_case) to the spec's (camelCase), below the top level."""
+    to_camel = {v: k for k, v in _KAFKA.items()}
+    auto_camel = {v: k for k, v in _AUTOSCALE.items()}
+    out = dict(data)
+    if "kafka" in out:
+        out["kafka"] = _renamed(out["kafka"], to_camel)
+    out["streamlets"] = {
+        name: {
+            **s,
+            **({"autoscale": _renamed(s["autoscale"], auto_camel)} if "autoscale" in s else {}),
+        }
+        for name, s in out["streamlets"].items()
+    }
+    return out
+
+
+def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's fields under the Application's names; the deploy-time ones dropped."""
+    data = _renamed(spec, _TOP)
+    for key in ("image", "imagePullPolicy", "resources", "blueprintDir"):
+        data.pop(key, None)
+    data["kafka"] = _renamed(data.get("kafka") or {}, _KAFKA)
+    if "streamlets" in data:
+        data["streamlets"] = {
+            name: {
+                **s,
+                **(
+                    {"autoscale": _renamed(s["autoscale"], _AUTOSCALE)}
+                    if s.get("autoscale")
+                    else {}
+                ),
+            }
+            for name, s in data["streamlets"].items()
+        }
+    return data
 
 
 def _without_nulls(value: Any) -> Any:

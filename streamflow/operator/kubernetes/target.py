@@ -27,7 +27,15 @@ from kubernetes.client.exceptions import ApiException
 from streamflow.api.descriptor import ClassLoadError, DeclarationError
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner, targets
-from streamflow.operator.kubernetes import admission, kafka, names, pods, scaling, spec
+from streamflow.operator.kubernetes import (
+    admission,
+    kafka,
+    leftovers,
+    names,
+    pods,
+    scaling,
+    spec,
+)
 from streamflow.operator.kubernetes.client import KubeAccess, KubeError, api_message, explain
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.runtime.topics import all_topics
@@ -117,6 +125,11 @@ class KubernetesTarget:
         resource = str(found["metadata"]["name"])
         self._call(lambda: self.cluster.delete_app(self.namespace, resource))
         return self._delete_topics(found, app) if delete_topics else []
+
+    def remains(self, name: str) -> leftovers.Leftovers:
+        """What is left of an undeployed application: ``undeploy`` waits until it is gone."""
+        resource = names.resource_name(name)
+        return self._call(lambda: leftovers.find(self.cluster, self.namespace, resource))
 
     # -- reading -----------------------------------------------------------------
 
@@ -351,7 +364,7 @@ def _with_bootstrap(app: Application, bootstrap: str) -> Application:
 def _pod_settings(existing: Any, app: Application, *, image: str | None) -> spec.PodSettings:
     """The pod settings to deploy with: ``--image`` over what the resource had, else defaults."""
     if existing is None:
-        return spec.PodSettings(image=image or spec.DEFAULT_IMAGE)
+        return spec.PodSettings(image=image or "")
     try:
         before = spec.parse(existing).pods
     except spec.SpecError:

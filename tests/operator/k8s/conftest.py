@@ -13,7 +13,7 @@ from streamflow import devkit
 from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes.target import KubernetesTarget
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, make_application
+from tests.operator.k8s.support import TEST_IMAGE, OperatorThread, make_application
 
 CRD_FILE = Path(__file__).parents[3] / "operator" / "crd.yaml"
 
@@ -56,7 +56,9 @@ def start_operator(
 
 @pytest.fixture
 def target(kube_cluster: devkit.KubeCluster, namespace: str) -> KubernetesTarget:
-    return KubernetesTarget(kubeconfig=str(kube_cluster.kubeconfig), namespace=namespace)
+    return KubernetesTarget(
+        kubeconfig=str(kube_cluster.kubeconfig), namespace=namespace, image=TEST_IMAGE
+    )
 
 
 @pytest.fixture

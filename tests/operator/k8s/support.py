@@ -24,6 +24,8 @@ from streamflow.operator.kubernetes.runner import Operator
 
 BLUEPRINT = Path(__file__).parent / "app" / "blueprint.yaml"
 WAIT_S = 60.0
+# kwok's nodes pull nothing: any image reference will do, as long as there is one.
+TEST_IMAGE = "registry.example/streamflow-tests:1"
 
 
 def wait_until(condition: Callable[[], Any], *, what: str, timeout: float = WAIT_S) -> Any:

@@ -422,8 +422,8 @@ def test_an_admitted_resource_gets_its_client_from_admission() -> None:
     [
         (AutoscaleSpec(min=3, max=2), "min (3) is above max (2)"),
         (AutoscaleSpec(min=0, max=0), "max (0) must be 1 or more"),
-        (AutoscaleSpec(target_lag=0), "target_lag (0) must be 1 or more"),
-        (AutoscaleSpec(scale_down_after=-1), "scale_down_after (-1.0) must be 0 or more"),
+        (AutoscaleSpec(target_lag=0), "targetLag (0) must be 1 or more"),
+        (AutoscaleSpec(scale_down_after=-1), "scaleDownAfter (-1.0) must be 0 or more"),
     ],
 )
 def test_bounds_the_policy_cannot_keep_fail_the_spec_and_nothing_flaps(

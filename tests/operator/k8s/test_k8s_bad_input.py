@@ -26,13 +26,14 @@ from streamflow.operator.kubernetes.target import KubernetesTarget
 from streamflow.operator.targets import TargetError
 from streamflow.runtime.topics import ensure_topics
 from tests.k8s_fixtures import Kubectl
+from tests.operator.k8s.support import TEST_IMAGE
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 
 
 def resource_with(application: Application, namespace: str, **changes: Any) -> str:
     """The application's resource with ``path=value`` changes (path: dots between keys)."""
-    body = spec.body(application, namespace=namespace)
+    body = spec.body(application, namespace=namespace, pods=spec.PodSettings(image=TEST_IMAGE))
     for path, value in changes.items():
         *parents, last = path.split("__")
         node = body["spec"]

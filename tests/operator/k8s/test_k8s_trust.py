@@ -26,7 +26,13 @@ from confluent_kafka.admin import AdminClient
 from streamflow.blueprint.model import Application, KafkaSpec
 from streamflow.operator.kubernetes import names, spec
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, make_application, wait_until
+from tests.operator.k8s.support import (
+    TEST_IMAGE,
+    OperatorThread,
+    get_json,
+    make_application,
+    wait_until,
+)
 
 LABEL = "streamflow.io/kafka-credentials"
 
@@ -68,7 +74,7 @@ def listener() -> Iterator[Listener]:
 
 
 def apply(kubectl: Kubectl, namespace: str, app: Application, *, image: str | None = None) -> str:
-    pods = spec.PodSettings(image=image) if image else None
+    pods = spec.PodSettings(image=image or TEST_IMAGE)
     kubectl("apply", "-f", "-", input=json.dumps(spec.body(app, namespace=namespace, pods=pods)))
     return names.resource_name(app.name)
 

@@ -1,0 +1,161 @@
+"""The verifier's child process: one application in on stdin, its problems out on stdout.
+
+``python -m streamflow.operator.kubernetes.verify_child`` reads
+``{"application": Application.to_dict()}`` and answers one JSON document::
+
+    {"problems": [{"code", "severity", "message", "where", "hint"}, ...],
+     "streamlets": {name: {"config": {...}, "http_port": int | null}}}
+
+It runs the very verifier ``streamflow verify`` runs (:func:`verify_text`),
+on the application written back as a blueprint, so the operator refuses what
+the CLI refuses, for the same reasons and in the same words. The streamlets'
+classes are imported here, and only here: each application is verified in a
+process of its own, so two applications whose modules share a name never see
+each other's (the operator process imports no application code at all). The
+``streamlets`` part is what the operator needs of the classes to build the
+children (the config with its defaults, the HTTP port of an ingress), so it
+never has to import them itself.
+
+A problem's place is a path in the resource (``spec.streamlets.scorer.config``)
+rather than a line of the blueprint written here, which nobody sees; a problem
+in another file (a schema) keeps its ``file:line:col``. Relative paths in the
+spec resolve against the working directory: the application root.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamflow.blueprint.problems import Problem
+from streamflow.blueprint.verify import verify_text
+from streamflow.blueprint.yamlload import Node, parse_yaml
+from streamflow.operator.kubernetes import classes
+
+__all__ = ["blueprint_text", "main", "verify_application"]
+
+_FILENAME = "<spec>"
+# The Application's own names for the blueprint's top-level fields.
+_TOP_FIELDS = {"schema_paths": "schemas"}
+# The spec's names for the blueprint's top-level fields that are not its own camelCase.
+_SPEC_TOP = {"schemas": "schemaPaths"}
+
+
+def blueprint_text(application: Mapping[str, Any]) -> str:
+    """The application (``Application.to_dict()``) written as the blueprint it came from."""
+    data = {
+        _TOP_FIELDS.get(key, key): value
+        for key, value in application.items()
+        if key != "source"  # where the deploying machine kept it: nothing to verify here
+    }
+    return yaml.safe_dump(_without_nulls(data), sort_keys=False, allow_unicode=True)
+
+
+def verify_application(application: Mapping[str, Any], *, root: Path) -> dict[str, Any]:
+    """The answer the child writes: located problems, and each streamlet's facts when valid."""
+    text = blueprint_text(application)
+    result = verify_text(text, filename=_FILENAME, base_dir=root)
+    where = _locator(text)
+    problems = [_located(problem, where) for problem in result.problems]
+    streamlets: dict[str, Any] = {}
+    if result.application is not None:
+        for name in result.application.streamlets:
+            found = classes.facts(result.application, name)
+            streamlets[name] = {"config": found.config, "http_port": found.http_port}
+    return {"problems": problems, "streamlets": streamlets}
+
+
+def main() -> int:
+    try:
+        request = json.load(sys.stdin)
+        application = request["application"]
+        if not isinstance(application, Mapping):
+            raise TypeError("'application' is not a mapping")
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"verify_child: unreadable request: {exc}", file=sys.stderr)
+        return 2
+    answer = verify_application(application, root=Path.cwd())
+    json.dump(answer, sys.stdout, default=str)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _located(problem: Problem, where: dict[tuple[int, int], str]) -> dict[str, Any]:
+    position = problem.position
+    if position.file == _FILENAME:
+        place = _nearest(where, position.line, position.column)
+    else:
+        place = str(position)
+    return {
+        "code": problem.code,
+        "severity": problem.severity.value,
+        "message": problem.message,
+        "where": place,
+        "hint": problem.hint,
+    }
+
+
+def _locator(text: str) -> dict[tuple[int, int], str]:
+    """Each node of the written blueprint by position: the spec path it stands for."""
+    root, _ = parse_yaml(text, filename=_FILENAME)
+    found: dict[tuple[int, int], str] = {}
+
+    def walk(node: Node, path: str, keys: tuple[str, ...]) -> None:
+        found.setdefault((node.line, node.column), path)
+        if node.kind == "map":
+            for key, value in node.entries:
+                child = f"{path}.{_spec_field(keys, key.text)}"
+                # a block mapping starts where its first key does: the key is the better name
+                found[(key.line, key.column)] = child
+                walk(value, child, (*keys, key.text))
+        elif node.kind == "seq":
+            for index, item in enumerate(node.items):
+                walk(item, f"{path}[{index}]", (*keys, str(index)))
+
+    if root is not None:
+        walk(root, "spec", ())
+    return found
+
+
+def _spec_field(parents: tuple[str, ...], key: str) -> str:
+    """A blueprint key as the spec spells it: fields in camelCase, data keys as written.
+
+    Fields are the top level's, ``kafka``'s, a streamlet's or topic's, and a
+    streamlet's ``autoscale``'s; a name (of a streamlet, a topic) or a key of a
+    ``config`` map is data.
+    """
+    if not parents and key in _SPEC_TOP:
+        return _SPEC_TOP[key]
+    is_field = (
+        not parents
+        or parents == ("kafka",)
+        or (len(parents) == 2 and parents[0] in ("streamlets", "topics"))
+        or (len(parents) == 3 and parents[0] == "streamlets" and parents[2] == "autoscale")
+    )
+    if not is_field:
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def _nearest(where: dict[tuple[int, int], str], line: int, column: int) -> str:
+    """The path of the node at a position, else of the last node that starts before it."""
+    before = [pos for pos in where if pos <= (line, column)]
+    return where[max(before)] if before else "spec"
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
