@@ -1,9 +1,14 @@
-"""Kubernetes fixtures: one kwok cluster per test session, and kubectl against it.
+"""Kubernetes fixtures: one kwok cluster per test session, kubectl against it, and a real node.
 
 Load with `pytest_plugins = ["tests.k8s_fixtures"]` in the root conftest (or
 `from tests.k8s_fixtures import *`). The cluster starts on first use only, so a
 session that asks for no Kubernetes pays nothing. When the binaries are missing
 the test fails (never skips) with the command that builds them.
+
+`real_node` is a separate, small cluster whose one node really runs pods
+(containerd, runc, a kubelet, kube-proxy): started on first use, once per
+session, and only as root. It fails with `tools/k8s/node-setup` when the host
+lacks what it needs.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import pytest
 
 from streamflow import devkit
 
-__all__ = ["Kubectl", "kube_cluster", "kubectl"]
+__all__ = ["Kubectl", "kube_cluster", "kubectl", "real_node"]
 
 
 class Kubectl(Protocol):
@@ -26,16 +31,34 @@ class Kubectl(Protocol):
 def kube_cluster() -> Iterator[devkit.KubeCluster]:
     """The session's running cluster; `.kubeconfig` is its admin kubeconfig."""
     cluster = devkit.KubeCluster()
+    failure: str | None = None
     try:
         cluster.start()
     except devkit.DevkitError as error:
         failure = str(error)
-    else:
-        failure = None
     if failure is not None:  # outside `except`, so pytest shows the message once
         pytest.fail(failure, pytrace=False)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[devkit.RealNode]:
+    """The session's real node: `.kubectl(...)`, `.host_address`, `.import_image(archive)`.
+
+    Pods use images imported into it (`devkit.TEST_IMAGE` is there already) and
+    reach a service of this host at `.host_address`.
+    """
+    node = devkit.RealNode()
+    failure: str | None = None
+    try:
+        node.start()
+    except devkit.DevkitError as error:
+        failure = str(error)
+    if failure is not None:  # outside `except`, so pytest shows the message once
+        pytest.fail(failure, pytrace=False)
+    yield node
+    node.stop()
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Local development infrastructure: Kafka (plain or secured), kwok Kubernetes, a KServe server."""
+"""Local development infrastructure: Kafka, kwok Kubernetes, a real Kubernetes node, KServe."""
 
 from streamflow.devkit.k8s import KUBE_BINARIES, KubeCluster, find_k8s_bin, find_kubectl
+from streamflow.devkit.k8s_node import PAUSE_IMAGE, TEST_IMAGE, RealNode, find_node_images
 from streamflow.devkit.kafka import (
     DevkitError,
     KafkaBroker,
@@ -14,10 +15,13 @@ from streamflow.devkit.registry import SchemaRegistry, find_registry_app
 
 __all__ = [
     "KUBE_BINARIES",
+    "PAUSE_IMAGE",
+    "TEST_IMAGE",
     "DevkitError",
     "KafkaBroker",
     "KubeCluster",
     "ModelServer",
+    "RealNode",
     "SchemaRegistry",
     "SecuredKafkaBroker",
     "create_topic",
@@ -26,5 +30,6 @@ __all__ = [
     "find_kafka_lib",
     "find_kubectl",
     "find_modelserver",
+    "find_node_images",
     "find_registry_app",
 ]

@@ -17,7 +17,13 @@ Design choices, each for a reason:
   work dir, so it reads and writes nothing under `~/.kwok` or `~/.kube`.
 * Each cluster gets a unique name and free loopback ports for every component,
   so parallel test sessions (or a developer's own kwok cluster) never collide,
-  and nothing listens beyond 127.0.0.1.
+  and nothing listens beyond 127.0.0.1. The one exception is asked for by
+  `apiserver_address`: a real node's pods (`k8s_node.RealNode`) reach the
+  apiserver through the `kubernetes` Service, whose endpoint is the address the
+  apiserver advertises, so that must be one they can route to. kwokctl's own
+  clients and etcd stay on loopback, so the apiserver then listens on every
+  address (its clients still need a certificate), and its certificate names
+  that address and the Service's ClusterIP.
 * The kube-apiserver is trimmed (no API priority and fairness, no profiling,
   small watch caches): the tests need its semantics, not its throughput.
 * Readiness is a condition polled until a deadline (`/readyz`, then every node
@@ -70,6 +76,10 @@ _POLL_INTERVAL_S = 0.25
 _KWOKCTL_TIMEOUT_S = 60.0
 _STOP_WAIT_S = 10.0
 _PROC = Path("/proc")
+
+# Services' ClusterIPs, explicit so the certificate can name the `kubernetes` one.
+_SERVICE_RANGE = "10.96.0.0/16"
+_SERVICE_IP = "10.96.0.1"
 
 _OTHER_PORTS = (
     "etcd-port",
@@ -135,12 +145,17 @@ class KubeCluster:
         name: str | None = None,
         work_dir: Path | None = None,
         nodes: int = 2,
+        apiserver_address: str | None = None,
         keep: bool = False,
     ) -> None:
+        """`nodes` kwok fake nodes (0 for none); `apiserver_address`: see the module's docstring."""
+        if nodes < 0:
+            raise ValueError(f"nodes must be 0 or more, not {nodes}")
         self._bin_dir = bin_dir
         self._name = name or f"streamflow-{uuid.uuid4().hex[:8]}"
         self._given_work_dir = work_dir
         self._nodes = nodes
+        self._apiserver_address = apiserver_address
         self._keep = keep
         self._work_dir: Path | None = None
         self._bin: Path | None = None
@@ -199,9 +214,10 @@ class KubeCluster:
             self._write_config()
             self._kwokctl(*self._create_args(), what="create the cluster", deadline=deadline)
             self._wait_for(deadline, "the apiserver to be ready", self._apiserver_ready)
-            scale = ("scale", "node", f"--replicas={self._nodes}")
-            self._kwokctl(*scale, what="add nodes", deadline=deadline)
-            self._wait_for(deadline, f"{self._nodes} Ready nodes", self._nodes_ready)
+            if self._nodes:
+                scale = ("scale", "node", f"--replicas={self._nodes}")
+                self._kwokctl(*scale, what="add nodes", deadline=deadline)
+                self._wait_for(deadline, f"{self._nodes} Ready nodes", self._nodes_ready)
             self._wait_for(deadline, "the default ServiceAccount", self._default_account)
         except BaseException:
             self.stop()
@@ -267,10 +283,13 @@ class KubeCluster:
         kwokctl has no flags for these; it reads `$KWOK_WORKDIR/kwok.yaml` on every call.
         """
         self._kwok_dir.mkdir(parents=True, exist_ok=True)
+        options: dict[str, object] = {"bindAddress": _HOST, "etcdPeerPort": _free_port()}
+        if self._apiserver_address is not None:
+            options["kubeApiserverCertSANs"] = [self._apiserver_address, _SERVICE_IP]
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": _HOST, "etcdPeerPort": _free_port()},
+            "options": options,
         }
         (self._kwok_dir / "kwok.yaml").write_text(json.dumps(config, indent=2) + "\n")
 
@@ -294,7 +313,22 @@ class KubeCluster:
             "--kubeconfig=",  # leave ~/.kube/config alone
             "--quiet-pull",
             *(f"--{flag}={self._bin / binary}" for flag, binary in binaries.items()),
-            *(f"--extra-args={arg}" for arg in _LEAN_ARGS),
+            *(f"--extra-args={arg}" for arg in (*_LEAN_ARGS, *self._reachable_args())),
+            # kwok's controller fakes every node's pods (it runs with --manage-all-nodes),
+            # so a cluster for real nodes must not have one.
+            *([] if self._nodes else ["--disable=kwok-controller"]),
+        ]
+
+    def _reachable_args(self) -> list[str]:
+        """kube-apiserver flags that let a real node's pods and kubelet reach it (see above)."""
+        if self._apiserver_address is None:
+            return []
+        return [
+            "kube-apiserver=bind-address=0.0.0.0",  # after kwokctl's own, so this one wins
+            f"kube-apiserver=advertise-address={self._apiserver_address}",
+            f"kube-apiserver=service-cluster-ip-range={_SERVICE_RANGE}",
+            # A node's Hostname address is its name, which nothing resolves.
+            "kube-apiserver=kubelet-preferred-address-types=InternalIP",
         ]
 
     def _kwokctl(self, *args: str, what: str, deadline: float, watch: bool = True) -> None:
