@@ -76,6 +76,17 @@ def run(
             "on this port, on every address (default: off; the manifests use 8081).",
         ),
     ] = None,
+    verify_in: Annotated[
+        str,
+        typer.Option(
+            "--verify-in",
+            envvar="STREAMFLOW_VERIFY_IN",
+            help="Where each application's spec is verified: job (a short-lived Job from the "
+            "application's own image, which holds its code: what a cluster needs) or operator "
+            "(a child process of the operator, which must then see the applications' code, "
+            "as when it runs beside the project).",
+        ),
+    ] = "job",
     log_format: Annotated[str, typer.Option(help="plain, full or json.")] = "full",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
@@ -85,9 +96,11 @@ def run(
 
         from streamflow.operator.kubernetes import names
         from streamflow.operator.kubernetes.client import KubeAccess, KubeError
-        from streamflow.operator.kubernetes.runner import Operator
+        from streamflow.operator.kubernetes.runner import VERIFY_IN, Operator
     except ImportError as exc:
         output.fail(f"the operator needs {exc.name!r}", hint=_EXTRA_HINT)
+    if verify_in not in VERIFY_IN:
+        output.fail(f"--verify-in {verify_in!r}: use job or operator", exit_code=output.EXIT_USAGE)
     formats = {
         "plain": kopf.LogFormat.PLAIN,
         "full": kopf.LogFormat.FULL,
@@ -107,6 +120,7 @@ def run(
             resync_s=resync,
             liveness_endpoint=liveness,
             allowed_images=allowed_images or (),
+            verify_in=verify_in,
         )
     except KubeError as exc:
         output.fail(str(exc))

@@ -1,7 +1,8 @@
 """Carrying out the planner's actions on a cluster, and reading back what is there.
 
 :class:`Cluster` is the operator's whole vocabulary of API calls (list a
-streamlet's children, create or replace one, patch a status), each returning
+streamlet's children, create or replace one, patch a status, run the
+verifier's Job and read its pod's log), each returning
 plain dicts, so the rest of the operator never touches a generated model class.
 :class:`Executor` turns one :mod:`~streamflow.operator.planner` action into
 those calls:
@@ -45,6 +46,7 @@ class Cluster:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.apps = client.AppsV1Api(api)
+        self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
@@ -219,6 +221,39 @@ class Cluster:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    # -- the verifier's Jobs (verify_job.py) -----------------------------------------
+
+    def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The Jobs that match a label selector, those being deleted included."""
+        found = self.batch.list_namespaced_job(namespace, label_selector=selector, **_RAW)
+        return list(decode(found).get("items") or [])
+
+    def create_job(self, body: Mapping[str, Any]) -> None:
+        namespace = body["metadata"]["namespace"]
+        plain: Any = dict(body)  # the client sends a dict as it is
+        self.batch.create_namespaced_job(namespace, plain, _request_timeout=REQUEST_TIMEOUT)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a Job; its pods follow it (propagation in the background), gone or not."""
+        try:
+            self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        found = self.core.list_namespaced_pod(namespace, label_selector=selector, **_RAW)
+        return list(decode(found).get("items") or [])
+
+    def pod_log(self, namespace: str, name: str, *, container: str) -> str:
+        """A pod's whole log (the API server has no 4 KiB cap, unlike a termination message)."""
+        response: Any = self.core.read_namespaced_pod_log(
+            name, namespace, container=container, **_RAW
+        )
+        return bytes(response.data).decode(errors="replace")
 
     def _verbs(self, kind: str) -> tuple[Any, Any, Any]:
         return {

@@ -6,7 +6,10 @@ resource, so the handlers hold no logic of their own:
 * the resource created, its ``spec`` updated, or found on start (``resume``);
 * an event on a Deployment the operator manages (a rollout progressing, pods
   becoming ready, the Deployment deleted by hand): the status follows the
-  pods, and a deleted child is put back.
+  pods, and a deleted child is put back;
+* with the verifier in Jobs, an event on a verifier Job (it started, completed
+  or failed): the reconcile waiting for its answer reads it now, not at the
+  next resync.
 
 The periodic work (a resync, for anything no event reports, such as a
 ConfigMap deleted by hand or topics that could not be created before; and the
@@ -33,14 +36,14 @@ the one older operators used.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from streamflow.operator.kubernetes import names, periodic
+from streamflow.operator.kubernetes import names, periodic, verify_job
 from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess, api_message
 from streamflow.operator.kubernetes.reconcile import Reconciler
@@ -55,6 +58,7 @@ __all__ = [
 ]
 
 _RETRY_DELAY_S = 5.0
+_Run = Callable[[str | None, str | None], None]  # reconcile (namespace, name), retried by kopf
 _STORAGE_PREFIX = f"operator.{names.GROUP}"
 # kopf's default finalizer: what operators with timers put on every application.
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
@@ -118,7 +122,7 @@ def build_settings(*, in_main_thread: bool) -> kopf.OperatorSettings:
     return settings
 
 
-def _reconcile_with(reconciler: Reconciler) -> Any:
+def _reconcile_with(reconciler: Reconciler) -> _Run:
     def run(namespace: str | None, name: str | None) -> None:
         if not namespace or not name:
             return
@@ -133,9 +137,16 @@ def _reconcile_with(reconciler: Reconciler) -> Any:
 
 
 def build_registry(
-    reconciler: Reconciler, access: KubeAccess, *, known: periodic.Known
+    reconciler: Reconciler,
+    access: KubeAccess,
+    *,
+    known: periodic.Known,
+    watch_jobs: bool = False,
 ) -> kopf.OperatorRegistry:
-    """kopf's handlers; ``known`` is kept up to date with the applications watched."""
+    """kopf's handlers; ``known`` is kept up to date with the applications watched.
+
+    ``watch_jobs``: also wake an application's reconcile on its verifier Jobs' events.
+    """
     registry = kopf.OperatorRegistry()
     run = _reconcile_with(reconciler)
 
@@ -176,14 +187,34 @@ def build_registry(
         registry=registry,
     )
     def deployment_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
-        owner = _owner(body)
-        if owner is not None:
-            try:
-                run(namespace, owner)
-            except kopf.TemporaryError as exc:  # event handlers are not retried: the next event is
-                logging.getLogger("streamflow.operator").warning("reconcile of %s: %s", owner, exc)
+        _reconcile_owner(run, body, namespace)
+
+    if watch_jobs:
+
+        @kopf.on.event(
+            "batch",
+            "v1",
+            "jobs",
+            labels={
+                "app.kubernetes.io/managed-by": names.MANAGED_BY,
+                "app.kubernetes.io/component": verify_job.COMPONENT,
+            },
+            id="verifier-job",
+            registry=registry,
+        )
+        def verifier_job_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+            _reconcile_owner(run, body, namespace)
 
     return registry
+
+
+def _reconcile_owner(run: _Run, body: kopf.Body, namespace: str | None) -> None:
+    owner = _owner(body)
+    if owner is not None:
+        try:
+            run(namespace, owner)
+        except kopf.TemporaryError as exc:  # event handlers are not retried: the next event is
+            logging.getLogger("streamflow.operator").warning("reconcile of %s: %s", owner, exc)
 
 
 def periodic_work(

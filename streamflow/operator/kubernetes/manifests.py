@@ -10,7 +10,10 @@ namespace it watches; applications go in that namespace. Secrets are
 readable (``get`` only) because the operator needs the Kafka credentials to
 create topics and measure lag. KEDA's ScaledObjects are children like the
 others; whether KEDA is installed is learnt by API discovery, which needs no
-grant, so no cluster-scoped role is needed.
+grant, so no cluster-scoped role is needed. The verifier's Jobs
+(``--verify-in job``, the default, rendered explicitly in the Deployment) are
+created, listed (and watched, to learn they finished) and deleted; their pods
+are listed and their logs read, which is where the answer is.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ def rbac(*, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": _CHILDREN},
+        {
+            "apiGroups": ["batch"],
+            "resources": ["jobs"],
+            "verbs": ["create", "list", "watch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     ]
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(metadata)},
@@ -95,7 +105,11 @@ def operator_deployment(
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["streamflow", "operator", "run"],
-        "args": [f"--liveness=http://0.0.0.0:{_LIVENESS_PORT}/healthz", f"--ui-port={_UI_PORT}"],
+        "args": [
+            f"--liveness=http://0.0.0.0:{_LIVENESS_PORT}/healthz",
+            f"--ui-port={_UI_PORT}",
+            "--verify-in=job",  # the default, said here: the verifier runs in each app's image
+        ],
         "env": [
             {
                 "name": "STREAMFLOW_NAMESPACE",

@@ -18,11 +18,13 @@ Before any of that, the resource is admitted (:mod:`~streamflow.operator.kuberne
 security settings in its Kafka config, an unlabelled or bootstrap-less Secret,
 or an image outside ``--allowed-images`` fail it with nothing created and nothing
 sent to Kafka. Then it is verified (:mod:`~streamflow.operator.kubernetes.verify`)
-with the CLI's verifier, in a child process: an application that does not verify
-fails with its problems in the ``Verified`` condition, and the children of its
-last good spec, if any, are left as they are. What the children need of the
-classes (config with defaults, an ingress's port) comes from that child too, so
-the operator never imports an application's code.
+with the CLI's verifier, in a child process or a Job from the application's
+image: an application that does not verify fails with its problems in the
+``Verified`` condition, and the children of its last good spec, if any, are left
+as they are; while the Job runs, the application is ``Pending``, ``Verifying``
+(:mod:`~streamflow.operator.kubernetes.unapplied` writes these statuses). What
+the children need of the classes (config with defaults, an ingress's port)
+comes from the verifier too, so the operator never imports an application's code.
 
 Because every step compares before it writes, a second reconcile of an
 unchanged application writes nothing: an operator restart resumes without
@@ -37,7 +39,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -54,19 +56,18 @@ from streamflow.operator.kubernetes import (
     resources,
     scaling,
     status,
+    unapplied,
     verify,
 )
 from streamflow.operator.kubernetes.client import api_message
 from streamflow.operator.kubernetes.executor import Cluster, Executor
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
-from streamflow.operator.kubernetes.verify import Verifier, describe_problems
 
 __all__ = ["EventSink", "Outcome", "Reconciler"]
 
 _LOG = logging.getLogger("streamflow.operator")
 # Retry topics that could not be created at most this often (seconds).
 _TOPICS_RETRY_S = 30.0
-VERIFIED = "Verified"
 _CLASSES_LOADED = "ClassesLoaded"  # written by operators before verification, dropped now
 _REASONS = {
     planner.Create: "Deployed",
@@ -117,8 +118,8 @@ class Reconciler:
     keda_installed: Callable[[], bool] | None = None
     # Image patterns a resource may name (``--allowed-images``); empty: any image.
     allowed_images: tuple[str, ...] = ()
-    # Runs the CLI's verifier on each spec, in a child process per application.
-    verifier: Verifier = field(default_factory=Verifier)
+    # Runs the CLI's verifier on each spec: a child process (or a Job) per application.
+    verifier: verify.AppVerifier = field(default_factory=verify.Verifier)
 
     def __post_init__(self) -> None:
         if self.keda_installed is None:
@@ -159,18 +160,21 @@ class Reconciler:
         try:
             resource = parse(body)
         except SpecError as exc:
-            return self._failed(body, generation, "InvalidSpec", str(exc)), None
+            return self._failed(body, generation, unapplied.Refusal("InvalidSpec", str(exc))), None
         refusal = admission.admit(
             resource, allowed_images=self.allowed_images, credentials=self.credentials
         )
         if refusal is not None:
-            return self._failed(body, generation, refusal.reason, refusal.message), None
+            failure = unapplied.Refusal(refusal.reason, refusal.message)
+            return self._failed(body, generation, failure), None
         if resource.app.kafka.secret:  # its data's digest rolls the pods when it is rotated
             secret = self.cluster.secret(resource.namespace, resource.app.kafka.secret)
             resource = dataclasses.replace(resource, secret_digest=kafka.secret_digest(secret))
-        verdict = self.verifier.verify(resource.app)
+        verdict = self.verifier.check(resource)
+        if verdict.pending is not None:
+            return self._verifying(body, generation, verdict.pending), None
         if not verdict.ok:
-            return self._unverified(body, generation, verdict), None
+            return self._failed(body, generation, unapplied.unverified(verdict)), None
         facts = verdict.facts
         scalers = scaling.who_scales(resource.app, keda_installed=self.keda_for(body))
         try:
@@ -179,7 +183,8 @@ class Reconciler:
         except ApiException as exc:
             if exc.status in (409, 429) or exc.status >= 500:
                 raise  # transient: the handler retries
-            return self._failed(body, generation, "ApplyFailed", api_message(exc)), None
+            failure = unapplied.Refusal("ApplyFailed", api_message(exc))
+            return self._failed(body, generation, failure), None
         deployments = self.cluster.deployments(namespace, name)
         autoscaling = scaling.condition(resource.app, scalers)
         previous = dict(body.get("status") or {})
@@ -193,7 +198,7 @@ class Reconciler:
             deployments=deployments,
             conditions=[
                 status.Condition("Reconciled", True, "Applied"),
-                _verified_condition(verdict.problems),
+                unapplied.verified(verdict.problems),
                 *([autoscaling] if autoscaling else []),
             ],
             previous=previous,
@@ -352,54 +357,25 @@ class Reconciler:
             conditions = status.merge_conditions(previous, [condition], now=_now())
             self._write_status(fresh, {**previous, "conditions": conditions})
 
-    def _unverified(
-        self, body: Mapping[str, Any], generation: int, verdict: verify.Verdict
-    ) -> Outcome:
-        """The spec does not verify (or could not be verified): nothing is applied."""
-        if verdict.error is not None:
-            message = f"the application could not be verified: {verdict.error}"
-            verified = status.Condition(VERIFIED, None, "VerifierFailed", verdict.error)
-            return self._failed(
-                body, generation, "VerifierFailed", message, also=[verified], event="Failed"
-            )
-        listed = describe_problems(verdict.errors)
-        count = len(verdict.errors)
-        message = f"the application does not verify ({count} problem{'s' * (count != 1)}): "
-        verified = status.Condition(VERIFIED, False, "ProblemsFound", listed)
-        return self._failed(
-            body,
-            generation,
-            "NotVerified",
-            message + listed,
-            also=[verified],
-            event="VerificationFailed",
-        )
-
     def _failed(
-        self,
-        body: Mapping[str, Any],
-        generation: int,
-        reason: str,
-        message: str,
-        *,
-        also: Sequence[status.Condition] = (),
-        event: str = "Failed",
+        self, body: Mapping[str, Any], generation: int, refusal: unapplied.Refusal
     ) -> Outcome:
         """Nothing was applied: say why in the status and as a Warning event."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        previous = body.get("status") or {}
-        conditions = [status.Condition("Reconciled", False, reason, message), *also]
-        new = {
-            **previous,
-            "phase": status.FAILED,
-            "message": message,
-            "observedGeneration": generation,
-            "conditions": status.merge_conditions(previous, conditions, now=_now()),
-        }
-        new.setdefault("ready", f"0/{len((body.get('spec') or {}).get('streamlets') or {})}")
+        new = unapplied.failed(body, generation, refusal, now=_now())
         if self._write_status(body, new):
-            _LOG.warning("%s/%s: %s", namespace, name, message)
-            self.events.warn(body, reason=event, message=message)
+            _LOG.warning("%s/%s: %s", namespace, name, refusal.message)
+            self.events.warn(body, reason=refusal.event, message=refusal.message)
+        return Outcome(namespace, name, [], [], new)
+
+    def _verifying(self, body: Mapping[str, Any], generation: int, what: str) -> Outcome:
+        """The verifier's Job runs: nothing is applied yet; an event when it starts."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        new = unapplied.verifying(body, generation, what, now=_now())
+        started = not unapplied.is_verifying(body.get("status"))
+        if self._write_status(body, new) and started:
+            _LOG.info("%s/%s: %s", namespace, name, new["message"])
+            self.events.info(body, reason=unapplied.VERIFYING, message=new["message"])
         return Outcome(namespace, name, [], [], new)
 
     def _write_status(self, body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -414,11 +390,6 @@ def _template_checksum(deployment: Mapping[str, Any]) -> str:
     template = (deployment.get("spec") or {}).get("template") or {}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     return str(annotations.get(names.CHECKSUM_ANNOTATION, ""))
-
-
-def _verified_condition(problems: Sequence[Mapping[str, Any]]) -> status.Condition:
-    """Verified, with the warnings the verifier had, if any (they do not fail the spec)."""
-    return status.Condition(VERIFIED, True, "Verified", describe_problems(problems))
 
 
 def _with_nulls(body: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,12 @@ read :attr:`Operator.reconciler`'s history to see what each reconcile did.
 The periodic work (resync, autoscaling) runs on threads of its own beside
 kopf (:mod:`~streamflow.operator.kubernetes.periodic`), started with kopf and
 stopped when it returns, so no application gets kopf's finalizer.
+
+``verify_in`` says where each spec is verified (:data:`VERIFY_IN`): ``job``,
+the default, in a Job from the application's own image (what a cluster needs,
+where the operator's image holds no application's code); ``operator``, in a
+child process of the operator, for an operator that runs beside the code (the
+tests, on simulated nodes that run no Job).
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from streamflow.operator.kubernetes import handlers, periodic
 from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess
 from streamflow.operator.kubernetes.executor import Cluster
+from streamflow.operator.kubernetes.job_verifier import JobVerifier
 from streamflow.operator.kubernetes.reconcile import Reconciler
-from streamflow.operator.kubernetes.verify import Verifier
+from streamflow.operator.kubernetes.verify import AppVerifier, Verifier
 
-__all__ = ["Operator"]
+__all__ = ["VERIFY_IN", "Operator"]
+
+VERIFY_IN = ("job", "operator")
 
 
 class Operator:
@@ -43,13 +52,16 @@ class Operator:
         autoscale_s: float = 5.0,
         keda_installed: Callable[[], bool] | None = None,
         allowed_images: Sequence[str] = (),
-        verifier: Verifier | None = None,
+        verify_in: str = "job",
+        verifier: AppVerifier | None = None,
     ) -> None:
         """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
         overrides asking the cluster whether it serves KEDA's ScaledObjects (tests);
         ``allowed_images``: the image patterns an application may use (empty: any);
-        ``verifier``: how specs are verified (default: a child process per application,
-        paths resolved against the working directory)."""
+        ``verify_in``: ``job`` or ``operator`` (see the module); ``verifier``: another
+        verifier, which ``verify_in`` then does not choose."""
+        if verify_in not in VERIFY_IN:
+            raise ValueError(f"verify_in is {verify_in!r}: use one of {', '.join(VERIFY_IN)}")
         if not namespaces and not clusterwide:
             namespaces = [access.default_namespace()]
         self.access = access
@@ -57,16 +69,24 @@ class Operator:
         self.clusterwide = clusterwide
         self.liveness_endpoint = liveness_endpoint
         self.api = access.api_client()
+        cluster = Cluster(self.api)
+        if verifier is None:
+            verifier = JobVerifier(cluster) if verify_in == "job" else Verifier()
         self.reconciler = Reconciler(
-            Cluster(self.api),
+            cluster,
             handlers.KopfEvents(),
             keda_installed=keda_installed,
             allowed_images=tuple(allowed_images),
-            verifier=verifier or Verifier(),
+            verifier=verifier,
         )
         self.autoscaler = Autoscaler(self.reconciler)
         self.known = periodic.Known()
-        self.registry = handlers.build_registry(self.reconciler, access, known=self.known)
+        self.registry = handlers.build_registry(
+            self.reconciler,
+            access,
+            known=self.known,
+            watch_jobs=isinstance(verifier, JobVerifier),
+        )
         self.periodic = handlers.periodic_work(
             self.reconciler,
             self.known,

@@ -18,17 +18,18 @@ stdin, the problems and what the operator needs of the classes (each
 streamlet's config with its defaults, an ingress's HTTP port) come out as JSON
 on stdout. The operator process never imports application code.
 
-The child runs with the operator's Python and file system, the paths of the
+**Two places to run it.** ``--verify-in operator`` runs the child beside
+the operator, with the operator's Python and file system, the paths of the
 spec resolved as :func:`~streamflow.operator.kubernetes.spec.parse` resolves
 them (against the application root), in the blueprint's directory as a
-replica is. So the classes it can check are those the
-operator can see: an operator run from the project (``streamflow operator
-run`` beside the code, as the tests run it) or from an image that holds the
-applications. An application whose code lives only in its own image is
-verified by the CLI before it is applied (``streamflow deploy`` verifies first)
-and here as far as the operator can see it; running this same child from the
-application's image, as a short-lived Job, is the step that lets the operator
-check such an application by itself (see the operator's README).
+replica is: right for an operator run from the project (``streamflow operator
+run`` beside the code, as the tests run it). On a cluster the operator's image
+holds none of the applications' code, so ``--verify-in job`` (the default)
+runs the same child as a short-lived Job from each application's own image
+(:mod:`~streamflow.operator.kubernetes.verify_job`, started and read by
+:mod:`~streamflow.operator.kubernetes.job_verifier`). Both are an
+:class:`AppVerifier`: the reconciler asks for a :class:`Verdict` and gets one
+now, or ``pending`` while a Job runs.
 
 **What a refused application keeps.** Nothing is created for an application
 that does not verify. One that was running keeps its children as they were,
@@ -38,7 +39,9 @@ working application down, and the status says what to fix.
 
 Answers are cached by the hash of the application, so a resync of an unchanged
 spec does not spawn a process; a child that crashes or times out is not
-cached, and the next reconcile tries again.
+cached, and the next reconcile tries again. The child's answer is the last
+line of its output that is a JSON object (:func:`read_answer`): what an
+application's module prints while it is imported comes before it.
 """
 
 from __future__ import annotations
@@ -52,12 +55,21 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes.classes import Facts
+from streamflow.operator.kubernetes.spec import AppResource
 
-__all__ = ["CHILD_MODULE", "Verdict", "Verifier", "describe_problems"]
+__all__ = [
+    "CHILD_MODULE",
+    "AnswerError",
+    "AppVerifier",
+    "Verdict",
+    "Verifier",
+    "describe_problems",
+    "read_answer",
+]
 
 CHILD_MODULE = "streamflow.operator.kubernetes.verify_child"
 _LISTED = 10  # problems named in a status message; the rest are counted
@@ -70,6 +82,7 @@ class Verdict:
     problems: list[dict[str, Any]] = field(default_factory=list)
     facts: dict[str, Facts] = field(default_factory=dict)
     error: str | None = None  # the child failed: nothing is known either way
+    pending: str | None = None  # the verification is under way (a Job runs): what it waits for
 
     @property
     def errors(self) -> list[dict[str, Any]]:
@@ -77,7 +90,55 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.errors
+        return self.error is None and self.pending is None and not self.errors
+
+
+class AppVerifier(Protocol):
+    """What the reconciler asks: the verdict on one application, or that it is pending."""
+
+    def check(self, resource: AppResource) -> Verdict: ...
+
+
+class AnswerError(ValueError):
+    """The child's output holds no answer that can be read."""
+
+
+def read_answer(output: str) -> Verdict:
+    """The verdict in the child's output: its last line that is a JSON object.
+
+    :class:`AnswerError` if there is none, or it is not the child's answer.
+    """
+    for line in reversed(output.splitlines()):
+        text = line.strip()
+        if not text.startswith("{"):
+            continue
+        try:
+            answer = json.loads(text)
+            problems = list(answer["problems"])
+            facts = {
+                name: Facts(config=dict(item["config"]), http_port=item.get("http_port"))
+                for name, item in (answer.get("streamlets") or {}).items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise AnswerError(f"the verifier's answer cannot be read: {exc}") from None
+        return Verdict(problems=problems, facts=facts)
+    raise AnswerError("the verifier wrote no answer")
+
+
+def verified_part(app: Application) -> dict[str, Any]:
+    """The application as the verifier sees it: every replica count at its starting value.
+
+    How many replicas run changes with every ``scale`` and every autoscaler
+    step. The only check it takes part in, the autoscale bounds, is made by
+    :func:`~streamflow.operator.kubernetes.spec.parse` too, so the count stays
+    out of the request and its hash: a scale never waits for a verifier, and
+    never starts a Job.
+    """
+    data = app.to_dict()
+    for streamlet in data.get("streamlets", {}).values():
+        auto = streamlet.get("autoscale")
+        streamlet["replicas"] = auto["min"] if auto else 1
+    return data
 
 
 def describe_problems(problems: Sequence[Mapping[str, Any]]) -> str:
@@ -89,7 +150,7 @@ def describe_problems(problems: Sequence[Mapping[str, Any]]) -> str:
 
 
 class Verifier:
-    """Verifies applications in child processes; answers cached by the application's hash."""
+    """Verifies applications in child processes here (``--verify-in operator``); cached by hash."""
 
     def __init__(
         self,
@@ -108,8 +169,11 @@ class Verifier:
         self._cache_size = cache_size
         self._guard = threading.Lock()
 
+    def check(self, resource: AppResource) -> Verdict:
+        return self.verify(resource.app)
+
     def verify(self, app: Application) -> Verdict:
-        data = app.to_dict()
+        data = verified_part(app)
         key = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
         with self._guard:
             cached = self._cache.get(key)
@@ -155,12 +219,6 @@ class Verifier:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             return Verdict(error=f"the verifier failed (exit {done.returncode}): {last}")
         try:
-            answer = json.loads(done.stdout)
-            problems = list(answer["problems"])
-            facts = {
-                name: Facts(config=dict(item["config"]), http_port=item.get("http_port"))
-                for name, item in (answer.get("streamlets") or {}).items()
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            return Verdict(error=f"the verifier's answer cannot be read: {exc}")
-        return Verdict(problems=problems, facts=facts)
+            return read_answer(done.stdout)
+        except AnswerError as exc:
+            return Verdict(error=str(exc))

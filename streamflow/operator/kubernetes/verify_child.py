@@ -1,7 +1,9 @@
 """The verifier's child process: one application in on stdin, its problems out on stdout.
 
 ``python -m streamflow.operator.kubernetes.verify_child`` reads
-``{"application": Application.to_dict()}`` and answers one JSON document::
+``{"application": Application.to_dict()}`` (from ``$STREAMFLOW_VERIFY_REQUEST``
+when it is set, as in the verifier's Job, else from stdin) and answers one
+JSON document, on one line, the last of its output::
 
     {"problems": [{"code", "severity", "message", "where", "hint"}, ...],
      "streamlets": {name: {"config": {...}, "http_port": int | null}}}
@@ -20,11 +22,26 @@ A problem's place is a path in the resource (``spec.streamlets.scorer.config``)
 rather than a line of the blueprint written here, which nobody sees; a problem
 in another file (a schema) keeps its ``file:line:col``. Relative paths in the
 spec resolve against the working directory: the application root.
+
+Whatever the application's modules print while they are imported goes to
+stderr, so stdout holds the answer alone; in a pod's log the two are one
+stream, and the answer is still the last line.
+
+In a Job the request travels in an environment variable rather than a
+ConfigMap: it is then part of the Job, created and deleted with it, and
+immutable like it, with no second object to create first, own and clean up.
+One variable holds at most 128 KiB (Linux's limit on one string passed to a
+program), so a larger request is gzipped and base64-encoded
+(:func:`encode_request`), which a spec's JSON shrinks well under.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import gzip
 import json
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,8 +54,18 @@ from streamflow.blueprint.verify import verify_text
 from streamflow.blueprint.yamlload import Node, parse_yaml
 from streamflow.operator.kubernetes import classes
 
-__all__ = ["blueprint_text", "main", "verify_application"]
+__all__ = [
+    "REQUEST_ENV",
+    "blueprint_text",
+    "decode_request",
+    "encode_request",
+    "main",
+    "verify_application",
+]
 
+REQUEST_ENV = "STREAMFLOW_VERIFY_REQUEST"
+_PLAIN_MAX = 96 * 1024  # below the kernel's 128 KiB for one variable, with room for its name
+_GZIP_PREFIX = "gzip+base64:"
 _FILENAME = "<spec>"
 # The Application's own names for the blueprint's top-level fields.
 _TOP_FIELDS = {"schema_paths": "schemas"}
@@ -70,18 +97,38 @@ def verify_application(application: Mapping[str, Any], *, root: Path) -> dict[st
     return {"problems": problems, "streamlets": streamlets}
 
 
+def encode_request(application: Mapping[str, Any]) -> str:
+    """The request as one environment variable's value: JSON, gzipped when it is large."""
+    text = json.dumps({"application": application}, default=str, sort_keys=True)
+    if len(text.encode()) <= _PLAIN_MAX:
+        return text  # readable in `kubectl get job -o yaml`
+    packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
+    return _GZIP_PREFIX + packed
+
+
+def decode_request(value: str) -> dict[str, Any]:
+    """The request :func:`encode_request` made (or plain JSON); ValueError if unreadable."""
+    if value.startswith(_GZIP_PREFIX):
+        value = gzip.decompress(base64.b64decode(value[len(_GZIP_PREFIX) :])).decode()
+    request = json.loads(value)
+    if not isinstance(request, dict):
+        raise TypeError("the request is not a JSON object")
+    return request
+
+
 def main() -> int:
     try:
-        request = json.load(sys.stdin)
+        given = os.environ.get(REQUEST_ENV)
+        request = decode_request(given if given is not None else sys.stdin.read())
         application = request["application"]
         if not isinstance(application, Mapping):
             raise TypeError("'application' is not a mapping")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OSError) as exc:
         print(f"verify_child: unreadable request: {exc}", file=sys.stderr)
         return 2
-    answer = verify_application(application, root=Path.cwd())
-    json.dump(answer, sys.stdout, default=str)
-    sys.stdout.write("\n")
+    with contextlib.redirect_stdout(sys.stderr):  # what imported modules print is not the answer
+        answer = verify_application(application, root=Path.cwd())
+    sys.stdout.write(json.dumps(answer, default=str) + "\n")
     return 0
 
 

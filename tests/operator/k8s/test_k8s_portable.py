@@ -191,20 +191,22 @@ def test_every_field_of_the_spec_is_camel_case(app: Application) -> None:
 
 _VERBS = {"read": "get", "replace": "update"}
 _KINDS = {"config_map": "configmaps", "deployment": "deployments", "service": "services",
-          "secret": "secrets"}  # fmt: skip
+          "secret": "secrets", "job": "jobs", "pod": "pods", "pod_log": "pods/log"}  # fmt: skip
 
 
 def test_the_role_grants_exactly_what_the_executor_calls() -> None:
-    """The core and apps calls of the executor, plus the watch of kopf's Deployment handler."""
-    calls = re.findall(r"self\.(?:core|apps)\.(\w+?)_namespaced_(\w+)\b", EXECUTOR.read_text())
+    """The core, apps and batch calls of the executor, plus the watches of kopf's handlers."""
+    pattern = r"self\.(?:core|apps|batch)\.(\w+?)_namespaced_(\w+)\b"
+    calls = re.findall(pattern, EXECUTOR.read_text())
     needed = {(_KINDS[kind], _VERBS.get(verb, verb)) for verb, kind in calls}
     needed.add(("deployments", "watch"))  # handlers.py: @kopf.on.event on apps/v1 deployments
+    needed.add(("jobs", "watch"))  # handlers.py: @kopf.on.event on the verifier's batch/v1 jobs
     needed.add(("events", "create"))  # kopf posts the events
     role = manifests.rbac()[1]
     granted = {
         (resource, verb)
         for rule in role["rules"]
-        if rule["apiGroups"] in ([""], ["apps"])
+        if rule["apiGroups"] in ([""], ["apps"], ["batch"])
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
