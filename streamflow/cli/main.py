@@ -19,6 +19,7 @@ import typer
 import streamflow
 from streamflow.blueprint import BlueprintError
 from streamflow.cli import (
+    build_cmds,
     deploy_cmds,
     inspect_cmds,
     model_cmds,
@@ -51,6 +52,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     deploy_cmds,
     operator_cmds,
     ui_cmds,
+    build_cmds,
 )
 
 
