@@ -1,18 +1,25 @@
 """``streamflow build``: the context's file selection, the extras, the commands, the errors.
 
+Both builds: an application's (BLUEPRINT) and the operator's (--operator, the
+streamflow image alone).
+
 Fast: nothing here builds an image (tests/images/test_app_image.py does).
 """
 
 from __future__ import annotations
 
+import importlib.resources
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from streamflow.blueprint import verify_file
-from streamflow.cli import build_cmds
+from streamflow.cli.images import builders, context, plans, wheels
 from streamflow.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,17 +43,17 @@ WINE = ROOT / "blueprints" / "wine"
     ],
 )
 def test_the_repository_dockerignore(rel: str, expected: bool) -> None:
-    assert build_cmds.ignored(rel, build_cmds.read_ignore(ROOT)) is expected
+    assert context.ignored(rel, context.read_ignore(ROOT)) is expected
 
 
 def test_ignore_rules_follow_docker() -> None:
     patterns = ["*.log", "data/**/*.tmp", "models", "!models/keep.bin"]
-    assert build_cmds.ignored("x.log", patterns)
-    assert not build_cmds.ignored("sub/x.log", patterns)  # * stays in one directory
-    assert build_cmds.ignored("data/a/b/c.tmp", patterns)
-    assert build_cmds.ignored("data/c.tmp", patterns)
-    assert build_cmds.ignored("models/other.bin", patterns)  # a directory takes its files
-    assert not build_cmds.ignored("models/keep.bin", patterns)  # the last match wins
+    assert context.ignored("x.log", patterns)
+    assert not context.ignored("sub/x.log", patterns)  # * stays in one directory
+    assert context.ignored("data/a/b/c.tmp", patterns)
+    assert context.ignored("data/c.tmp", patterns)
+    assert context.ignored("models/other.bin", patterns)  # a directory takes its files
+    assert not context.ignored("models/keep.bin", patterns)  # the last match wins
 
 
 def test_project_files_prune_ignored_directories(tmp_path: Path) -> None:
@@ -54,14 +61,14 @@ def test_project_files_prune_ignored_directories(tmp_path: Path) -> None:
     for rel in ("app.py", "x.pyc", ".venv/lib/big.so", "models/m.keras"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x")
-    found = build_cmds.project_files(tmp_path, build_cmds.read_ignore(tmp_path))
+    found = context.project_files(tmp_path, context.read_ignore(tmp_path))
     assert found == [".dockerignore", "app.py", "models/m.keras"]
 
 
 def test_the_wine_classifier_needs_tensorflow() -> None:
     result = verify_file(WINE / "classifier.yaml", require_registry=False)
     assert result.application is not None
-    extras = build_cmds.needed_extras(result.application)
+    extras = context.needed_extras(result.application)
     assert list(extras) == ["tf"]
     assert "keras" in extras["tf"]
 
@@ -69,11 +76,11 @@ def test_the_wine_classifier_needs_tensorflow() -> None:
 def test_the_simple_wine_app_needs_no_extra() -> None:
     result = verify_file(WINE / "blueprint.yaml", require_registry=False)
     assert result.application is not None
-    assert build_cmds.needed_extras(result.application) == {}
+    assert context.needed_extras(result.application) == {}
 
 
 def test_builder_commands(tmp_path: Path) -> None:
-    buildah = build_cmds.Builder("buildah", "/usr/bin/buildah", tmp_path)
+    buildah = builders.Builder("buildah", "/usr/bin/buildah", tmp_path)
     command = buildah.build(dockerfile=Path("D"), context=Path("C"), tags=["t:1"], args={"A": "b"})
     assert command[:7] == [
         "/usr/bin/buildah",
@@ -101,7 +108,7 @@ def test_builder_commands(tmp_path: Path) -> None:
         "t:1",
         "oci-archive:/o.tar:t:1",
     ]
-    docker = build_cmds.Builder("docker", "docker")
+    docker = builders.Builder("docker", "docker")
     assert docker.build(dockerfile=Path("D"), context=Path("C"), tags=["t"], args={}) == [
         "docker",
         "build",
@@ -126,17 +133,19 @@ def test_dry_run_prints_the_plan_and_commands(
         app, ["build", str(WINE / "classifier.yaml"), "--builder", "docker", "--dry-run"]
     )
     assert result.exit_code == 0, result.output
-    assert "operator/Dockerfile.streamlets" in result.output
+    assert "streamflow/cli/images/Dockerfile.streamlets" in result.stdout
     assert "--build-arg STREAMFLOW_IMAGE=localhost/streamflow:0.1.0-" in result.output
     assert "-t localhost/streamflow/wine-classifier:" in result.output
     assert "BASE_IMAGE=docker.io/library/python:3.11-slim" in result.output
+    # what to pass to operator manifests --image: the image the application builds on
+    assert "operator manifests --image): localhost/streamflow:0.1.0-" in result.stderr
     assert not (tmp_path / "contexts").exists()  # a dry run writes nothing
 
 
 def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    builder = build_cmds.Builder("docker", "/nonexistent/docker")
-    monkeypatch.setattr(build_cmds, "_has_image", lambda b, i: False)
-    monkeypatch.setattr(build_cmds, "_image_id", lambda b, i: "")
+    builder = builders.Builder("docker", "/nonexistent/docker")
+    monkeypatch.setattr(builders, "has_image", lambda b, i: False)
+    monkeypatch.setattr(builders, "image_id", lambda b, i: "")
     project = tmp_path / "proj"
     (project / "bp").mkdir(parents=True)
     (project / "pyproject.toml").write_text("[project]\nname='p'\n")
@@ -144,8 +153,8 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         (project / "bp" / name).write_text((WINE / name).read_text())
     shutil.copytree(ROOT / "schemas" / "examples" / "wine", project / "schemas" / "wine")
 
-    def plan() -> build_cmds.Plan:
-        return build_cmds.make_plan(
+    def plan() -> plans.Plan:
+        return plans.make_plan(
             project / "bp" / "blueprint.yaml",
             root=None,
             tag=None,
@@ -155,11 +164,15 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         )
 
     first = plan()
-    assert first.root == project and first.extras == {}
-    assert plan().app_image == first.app_image
+    assert first.application is not None
+    assert first.application.root == project and first.application.extras == {}
+    assert plan().reference == first.reference == first.application.image
     (project / "bp" / "wine_app.py").write_text((WINE / "wine_app.py").read_text() + "\n# x\n")
-    assert plan().app_image != first.app_image
-    assert plan().streamflow_image == first.streamflow_image
+    assert plan().reference != first.reference
+    assert plan().streamflow == first.streamflow
+    operator = plans.plan_operator(tag=None, base_image="b", builder=builder)
+    assert operator.application is None and operator.reference == first.streamflow.image
+    assert operator.requirements == ["streamflow[k8s]"]
 
 
 def test_no_builder_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -180,3 +193,163 @@ def test_build_is_in_the_help() -> None:
     result = CliRunner().invoke(app, ["build", "--help"])
     assert result.exit_code == 0
     assert "--dry-run" in result.output and "oci-archive" in result.output
+
+
+# -- the operator's image (--operator) ------------------------------------------
+
+FAKE_DOCKER = """#!/bin/sh
+echo "$*" >>"$FAKE_LOG"
+case "$1 $2" in
+  "image inspect") [ -n "$FAKE_EXISTS" ] || exit 1; echo sha256:abc ;;
+  "save -o") echo archive >"$3" ;;
+  "build -f") echo "STEP 1/8: FROM base" ;;
+esac
+exit 0
+"""
+
+
+@pytest.fixture
+def fake_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A docker on PATH that logs its command lines; its images exist when FAKE_EXISTS is set."""
+    monkeypatch.setenv("STREAMFLOW_IMAGES_DIR", str(tmp_path / "images"))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text(FAKE_DOCKER)
+    (fake / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    log = tmp_path / "docker.log"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    return log
+
+
+def test_the_dockerfiles_are_package_data() -> None:
+    # a plain pip install builds too: the Dockerfiles are not in a checkout only
+    package = importlib.resources.files("streamflow.cli.images")
+    for name in ("Dockerfile", "Dockerfile.streamlets"):
+        assert package.joinpath(name).is_file()
+    assert plans.STREAMFLOW_DOCKERFILE.read_text().startswith("# syntax=docker/dockerfile:1")
+
+
+def test_operator_dry_run_builds_the_streamflow_image_alone(fake_docker: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "build",
+            "--operator",
+            "--builder",
+            "docker",
+            "--base-image",
+            "my/base:1",
+            "--tag",
+            "reg/sf:1",
+            "--output",
+            "docker-archive:/x/sf.tar",
+            "--dry-run",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "# streamflow image" in out and "application image" not in out
+    assert "streamflow/cli/images/Dockerfile " in out and "--build-arg BASE_IMAGE=my/base:1" in out
+    assert "-t localhost/streamflow:0.1.0-" in out and "-t localhost/streamflow:0.1.0 " in out
+    assert "# tag\n" in out and out.split("# tag\n")[1].split("\n")[0].endswith(" reg/sf:1")
+    assert "save -o /x/sf.tar reg/sf:1" in out
+    assert "operator manifests --image): localhost/streamflow:0.1.0-" in result.stderr
+    assert not fake_docker.read_text().count(" build ")  # nothing built
+
+
+def test_operator_prints_its_reference_and_writes_the_archive(
+    fake_docker: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_EXISTS", "1")  # up to date: no wheel is made, nothing is built
+    result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker"])
+    assert result.exit_code == 0, result.output
+    content_tag = result.stdout.strip()
+    assert content_tag.startswith("localhost/streamflow:0.1.0-") and len(content_tag) == 39
+    assert "is up to date" in result.stderr
+
+    archive = tmp_path / "out" / "sf.tar"
+    args = ["--tag", "reg/sf:1", "--output", f"docker-archive:{archive}"]
+    result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker", *args])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "reg/sf:1"
+    assert archive.read_text() == "archive\n"
+    log = fake_docker.read_text()
+    assert f"tag {content_tag} reg/sf:1" in log and " build " not in log
+
+
+def test_operator_rebuild_builds_again(
+    fake_docker: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_EXISTS", "1")
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "streamflow-0.1.0-py3-none-any.whl").write_text("wheel")
+    made: list[list[str]] = []
+
+    def wheelhouse(source: Path | None, requirements: list[str], key: str) -> Path:
+        made.append(requirements)
+        return house
+
+    monkeypatch.setattr(wheels, "wheelhouse", wheelhouse)
+    result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker", "--rebuild"])
+    assert result.exit_code == 0, result.output
+    assert made == [["streamflow[k8s]"]]
+    builds = [line for line in fake_docker.read_text().splitlines() if line.startswith("build ")]
+    # every image "exists" here, the local base too, so it is the one chosen
+    assert len(builds) == 1 and "BASE_IMAGE=localhost/streamflow-base:bookworm" in builds[0]
+    assert not (tmp_path / "images" / "contexts" / "_operator").exists()  # removed after
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give a BLUEPRINT"),
+        ([str(WINE / "classifier.yaml"), "--operator"], "not both"),
+        (["--operator", "--extras", "tf"], "--extras apply to an application's image"),
+        (["--operator", "--root", str(ROOT)], "--root apply to an application's image"),
+    ],
+)
+def test_operator_or_blueprint_usage_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["build", *args, "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.stderr.split())
+
+
+def test_without_a_checkout_streamflow_comes_from_the_index(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("STREAMFLOW_IMAGES_DIR", str(tmp_path))
+    ran: list[list[str]] = []
+
+    def run(command: list[str], *, what: str, quiet: bool = False, hint: str = "") -> None:
+        ran.append(command)
+        flag = "--wheel-dir" if "--wheel-dir" in command else "--dest"
+        Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(builders, "run", run)
+    house = wheels.wheelhouse(None, ["streamflow[k8s,tf]", "pandas>=2"], "key")
+    assert (house / ".complete").is_file()
+    assert len(ran) == 1  # no wheel built from a checkout
+    assert ran[0][-2:] == ["streamflow[k8s,tf]==0.1.0", "pandas>=2"]
+    assert wheels.streamflow_source() == ROOT  # here, an editable install: the checkout's wheel
+
+
+def test_stdout_is_the_reference_alone(fake_docker: Path, tmp_path: Path) -> None:
+    # IMAGE=$(streamflow build ...) works: the builder's own output goes to stderr
+    builder = builders.find_builder("docker", storage=tmp_path)
+    plan = plans.plan_operator(tag=None, base_image=None, builder=builder)
+    house = builders.images_dir() / "wheels" / plan.wheels_key  # made: no pip
+    house.mkdir(parents=True)
+    (house / ".complete").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "streamflow.cli.main", "build", "--operator", "--builder", "docker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == plan.reference + "\n"
+    assert "STEP 1/8: FROM base" in result.stderr

@@ -6,7 +6,9 @@ finds them up to date), then runs the image's root filesystem as a pod would:
 uid 10001, a read-only root, an empty /tmp as HOME, the blueprint's directory
 as the working directory. There, the CLI starts, the blueprint verifies
 (classes and schemas found under /app), and the Keras model the example
-publishes loads with TensorFlow.
+publishes loads with TensorFlow. ``streamflow build --operator`` then finds
+the streamflow image that build made (no second build) and writes its OCI
+archive.
 
 Needs buildah and root (to mount the image and chroot into it); skipped otherwise.
 """
@@ -17,12 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from streamflow.cli import build_cmds
+from streamflow.cli.images import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 WINE = ROOT / "blueprints" / "wine"
@@ -64,7 +67,7 @@ exec chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp \
 
 
 def _buildah(*args: str) -> list[str]:
-    images = build_cmds.images_dir()
+    images = builders.images_dir()
     return [
         "buildah",
         "--root",
@@ -78,7 +81,7 @@ def _buildah(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def wine_image() -> str:
+def wine_build() -> subprocess.CompletedProcess[str]:
     if not (WINE / "models" / "wine-v1.keras").is_file():
         pytest.skip("the wine models are not trained: ./dev models")
     subprocess.run([str(ROOT / "tools" / "images" / "build")], check=True, timeout=900)
@@ -90,7 +93,12 @@ def wine_image() -> str:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout.strip().splitlines()[-1]
+    return result
+
+
+@pytest.fixture(scope="module")
+def wine_image(wine_build: subprocess.CompletedProcess[str]) -> str:
+    return wine_build.stdout.strip().splitlines()[-1]
 
 
 # one container for the module: with vfs, making one copies the whole image
@@ -138,3 +146,27 @@ def test_the_classes_import_and_the_keras_model_loads(rootfs: Path) -> None:
     result = _in_pod(rootfs, "python", "-c", PROBE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "probe: WineClassifier (None, 13)" in result.stdout
+
+
+def test_the_operators_image_is_the_one_the_app_built_on(
+    wine_build: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    named = [
+        line for line in wine_build.stderr.splitlines() if "operator manifests --image" in line
+    ]
+    assert named, wine_build.stderr[-2000:]
+    archive = tmp_path / "streamflow.tar"
+    command = ["build", "--operator", "--output", f"oci-archive:{archive}"]
+    result = subprocess.run(
+        [sys.executable, "-m", "streamflow.cli.main", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    reference = result.stdout.strip()
+    assert reference.startswith("localhost/streamflow:") and named[0].endswith(reference)
+    assert "is up to date" in result.stderr  # the application's build made it
+    with tarfile.open(archive) as tar:
+        assert "index.json" in tar.getnames()

@@ -22,6 +22,7 @@ operator restart is simply planned and applied again.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -114,6 +115,36 @@ class Cluster:
             if exc.status in (403, 404):
                 return None
             raise
+
+    def post_event(
+        self, resource: Mapping[str, Any], *, type_: str, reason: str, message: str
+    ) -> None:
+        """A core/v1 Event about ``resource``, as ``kubectl describe`` lists them."""
+        metadata = resource["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body: Any = {
+            "metadata": {
+                "generateName": f"{metadata['name']}.",
+                "namespace": metadata["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": resource.get("apiVersion", names.API_VERSION),
+                "kind": resource.get("kind", names.KIND),
+                "name": metadata["name"],
+                "namespace": metadata["namespace"],
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],  # the API server refuses long messages
+            "source": {"component": names.MANAGED_BY},
+            "reportingComponent": names.MANAGED_BY,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.core.create_namespaced_event(metadata["namespace"], body, **_RAW)
 
     # -- children, by streamlet ---------------------------------------------------
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import kopf
 import urllib3
@@ -46,17 +46,19 @@ from kubernetes.client.exceptions import ApiException
 from streamflow.operator.kubernetes import names, periodic, verify_job
 from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess, api_message
+from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.operator.kubernetes.reconcile import Reconciler
 
 __all__ = [
     "LEGACY_FINALIZER",
-    "KopfEvents",
+    "ApiEvents",
     "build_registry",
     "build_settings",
     "connection_info",
     "periodic_work",
 ]
 
+_LOG = logging.getLogger("streamflow.operator")
 _RETRY_DELAY_S = 5.0
 _Run = Callable[[str | None, str | None], None]  # reconcile (namespace, name), retried by kopf
 _STORAGE_PREFIX = f"operator.{names.GROUP}"
@@ -64,19 +66,31 @@ _STORAGE_PREFIX = f"operator.{names.GROUP}"
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
 
-class KopfEvents:
-    """Kubernetes Events through kopf's poster (batched, retried, off the handler's thread)."""
+class ApiEvents:
+    """Kubernetes Events, written through the operator's own API client.
+
+    Not kopf's poster (``kopf.info``): that one works only inside kopf's
+    handlers, and the resync and the autoscaler run on threads of their own
+    (:mod:`~streamflow.operator.kubernetes.periodic`). An event that cannot be
+    written is logged and dropped: it never fails the reconcile it reports on.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
 
     def info(self, resource: Mapping[str, Any], *, reason: str, message: str) -> None:
-        kopf.info(_body(resource), reason=reason, message=message)
+        self._post(resource, "Normal", reason, message)
 
     def warn(self, resource: Mapping[str, Any], *, reason: str, message: str) -> None:
-        kopf.warn(_body(resource), reason=reason, message=message)
+        self._post(resource, "Warning", reason, message)
 
-
-def _body(resource: Mapping[str, Any]) -> kopf.Body:
-    # kopf reads only the object reference (apiVersion, kind, metadata) of a plain dict.
-    return cast(kopf.Body, dict(resource))
+    def _post(self, resource: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        try:
+            self.cluster.post_event(resource, type_=type_, reason=reason, message=message)
+        except ApiException as exc:
+            _LOG.warning("event %s (%s) not written: %s", reason, message, api_message(exc))
+        except (urllib3.exceptions.HTTPError, KeyError) as exc:
+            _LOG.warning("event %s (%s) not written: %s", reason, message, exc)
 
 
 def connection_info(access: KubeAccess) -> kopf.ConnectionInfo:
@@ -214,7 +228,7 @@ def _reconcile_owner(run: _Run, body: kopf.Body, namespace: str | None) -> None:
         try:
             run(namespace, owner)
         except kopf.TemporaryError as exc:  # event handlers are not retried: the next event is
-            logging.getLogger("streamflow.operator").warning("reconcile of %s: %s", owner, exc)
+            _LOG.warning("reconcile of %s: %s", owner, exc)
 
 
 def periodic_work(

@@ -20,6 +20,7 @@ tests, on simulated nodes that run no Job).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Sequence
 
@@ -74,7 +75,7 @@ class Operator:
             verifier = JobVerifier(cluster) if verify_in == "job" else Verifier()
         self.reconciler = Reconciler(
             cluster,
-            handlers.KopfEvents(),
+            handlers.ApiEvents(cluster),
             keda_installed=keda_installed,
             allowed_images=tuple(allowed_images),
             verifier=verifier,
@@ -105,7 +106,17 @@ class Operator:
         in_main = threading.current_thread() is threading.main_thread()
         settings = handlers.build_settings(in_main_thread=in_main)
         done = threading.Event()  # ends the periodic work when kopf ends, however it ends
-        threads = [work.start(done) for work in self.periodic]
+        threads: list[threading.Thread] = []
+
+        # Started from kopf's startup, so each thread runs in a copy of kopf's
+        # context: its event poster (kopf.info/warn, which the reconciler's
+        # events go through) reads the operator's settings and queue from there.
+        @kopf.on.startup(id="periodic", registry=self.registry)
+        async def _start_periodic(**_: object) -> None:
+            threads.extend(
+                work.start(done, context=contextvars.copy_context()) for work in self.periodic
+            )
+
         try:
             asyncio.run(
                 kopf.operator(

@@ -201,7 +201,7 @@ def test_the_role_grants_exactly_what_the_executor_calls() -> None:
     needed = {(_KINDS[kind], _VERBS.get(verb, verb)) for verb, kind in calls}
     needed.add(("deployments", "watch"))  # handlers.py: @kopf.on.event on apps/v1 deployments
     needed.add(("jobs", "watch"))  # handlers.py: @kopf.on.event on the verifier's batch/v1 jobs
-    needed.add(("events", "create"))  # kopf posts the events
+    needed.add(("events", "create"))  # kopf posts events too (its own, on handler failures)
     role = manifests.rbac()[1]
     granted = {
         (resource, verb)

@@ -1,0 +1,235 @@
+"""The wine classifier on a real node, the way a platform engineer deploys it.
+
+Everything here runs for real: the images come from `streamflow build` (the
+streamflow image for the operator, the application's image for its streamlets
+and its verifier Job), a kubelet with containerd and runc runs them, and the
+commands are the README's, run as a user runs them:
+
+    streamflow operator manifests --image OPERATOR | kubectl apply -f -
+    streamflow deploy blueprints/wine/classifier.yaml --target kubernetes --image APP
+    streamflow scale / configure / logs / undeploy
+
+Records are counted at the end of the pipeline: every wine of the data set
+comes out as a prediction (none lost), through real pods, a scale to three
+classifiers, a classifier pod killed and replaced, and a `configure` that rolls
+only its own streamlet.
+
+The pods' network cannot reach this host's loopback, so the module has a Kafka
+broker of its own, listening on the node's host address. The tests share one
+deployment and run in order: each step starts from where the last one left it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamflow import devkit
+from streamflow.operator.kubernetes.names import APP_LABEL, STREAMLET_LABEL
+from tests.image_fixtures import CLASSIFIER, BuiltImages
+
+pytestmark = pytest.mark.timeout(3600)
+
+STREAMFLOW = Path(sys.executable).with_name("streamflow")
+APP = "wine-classifier"
+_WAIT_S = 600.0  # pods import TensorFlow and load a model: slow on a loaded 2-core machine
+_POLL_S = 1.0
+
+
+@dataclass
+class Deployed:
+    node: devkit.RealNode
+    kafka: devkit.KafkaBroker
+    images: BuiltImages
+    namespace: str
+    env: dict[str, str]
+    samples: int  # wines in the data set the samples streamlet replays
+
+    def cli(self, *args: str, timeout: float = _WAIT_S) -> subprocess.CompletedProcess[str]:
+        """`streamflow ARGS` against the node's cluster; fails the test on a non-zero exit."""
+        result = self.try_cli(*args, timeout=timeout)
+        assert result.returncode == 0, (
+            f"streamflow {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+        )
+        return result
+
+    def try_cli(self, *args: str, timeout: float = _WAIT_S) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(STREAMFLOW), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def k8s(self, *args: str) -> list[str]:
+        """The options that point a CLI command at the application on the node."""
+        return [*args, "--target", "kubernetes", "--kubeconfig", str(self.node.cluster.kubeconfig),
+                "-n", self.namespace]  # fmt: skip
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.node.kubectl("-n", self.namespace, *args, input=input, timeout=120).stdout
+
+    def pods(self, streamlet: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{APP_LABEL}={APP}"
+        if streamlet is not None:
+            selector += f",{STREAMLET_LABEL}={streamlet}"
+        return list(json.loads(self.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"])
+
+    def predictions(self) -> Counter[str]:
+        """How many predictions of each wine id are on the predictions topic."""
+        bootstrap = self.kafka.bootstrap_servers
+        result = self.try_cli("tail", str(CLASSIFIER), "wine-predictions", "-n", "100000",
+                              "-o", "json", "-b", bootstrap, timeout=120)  # fmt: skip
+        if result.returncode != 0:
+            return Counter()
+        values = [json.loads(line)["value"] for line in result.stdout.splitlines() if line.strip()]
+        return Counter(str(value["id"]) for value in values)
+
+
+def wait_for(what: str, condition: Callable[[], bool], *, timeout: float = _WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f} s")
+        time.sleep(_POLL_S)  # polling a condition, not waiting for time to pass
+
+
+def running(pod: dict[str, Any]) -> bool:
+    """A real container started and passed its readiness probe, and is not being deleted."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return (
+        "deletionTimestamp" not in pod["metadata"]
+        and pod.get("status", {}).get("phase") == "Running"
+        and bool(statuses)
+        and all(s.get("ready") and "running" in (s.get("state") or {}) for s in statuses)
+    )
+
+
+def ready_pods(deployed: Deployed, streamlet: str) -> list[dict[str, Any]]:
+    return [pod for pod in deployed.pods(streamlet) if running(pod)]
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    real_node: devkit.RealNode,
+    wine_images: BuiltImages,
+    wine_models_in_place: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployed]:
+    data = (wine_models_in_place / "wine-sample.jsonl").read_text().splitlines()
+    samples = sum(1 for line in data if line.strip())
+    real_node.import_image(wine_images.operator_archive, name=wine_images.operator)
+    real_node.import_image(wine_images.app_archive, name=wine_images.app)
+    kafka = devkit.KafkaBroker(host=real_node.host_address)
+    kafka.start()
+    namespace = f"wine-{uuid.uuid4().hex[:8]}"
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFLOW_")}
+    env |= {"STREAMFLOW_HOME": str(home), "COLUMNS": "250", "NO_COLOR": "1"}
+    found = Deployed(real_node, kafka, wine_images, namespace, env, samples)
+    try:
+        real_node.kubectl("create", "namespace", namespace)
+        manifests = found.cli("operator", "manifests", "--image", wine_images.operator,
+                              "-n", namespace).stdout  # fmt: skip
+        real_node.kubectl("apply", "-f", "-", input=manifests, timeout=120)
+        yield found
+    finally:
+        real_node.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        kafka.stop()
+
+
+def test_the_operator_runs_in_a_pod_of_the_streamflow_image(deployed: Deployed) -> None:
+    def operator_pod() -> dict[str, Any] | None:
+        items = json.loads(deployed.kubectl("get", "pods", "-o", "json"))["items"]
+        for pod in items:
+            if running(pod) and pod["spec"]["containers"][0]["image"] == deployed.images.operator:
+                return dict(pod)
+        return None
+
+    wait_for("the operator's pod running and ready", lambda: operator_pod() is not None)
+
+
+def test_the_application_deploys_after_its_own_image_verified_it(deployed: Deployed) -> None:
+    assert deployed.samples > 100, "the wine data set is missing"
+    deployed.cli(*deployed.k8s("deploy", str(CLASSIFIER), "--image", deployed.images.app,
+                               "-b", deployed.kafka.bootstrap_servers,
+                               "--set", "samples.loop=false", "--set", "accuracy.every=25",
+                               "--timeout", f"{_WAIT_S:.0f}s"))  # fmt: skip
+    resource = json.loads(deployed.kubectl("get", "streamflowapplications", APP, "-o", "json"))
+    conditions = {c["type"]: c for c in resource["status"]["conditions"]}
+    assert conditions["Verified"]["status"] == "True", conditions
+    assert resource["status"]["phase"] == "Running"
+    for streamlet in ("samples", "models", "classifier", "accuracy"):
+        pods = ready_pods(deployed, streamlet)
+        assert pods, f"no running pod of {streamlet}"
+        assert {p["spec"]["containers"][0]["image"] for p in pods} == {deployed.images.app}
+
+
+def test_every_wine_comes_out_as_a_prediction(deployed: Deployed) -> None:
+    wait_for(f"a prediction of each of the {deployed.samples} wines",
+             lambda: len(deployed.predictions()) == deployed.samples)  # fmt: skip
+
+
+def test_scale_runs_three_real_classifier_pods(deployed: Deployed) -> None:
+    deployed.cli(*deployed.k8s("scale", APP, "classifier=3"))
+    wait_for("three classifier pods running", lambda: len(ready_pods(deployed, "classifier")) == 3)
+
+
+def test_a_killed_pod_is_replaced_by_a_new_container(deployed: Deployed) -> None:
+    victim = ready_pods(deployed, "classifier")[0]["metadata"]["name"]
+    deployed.kubectl("delete", "pod", victim, "--wait=false")
+
+    def replaced() -> bool:
+        names = {p["metadata"]["name"] for p in ready_pods(deployed, "classifier")}
+        return len(names) == 3 and victim not in names
+
+    wait_for("the killed classifier pod replaced", replaced)
+
+
+def test_logs_come_from_the_pods(deployed: Deployed) -> None:
+    pod = ready_pods(deployed, "accuracy")[0]["metadata"]["name"]
+    wait_for("the accuracy logger's lines in kubectl logs",
+             lambda: "accuracy:" in deployed.kubectl("logs", pod))  # fmt: skip
+    ours = deployed.cli(*deployed.k8s("logs", APP, "accuracy", "--tail", "50")).stdout
+    assert "accuracy:" in ours
+
+
+def test_configure_rolls_only_its_streamlet_and_nothing_is_lost(deployed: Deployed) -> None:
+    def uids(streamlet: str) -> set[str]:
+        return {p["metadata"]["uid"] for p in ready_pods(deployed, streamlet)}
+
+    others = {s: uids(s) for s in ("models", "classifier", "accuracy")}
+    samples_before = uids("samples")
+    deployed.cli(*deployed.k8s("configure", APP, "--set", "samples.rate=50"))
+    wait_for("a new samples pod running",
+             lambda: bool(uids("samples")) and not uids("samples") & samples_before)  # fmt: skip
+    assert {s: uids(s) for s in others} == others  # nobody else rolled
+    # the new samples pod replays the data set through the three classifiers,
+    # one of them the replacement of the killed pod: every wine comes out again
+    wait_for(f"a second prediction of each of the {deployed.samples} wines",
+             lambda: min(deployed.predictions().values(), default=0) >= 2)  # fmt: skip
+    counts = deployed.predictions()
+    assert len(counts) == deployed.samples
+
+
+def test_undeploy_removes_everything(deployed: Deployed) -> None:
+    deployed.cli(*deployed.k8s("undeploy", APP, "--timeout", "300s"))
+    left = deployed.kubectl("get", "deployments,pods,configmaps,services,jobs",
+                            "-l", f"{APP_LABEL}={APP}", "-o", "name")  # fmt: skip
+    assert left.strip() == ""
+    gone = deployed.node.kubectl("-n", deployed.namespace, "get", "streamflowapplications",
+                                 "-o", "name", timeout=60).stdout  # fmt: skip
+    assert gone.strip() == ""
