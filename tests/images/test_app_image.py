@@ -10,7 +10,7 @@ publishes loads with TensorFlow. ``streamflow build --operator`` then finds
 the streamflow image that build made (no second build) and writes its OCI
 archive.
 
-Needs buildah and root (to mount the image and chroot into it); skipped otherwise.
+Needs buildah and root (to mount the image and chroot into it); fails without them.
 """
 
 from __future__ import annotations
@@ -32,9 +32,17 @@ WINE = ROOT / "blueprints" / "wine"
 
 pytestmark = [
     pytest.mark.timeout(1800),  # cold: the base, TensorFlow's wheels, two images (minutes)
-    pytest.mark.skipif(shutil.which("buildah") is None, reason="buildah is not installed"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounting an image and chroot need root"),
 ]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _builder_here() -> None:
+    """Fails (never skips) without what the test needs, saying how to get it."""
+    if shutil.which("buildah") is None:
+        pytest.fail("buildah is not installed: tools/images/build installs it", pytrace=False)
+    if os.geteuid() != 0:
+        pytest.fail("mounting an image and chroot need root", pytrace=False)
+
 
 PROBE = """
 import os, sys
@@ -81,9 +89,7 @@ def _buildah(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def wine_build() -> subprocess.CompletedProcess[str]:
-    if not (WINE / "models" / "wine-v1.keras").is_file():
-        pytest.skip("the wine models are not trained: ./dev models")
+def wine_build(wine_models_in_place: Path) -> subprocess.CompletedProcess[str]:
     subprocess.run([str(ROOT / "tools" / "images" / "build")], check=True, timeout=900)
     result = subprocess.run(
         [sys.executable, "-m", "streamflow.cli.main", "build", str(WINE / "classifier.yaml")],
