@@ -13,7 +13,9 @@ manifests --image`` runs.
 Only the reference to deploy goes to stdout, so ``IMAGE=$(streamflow build
 ...)`` works; progress goes to stderr, including the streamflow image's
 reference during an application build, for ``operator manifests --image``.
-The planning, builders and wheelhouse are in :mod:`streamflow.cli.images`.
+``--push`` pushes that reference with the builder that made it (buildah from
+streamflow's own storage, where ``docker push`` cannot see it). The planning,
+builders and wheelhouse are in :mod:`streamflow.cli.images`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from streamflow.blueprint import paths
 from streamflow.cli import output
 from streamflow.cli.images import builders, plans
 
@@ -84,10 +87,30 @@ def _describe(plan: plans.Plan, blueprint: Path) -> None:
     )
     for extra, reason in application.extras.items() or [("(none)", "no streamlet needs one")]:
         builders.say(f"extra {extra}: {reason}")
+    _warn_on_another_root(application.root, blueprint.resolve().parent, workdir)
+
+
+def _warn_on_another_root(root: Path, where: Path, workdir: str) -> None:
+    """deploy names the blueprint's directory from the nearest project root: it has no --root."""
+    nearest = paths.find_project_root(start=where)
+    if nearest == root:
+        return
+    if nearest is None:
+        builders.say(
+            f"warning: deploy finds no project above {where} (no pyproject.toml or .git), "
+            f"so it will refuse this application; add a pyproject.toml to {root}"
+        )
+        return
+    deployed = (Path(plans.APP_ROOT) / where.relative_to(nearest)).as_posix()
+    builders.say(
+        f"warning: --root {root} is not the project deploy uses ({nearest}, the nearest "
+        f"with pyproject.toml or .git): its pods would run in {deployed}, not {workdir}; "
+        "build without --root so that both agree"
+    )
 
 
 def _print_commands(
-    plan: plans.Plan, builder: builders.Builder, archive: tuple[str, Path] | None
+    plan: plans.Plan, builder: builders.Builder, archive: tuple[str, Path] | None, *, push: bool
 ) -> None:
     builders.say(
         f"requirements: {' '.join(plan.requirements)} (wheels made here, installed --no-index)"
@@ -98,6 +121,8 @@ def _print_commands(
         print(f"# tag\n{' '.join(builder.tag(plan.built, plan.tag))}")
     if archive:
         print(f"# archive\n{' '.join(builder.save(plan.reference, *archive))}")
+    if push:
+        print(f"# push\n{' '.join(builder.push(plan.reference))}")
 
 
 def build(
@@ -160,6 +185,13 @@ def build(
             "ctr -n k8s.io images import PATH).",
         ),
     ] = None,
+    push: Annotated[
+        bool,
+        typer.Option(
+            help="Push the image (the --tag reference, so give one that names a registry) "
+            "with the same builder and its storage."
+        ),
+    ] = False,
     rebuild: Annotated[
         bool, typer.Option(help="Build even if an image with the same content tag exists.")
     ] = False,
@@ -189,9 +221,11 @@ def build(
         )
     _describe(plan, blueprint or Path.cwd())
     if dry_run:
-        _print_commands(plan, builder, archive)
+        _print_commands(plan, builder, archive, push=push)
         return
     plans.run_build(plan, builder, archive=archive, rebuild=rebuild)
+    if push:
+        builders.push(builder, plan.reference)
     print(plan.reference)
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -23,38 +25,53 @@ import time
 import urllib.request
 from ipaddress import IPv4Network
 from pathlib import Path
+from typing import IO
 
 from streamflow.devkit.kafka import DevkitError
 
 __all__ = [
     "BRIDGE_PREFIX",
     "CGROUP_PREFIX",
+    "IPTABLES_MARKER",
     "KEEP_MARKER",
+    "LOCK_PATH",
     "add_bridge",
     "clean_iptables",
-    "cni_config",
     "connects",
-    "containerd_config",
+    "ctr",
+    "ctr_ok",
     "die_with_parent",
     "enable_ip_forward",
+    "foreign_chains",
     "free_port",
     "free_subnet",
     "healthy",
     "kill_cgroup_processes",
     "make_cgroup_root",
+    "mark_iptables",
+    "refuse_foreign_chains",
     "remove_bridge",
     "remove_cgroup_root",
     "remove_container_log_links",
+    "remove_containers",
     "restore_ip_forward",
     "run",
     "sweep_stale",
+    "take_lock",
     "unmount_below",
 ]
 
-CNI_DIR = Path("/usr/lib/cni")
 BRIDGE_PREFIX = "sfnode"  # + 6 hex digits: a link name has at most 15 characters
 CGROUP_PREFIX = "streamflow-node-"  # also the prefix of the nodes' temporary work dirs
 KEEP_MARKER = ".keep"  # in a work dir that a stale-node sweep must not remove
+# Written before the kubelet starts, removed once its and kube-proxy's chains are:
+# the only licence to remove KUBE-* chains, which a host's own Kubernetes also makes.
+LOCK_PATH = Path("/run/streamflow-real-node.lock")
+IPTABLES_MARKER = Path("/run/streamflow-real-node.iptables")
+# The chains kube-proxy and the kubelet make, by table: (table, chain).
+_KUBE_CHAINS = (("nat", "KUBE-SERVICES"), ("filter", "KUBE-FIREWALL"),
+                ("mangle", "KUBE-KUBELET-CANARY"))  # fmt: skip
+_WORK_DIR_NAME = re.compile(re.escape(CGROUP_PREFIX) + r"[a-z0-9_]{8}")  # mkdtemp's names
 _PR_SET_PDEATHSIG = 1
 _CGROUPS = Path("/sys/fs/cgroup")
 _IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
@@ -63,59 +80,6 @@ _CONTAINER_LOGS = Path("/var/log/containers")  # the kubelet's links; this path 
 _CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids",
               "systemd", "hugetlb", "net_cls", "net_prio", "perf_event", "unified")  # fmt: skip
 _RMDIR_WAIT_S = 5.0
-
-
-def containerd_config(folder: Path, *, cni_conf_dir: Path, sandbox_image: str) -> str:
-    """containerd's config: every path under `folder`, runc without systemd, our pause image.
-
-    `restrict_oom_score_adj`: this VM's root lacks CAP_SYS_RESOURCE, so a sandbox
-    may not get the score -998 containerd gives it. Network namespaces are
-    mounted under the state dir, so unmounting the work dir finds them.
-    """
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""\
-version = 2
-root = "{folder}/root"
-state = "{folder}/state"
-[grpc]
-  address = "{folder}/containerd.sock"
-[ttrpc]
-  address = "{folder}/containerd.sock.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[{cri}]
-  sandbox_image = "{sandbox_image}"
-  disable_apparmor = true
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [{cri}.containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [{cri}.containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{folder}/runc"
-  [{cri}.cni]
-    bin_dir = "{CNI_DIR}"
-    conf_dir = "{cni_conf_dir}"
-"""
-
-
-def cni_config(bridge: str, subnet: IPv4Network, *, ipam_dir: Path) -> dict[str, object]:
-    """One bridge, addresses from `subnet`, leases under `ipam_dir`, no masquerade (no iptables)."""
-    ipam = {
-        "type": "host-local",
-        "dataDir": str(ipam_dir),
-        "ranges": [[{"subnet": str(subnet), "gateway": str(subnet.network_address + 1)}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-    }
-    plugin = {"type": "bridge", "bridge": bridge, "isGateway": True, "hairpinMode": True}
-    return {"cniVersion": "0.4.0", "name": "streamflow", "plugins": [{**plugin, "ipam": ipam}]}
 
 
 def free_subnet(pool: IPv4Network) -> IPv4Network:
@@ -238,8 +202,52 @@ def unmount_below(folder: Path) -> None:
             subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=30)
 
 
-def clean_iptables(kube_proxy: Path | None) -> None:
-    """kube-proxy's chains (its own --cleanup), then the kubelet's, which nothing else removes."""
+def mark_iptables(owner: str) -> None:
+    """Record that a node of ours is about to make KUBE-* chains (before the kubelet starts)."""
+    IPTABLES_MARKER.write_text(owner + "\n")
+
+
+def foreign_chains() -> list[str]:
+    """The KUBE-* chains on this host that no marker of ours explains ("table/chain").
+
+    A host that runs its own Kubernetes (k3s, a kubelet, kube-proxy) has them; a
+    node of ours would fight its rules, and our cleanup would delete them.
+    """
+    if IPTABLES_MARKER.exists():
+        return []
+    found: list[str] = []
+    for tool in ("iptables", "ip6tables"):
+        for table, chain in _KUBE_CHAINS:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                listed = subprocess.run([tool, "-w", "-t", table, "-S", chain],
+                                        capture_output=True, timeout=30, check=False)  # fmt: skip
+                if listed.returncode == 0:
+                    found.append(f"{tool} {table}/{chain}")
+    return found
+
+
+def refuse_foreign_chains() -> None:
+    """Raise when `foreign_chains` finds any: this host runs a Kubernetes of its own."""
+    if foreign := foreign_chains():
+        raise DevkitError(
+            f"This host has Kubernetes iptables chains that no real node of ours made "
+            f"({', '.join(foreign)}): it runs its own kube-proxy or kubelet (k3s, kind, a "
+            "cluster node). A real node here would fight over those rules and its cleanup "
+            "would delete them. Run the real-node tests on a machine or VM without "
+            "Kubernetes, or stop that Kubernetes and remove its chains "
+            "(`kube-proxy --cleanup`) first."
+        )
+
+
+def clean_iptables(kube_proxy: Path | None) -> bool:
+    """Remove kube-proxy's chains (its own --cleanup), then the kubelet's, which nothing
+    else removes; only when `IPTABLES_MARKER` says a node of ours made them.
+
+    Call it holding the host lock: then the marker is ours or a dead node's.
+    Returns whether it cleaned.
+    """
+    if not IPTABLES_MARKER.exists():
+        return False
     if kube_proxy is not None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, timeout=60)
@@ -254,6 +262,9 @@ def clean_iptables(kube_proxy: Path | None) -> None:
         for table, *rule in rules:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([tool, "-w", "-t", table, *rule], capture_output=True, timeout=30)
+    with contextlib.suppress(OSError):
+        IPTABLES_MARKER.unlink()
+    return True
 
 
 def remove_container_log_links(folder: Path) -> None:
@@ -263,6 +274,38 @@ def remove_container_log_links(folder: Path) -> None:
             with contextlib.suppress(OSError):
                 if Path(os.readlink(link)).is_relative_to(folder):
                     link.unlink()
+
+
+def ctr(socket_path: Path, *args: str, what: str, timeout: float = 60.0) -> str:
+    """`ctr` against the node's containerd (namespace k8s.io); its stdout, or DevkitError."""
+    command = ["ctr", f"--address={socket_path}", "--namespace=k8s.io", *args]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise DevkitError(f"containerd could not {what} within {timeout:.0f} s.") from error
+    if result.returncode != 0:
+        raise DevkitError(f"containerd could not {what}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def ctr_ok(socket_path: Path) -> bool:
+    """Whether the node's containerd answers."""
+    try:
+        ctr(socket_path, "version", what="answer", timeout=10.0)
+    except DevkitError:
+        return False
+    return True
+
+
+def remove_containers(socket_path: Path) -> None:
+    """Kill and delete every task and container, so no shim outlives containerd."""
+    with contextlib.suppress(DevkitError):
+        for task in ctr(socket_path, "tasks", "ls", "-q", what="list tasks").split():
+            with contextlib.suppress(DevkitError):
+                ctr(socket_path, "tasks", "delete", "--force", task, what=f"delete task {task}")
+        for container in ctr(socket_path, "containers", "ls", "-q", what="list containers").split():
+            with contextlib.suppress(DevkitError):
+                ctr(socket_path, "containers", "delete", container, what=f"delete {container}")
 
 
 def run(*command: str) -> str:
@@ -305,11 +348,29 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def take_lock(deadline: float) -> IO[str]:
+    """The host lock (one real node per host), polled until `deadline`; close it to release."""
+    lock = LOCK_PATH.open("a+")
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                raise DevkitError(
+                    f"Another real node holds {LOCK_PATH} (one per host: kube-proxy's "
+                    "iptables chains are host-wide). Stop it, or wait for its tests."
+                ) from None
+            time.sleep(0.25)
+
+
 def sweep_stale(kube_proxy: Path | None) -> list[str]:
     """Undo what nodes that died without `stop()` left; call it holding the host lock.
 
     Only one node runs per host at a time, so under the lock every node bridge,
-    cgroup subtree, shim and iptables chain of ours is a dead node's. Returns
+    cgroup subtree and shim of ours is a dead node's, and so are the iptables
+    chains when a marker of ours is left; without one, KUBE-* chains are not ours. Returns
     what it removed, for the caller to mention.
     """
     removed: list[str] = []
@@ -329,18 +390,19 @@ def sweep_stale(kube_proxy: Path | None) -> list[str]:
             point = line.split()[4]
             if f"/{CGROUP_PREFIX}" in point and "/sys/fs/cgroup" not in point:
                 subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=30)
-    chains = subprocess.run(["iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"],
-                            capture_output=True, timeout=30, check=False)  # fmt: skip
-    if chains.returncode == 0:
-        clean_iptables(kube_proxy)
-        removed.append("kube-proxy's iptables chains")
+    if clean_iptables(kube_proxy):  # only with a dead node's marker: never a host's own
+        removed.append("kube-proxy's and the kubelet's iptables chains")
     return sorted(set(removed))
 
 
 def _stop_stale_work_dirs() -> list[Path]:
     """Kill what dead nodes' clusters run (kwokctl's pid files name it), and remove
     their work dirs from the temp folder unless they were to be kept."""
-    stale = list(Path(tempfile.gettempdir()).glob(f"{CGROUP_PREFIX}*"))
+    stale = [
+        folder
+        for folder in Path(tempfile.gettempdir()).glob(f"{CGROUP_PREFIX}*")
+        if _WORK_DIR_NAME.fullmatch(folder.name) and folder.is_dir()
+    ]
     for folder in stale:
         for pid_file in folder.glob("cluster/kwok/clusters/*/pids/*.pid"):
             with contextlib.suppress(OSError, ValueError):

@@ -25,6 +25,14 @@ Design choices, each for a reason:
   the kubelet's iptables chains, /var/log/containers links, ip_forward.
 * One real node per host at a time (a lock in /run): two kube-proxies would
   each delete the other's iptables rules. A second start waits for the lock.
+  Nor may it share a host with a Kubernetes of its own (k3s, a kubelet, a
+  kube-proxy): the start refuses when KUBE-* chains exist that no marker of
+  ours (`_node_host.IPTABLES_MARKER`) explains, and only a marker licenses
+  removing them.
+* Not for a shared host: the kubelet serves on the bridge address with
+  anonymous auth and AlwaysAllow (the apiserver has no client certificate),
+  so anything that can reach that address, the node's pods included, may
+  exec into its containers.
 * This VM's root lacks CAP_SYS_RESOURCE, so no component may lower an OOM
   score: containerd restricts sandbox scores and the kubelet and kube-proxy
   keep their own. cgroups v1 needs the kubelet's `failCgroupV1: false`.
@@ -41,7 +49,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -57,6 +64,7 @@ from types import TracebackType
 from typing import IO
 
 from streamflow.devkit import _local, k8s
+from streamflow.devkit import _node_config as configs
 from streamflow.devkit import _node_host as host
 from streamflow.devkit.kafka import DevkitError
 
@@ -73,7 +81,6 @@ _CNI_PLUGINS = ("bridge", "host-local", "loopback")
 _IMAGES_ENV = "STREAMFLOW_K8S_NODE_IMAGES"
 _IMAGES_RELATIVE = Path("tools") / "k8s" / "node-images"
 _ARCHIVES = ("pause.oci.tar", "busybox.oci.tar")
-_LOCK_PATH = Path("/run/streamflow-real-node.lock")
 _SUBNET_POOL = IPv4Network("10.200.0.0/13")  # /24s from here; clear of the Service range
 _POLL_S = 0.25
 _GRACE_S = 5.0
@@ -224,7 +231,8 @@ class RealNode:
             _local.terminate(self._processes.pop(name, None), grace=_GRACE_S)
         if self._work_dir is not None:
             host.clean_iptables(self._bin / "kube-proxy" if self._bin else None)
-            self._remove_containers()
+            if "containerd" in self._processes:
+                host.remove_containers(self._work_dir / "containerd" / "containerd.sock")
             _local.terminate(self._processes.pop("containerd", None), grace=_GRACE_S)
             socket_path = str(self._work_dir / "containerd" / "containerd.sock")
             host.kill_cgroup_processes(self._cgroup_root, shim_marker=socket_path)
@@ -252,7 +260,9 @@ class RealNode:
         if os.geteuid() != 0:
             raise DevkitError("A real Kubernetes node needs root (containerd, runc, iptables).")
         missing = [tool for tool in _HOST_TOOLS if shutil.which(tool) is None]
-        missing += [str(host.CNI_DIR / p) for p in _CNI_PLUGINS if not (host.CNI_DIR / p).exists()]
+        missing += [
+            str(configs.CNI_DIR / p) for p in _CNI_PLUGINS if not (configs.CNI_DIR / p).exists()
+        ]
         if missing:
             raise DevkitError(f"The real node lacks {', '.join(missing)}. {_SETUP_HINT}")
         bin_dir = k8s.find_k8s_bin(bin_dir=self._bin_dir)
@@ -262,23 +272,11 @@ class RealNode:
         return bin_dir, find_node_images(images_dir=self._images_dir)
 
     def _take_host_lock(self, deadline: float) -> None:
-        lock = _LOCK_PATH.open("a+")
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    lock.close()
-                    raise DevkitError(
-                        f"Another real node holds {_LOCK_PATH} (one per host: kube-proxy's "
-                        "iptables chains are host-wide). Stop it, or wait for its tests."
-                    ) from None
-                time.sleep(_POLL_S)
-        self._lock = lock
+        self._lock = host.take_lock(deadline)
         if stale := host.sweep_stale(self._bin / "kube-proxy" if self._bin else None):
             print(f"streamflow: removed what a dead real node left: {', '.join(stale)}",
                   file=sys.stderr)  # fmt: skip
+        host.refuse_foreign_chains()
 
     def _prepare_work_dir(self) -> Path:
         if self._given_work_dir is not None:
@@ -304,40 +302,26 @@ class RealNode:
         config = folder / "config.toml"
         cni_conf_dir = self._dir("cni", "net.d")
         config.write_text(
-            host.containerd_config(folder, cni_conf_dir=cni_conf_dir, sandbox_image=PAUSE_IMAGE)
+            configs.containerd_config(folder, cni_conf_dir=cni_conf_dir, sandbox_image=PAUSE_IMAGE)
         )
-        network = host.cni_config(self._bridge, self._network, ipam_dir=self._dir("cni", "ipam"))
+        network = configs.cni_config(self._bridge, self._network, ipam_dir=self._dir("cni", "ipam"))
         (cni_conf_dir / "10-streamflow.conflist").write_text(json.dumps(network, indent=2))
         self._spawn("containerd", ["containerd", f"--config={config}"])
-        self._wait(deadline, "containerd to answer", lambda: self._ctr_ok("version"))
+        self._wait(
+            deadline,
+            "containerd to answer",
+            lambda: host.ctr_ok(self._dir("containerd") / "containerd.sock"),
+        )
 
     def _start_kubelet(self, bin_dir: Path, deadline: float) -> None:
         folder = self._dir("kubelet")
         (folder / "resolv.conf").write_text("")  # no cluster DNS: pods resolve nothing
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "failCgroupV1": False,
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self._cgroup_root,
-            "containerRuntimeEndpoint": f"unix://{self._dir('containerd')}/containerd.sock",
-            "address": self.host_address,
-            "port": host.free_port(self.host_address),
-            "readOnlyPort": 0,
-            "healthzPort": 0,
-            # Only the apiserver calls the kubelet (logs, exec), over the pods' bridge.
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "resolvConf": str(folder / "resolv.conf"),
-            "podLogsDir": str(self._dir("kubelet", "pod-logs")),
-            "failSwapOn": False,
-            "oomScoreAdj": 0,
-            "protectKernelDefaults": False,
-            "enforceNodeAllocatable": [],
-            "imageGCHighThresholdPercent": 100,  # the imported images cannot be pulled again
-            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%"},
-        }  # fmt: skip
+        self._dir("kubelet", "pod-logs")
+        config = configs.kubelet_config(
+            folder, cgroup_root=self._cgroup_root, address=self.host_address,
+            containerd_socket=self._dir("containerd") / "containerd.sock",
+            port=host.free_port(self.host_address),
+        )  # fmt: skip
         (folder / "config.yaml").write_text(json.dumps(config, indent=2))
         command = [
             str(bin_dir / "kubelet"),
@@ -348,28 +332,18 @@ class RealNode:
             f"--hostname-override={self._name}",
             f"--node-ip={self.host_address}",
         ]
+        host.mark_iptables(f"{self._name} {self._work_dir}")  # the kubelet makes KUBE-* chains
         self._spawn("kubelet", command)
         self._wait(deadline, f"the node {self._name} to be Ready", self._node_ready)
 
     def _start_kube_proxy(self, bin_dir: Path, deadline: float) -> None:
         folder = self._dir("kube-proxy")
         healthz = f"127.0.0.1:{host.free_port('127.0.0.1')}"
-        config = {
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-            "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(self.cluster.kubeconfig)},
-            "hostnameOverride": self._name,
-            "mode": "iptables",
-            "clusterCIDR": self.pod_subnet,
-            "healthzBindAddress": healthz,
-            "metricsBindAddress": f"127.0.0.1:{host.free_port('127.0.0.1')}",
-            "nodePortAddresses": [f"{self.host_address}/32"],
-            "oomScoreAdj": 0,
-            # Zeros leave the host's conntrack sysctls alone.
-            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
-                          "tcpCloseWaitTimeout": "0s"},
-            "iptables": {"masqueradeAll": True, "localhostNodePorts": False},
-        }  # fmt: skip
+        config = configs.kube_proxy_config(
+            kubeconfig=self.cluster.kubeconfig, node_name=self._name, pod_subnet=self.pod_subnet,
+            node_address=self.host_address, healthz=healthz,
+            metrics=f"127.0.0.1:{host.free_port('127.0.0.1')}",
+        )  # fmt: skip
         (folder / "config.yaml").write_text(json.dumps(config, indent=2))
         self._spawn(
             "kube-proxy", [str(bin_dir / "kube-proxy"), f"--config={folder / 'config.yaml'}"]
@@ -383,20 +357,6 @@ class RealNode:
             deadline, f"the kubernetes Service ({cluster_ip}:443) to answer",
             lambda: host.connects(cluster_ip, 443),
         )  # fmt: skip
-
-    # --- stop, in order ----------------------------------------------------------
-
-    def _remove_containers(self) -> None:
-        """Kill and delete every task and container, so no shim outlives containerd."""
-        if "containerd" not in self._processes:
-            return
-        with contextlib.suppress(DevkitError):
-            for task in self._ctr("tasks", "ls", "-q", what="list tasks").split():
-                with contextlib.suppress(DevkitError):
-                    self._ctr("tasks", "delete", "--force", task, what=f"delete task {task}")
-            for container in self._ctr("containers", "ls", "-q", what="list containers").split():
-                with contextlib.suppress(DevkitError):
-                    self._ctr("containers", "delete", container, what=f"delete {container}")
 
     # --- helpers -------------------------------------------------------------------
 
@@ -421,21 +381,7 @@ class RealNode:
 
     def _ctr(self, *args: str, what: str, timeout: float = 60.0) -> str:
         socket_path = self._dir("containerd") / "containerd.sock"
-        command = ["ctr", f"--address={socket_path}", "--namespace=k8s.io", *args]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as error:
-            raise DevkitError(f"containerd could not {what} within {timeout:.0f} s.") from error
-        if result.returncode != 0:
-            raise DevkitError(f"containerd could not {what}: {result.stderr.strip()}")
-        return result.stdout
-
-    def _ctr_ok(self, *args: str) -> bool:
-        try:
-            self._ctr(*args, what=" ".join(args), timeout=10.0)
-        except DevkitError:
-            return False
-        return True
+        return host.ctr(socket_path, *args, what=what, timeout=timeout)
 
     def _node_ready(self) -> bool:
         template = '{.status.conditions[?(@.type=="Ready")].status}'

@@ -103,6 +103,9 @@ def test_builder_commands(tmp_path: Path) -> None:
         "t:1",
         "C",
     ]
+    assert buildah.push("reg/a:1")[:7] == command[:7]  # the same storage
+    assert buildah.push("reg/a:1")[7:] == ["push", "reg/a:1", "docker://reg/a:1"]
+    assert builders.Builder("podman", "podman").push("r:1") == ["podman", "push", "r:1"]
     assert buildah.save("t:1", "oci-archive", Path("/o.tar"))[-3:] == [
         "push",
         "t:1",
@@ -203,6 +206,7 @@ case "$1 $2" in
   "image inspect") [ -n "$FAKE_EXISTS" ] || exit 1; echo sha256:abc ;;
   "save -o") echo archive >"$3" ;;
   "build -f") echo "STEP 1/8: FROM base" ;;
+  "push "*) [ -z "$FAKE_PUSH_FAILS" ] || { echo "denied: access refused" >&2; exit 1; } ;;
 esac
 exit 0
 """
@@ -287,9 +291,9 @@ def test_operator_rebuild_builds_again(
     (house / "streamflow-0.1.0-py3-none-any.whl").write_text("wheel")
     made: list[list[str]] = []
 
-    def wheelhouse(source: Path | None, requirements: list[str], key: str) -> Path:
+    def wheelhouse(source: Path | None, requirements: list[str], key: wheels.Keys) -> list[Path]:
         made.append(requirements)
-        return house
+        return [house / "streamflow-0.1.0-py3-none-any.whl"]
 
     monkeypatch.setattr(wheels, "wheelhouse", wheelhouse)
     result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker", "--rebuild"])
@@ -328,8 +332,11 @@ def test_without_a_checkout_streamflow_comes_from_the_index(
         Path(command[command.index(flag) + 1]).mkdir(parents=True, exist_ok=True)
 
     monkeypatch.setattr(builders, "run", run)
-    house = wheels.wheelhouse(None, ["streamflow[k8s,tf]", "pandas>=2"], "key")
-    assert (house / ".complete").is_file()
+    requirements = ["streamflow[k8s,tf]", "pandas>=2"]
+    key = wheels.keys(None, requirements, content="c" * 64)
+    assert key.own is None
+    wheels.wheelhouse(None, requirements, key)
+    assert (tmp_path / "wheels" / f"deps-{key.deps}" / ".complete").is_file()
     assert len(ran) == 1  # no wheel built from a checkout
     assert ran[0][-2:] == ["streamflow[k8s,tf]==0.1.0", "pandas>=2"]
     assert wheels.streamflow_source() == ROOT  # here, an editable install: the checkout's wheel
@@ -339,9 +346,11 @@ def test_stdout_is_the_reference_alone(fake_docker: Path, tmp_path: Path) -> Non
     # IMAGE=$(streamflow build ...) works: the builder's own output goes to stderr
     builder = builders.find_builder("docker", storage=tmp_path)
     plan = plans.plan_operator(tag=None, base_image=None, builder=builder)
-    house = builders.images_dir() / "wheels" / plan.wheels_key  # made: no pip
-    house.mkdir(parents=True)
-    (house / ".complete").write_text("")
+    key = plan.wheels_key
+    for made in (f"streamflow-{key.own}", f"deps-{key.deps}"):  # made: no pip
+        house = builders.images_dir() / "wheels" / made
+        house.mkdir(parents=True)
+        (house / ".complete").write_text("")
     result = subprocess.run(
         [sys.executable, "-m", "streamflow.cli.main", "build", "--operator", "--builder", "docker"],
         capture_output=True,
@@ -353,3 +362,99 @@ def test_stdout_is_the_reference_alone(fake_docker: Path, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert result.stdout == plan.reference + "\n"
     assert "STEP 1/8: FROM base" in result.stderr
+
+
+def test_push_pushes_the_tag_with_the_builder(
+    fake_docker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_EXISTS", "1")
+    args = ["build", "--operator", "--builder", "docker", "--tag", "reg:5000/sf:1", "--push"]
+    result = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    pushed = result.stdout.split("# push\n")[1].splitlines()[0]
+    assert pushed.endswith("/docker push reg:5000/sf:1")
+    assert "push" not in fake_docker.read_text()  # a dry run pushes nothing
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "reg:5000/sf:1\n"
+    assert "pushed reg:5000/sf:1" in result.stderr
+    assert fake_docker.read_text().splitlines()[-1] == "push reg:5000/sf:1"
+
+
+def test_a_failed_push_says_why(fake_docker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_EXISTS", "1")
+    monkeypatch.setenv("FAKE_PUSH_FAILS", "1")
+    result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker", "--push"])
+    assert result.exit_code == 1
+    message = " ".join(result.stderr.split())
+    assert "failed (exit 1): denied: access refused" in message
+    assert "docker login" in message and "Traceback" not in result.output
+
+
+def test_another_root_than_deploys_is_warned_about(fake_docker: Path) -> None:
+    # deploy has no --root: it names the blueprint's directory from the nearest project root
+    blueprint = str(WINE / "classifier.yaml")
+    args = ["build", blueprint, "--builder", "docker", "--dry-run", "--root"]
+    result = CliRunner().invoke(app, [*args, str(ROOT / "blueprints")])
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert f"is not the project deploy uses ({ROOT}," in warning
+    assert "pods would run in /app/blueprints/wine, not /app/wine" in warning
+    result = CliRunner().invoke(app, [*args, str(ROOT)])
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr
+
+
+def test_an_edit_remakes_streamflows_wheel_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("STREAMFLOW_IMAGES_DIR", str(tmp_path))
+    ran: list[list[str]] = []
+
+    def run(command: list[str], *, what: str, quiet: bool = False, hint: str = "") -> None:
+        ran.append(command)
+        where = Path(command[command.index("--wheel-dir") + 1])
+        (where / "streamflow-0.1.0-py3-none-any.whl").write_text("copied or built")
+        if what == "wheels":
+            (where / "tensorflow-2-cp311-none-any.whl").write_text("big")
+
+    monkeypatch.setattr(builders, "run", run)
+    monkeypatch.setattr(wheels, "TARGET_PYTHON", sys.version_info[:2])
+    monkeypatch.setattr(sys, "platform", "linux")
+    old = tmp_path / "wheels" / "0123456789abcdef"  # the one-directory kind: superseded
+    old.mkdir(parents=True)
+    requirements = ["streamflow[k8s,tf]"]
+    first = wheels.keys(ROOT, requirements, content="a" * 64)
+    found = wheels.wheelhouse(ROOT, requirements, first)
+    assert [w.name for w in found] == [
+        "streamflow-0.1.0-py3-none-any.whl",
+        "tensorflow-2-cp311-none-any.whl",
+    ]
+    assert found[0].read_text() == "copied or built" and len(ran) == 2
+    assert not (found[1].parent / found[0].name).exists()  # only in its own directory
+    assert not old.exists()
+
+    edited = wheels.keys(ROOT, requirements, content="b" * 64)
+    assert edited.deps == first.deps and edited.own != first.own
+    wheels.wheelhouse(ROOT, requirements, edited)
+    assert [c[c.index("wheel") + 1] for c in ran[2:]] == ["--no-deps"]  # no TensorFlow again
+    left = sorted(p.name for p in (tmp_path / "wheels").iterdir())
+    assert left == [f"deps-{first.deps}", f"streamflow-{edited.own}"]  # the superseded one went
+    assert wheels.keys(ROOT, ["streamflow[k8s]"], content="b" * 64).deps != first.deps
+
+
+def test_a_failed_build_leaves_no_context(
+    fake_docker: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "streamflow-0.1.0-py3-none-any.whl").write_text("wheel")
+    monkeypatch.setattr(
+        wheels, "wheelhouse", lambda *a: [house / "streamflow-0.1.0-py3-none-any.whl"]
+    )
+    failing = FAKE_DOCKER.replace('echo "STEP 1/8: FROM base" ;;', "exit 3 ;;")
+    (tmp_path / "bin" / "docker").write_text(failing)
+    result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker"])
+    assert result.exit_code == 1 and "streamflow image failed (exit 3)" in result.stderr
+    assert not (tmp_path / "images" / "contexts" / "_operator").exists()

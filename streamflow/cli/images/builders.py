@@ -27,6 +27,7 @@ __all__ = [
     "image_id",
     "images_dir",
     "prune",
+    "push",
     "run",
     "say",
     "write_archive",
@@ -89,6 +90,11 @@ class Builder:
 
     def tag(self, image: str, reference: str) -> list[str]:
         return [*self.base(), "tag", image, reference]
+
+    def push(self, reference: str) -> list[str]:
+        if self.name == "buildah":  # buildah names the destination's transport itself
+            return [*self.base(), "push", reference, f"docker://{reference}"]
+        return [*self.base(), "push", reference]
 
     def save(self, image: str, kind: str, path: Path) -> list[str]:
         if self.name == "buildah":
@@ -171,6 +177,23 @@ def prune(builder: Builder, *, current: list[str], keep: list[str], keep_suffix:
     archives = images_dir() / "archives"
     for stale in archives.glob("*.tar") if archives.is_dir() else ():
         stale.unlink()
+
+
+def push(builder: Builder, reference: str) -> None:
+    """Push ``reference`` from the builder's own storage; on failure, exit with its message."""
+    say(f"pushing {reference} with {builder.name} ...")
+    command = builder.push(reference)
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout or "").strip().splitlines()
+        output.fail(
+            f"pushing {reference} failed (exit {result.returncode}): "
+            f"{lines[-1] if lines else 'no message'}",
+            hint="is the registry reachable, and are you logged in to it "
+            f"({builder.name} login)? The command: {' '.join(command)}",
+        )
+    say(f"pushed {reference} in {time.monotonic() - started:.0f} s")
 
 
 def write_archive(builder: Builder, image: str, kind: str, path: Path) -> None:

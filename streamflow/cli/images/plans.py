@@ -16,7 +16,6 @@ build. Contexts are written under ``images_dir()``, never in the project.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +61,7 @@ class StreamflowPlan:
     base_image: str
     image: str  # localhost/streamflow:VERSION-HASH
     digest: str
+    wheel_digest: str  # the package's files alone: what its wheel is made from
 
     @property
     def stable(self) -> str:
@@ -87,7 +87,7 @@ class Plan:
     streamflow: StreamflowPlan
     application: AppPlan | None
     requirements: list[str]
-    wheels_key: str
+    wheels_key: wheels.Keys
     tag: str | None
 
     @property
@@ -135,13 +135,14 @@ def _plan_streamflow(builder: builders.Builder, base_image: str | None) -> Strea
     parts = [STREAMFLOW_DOCKERFILE.read_text(), base_image, builders.image_id(builder, base_image)]
     if source is None:  # the installed files stand for the index's wheel of this version
         parts.append(f"streamflow=={streamflow.__version__} from the index")
-    digest = context.digest(root, sorted(files), *parts)
+    wheel_digest = context.digest(root, sorted(files))
+    digest = context.digest(root, [], *parts, wheel_digest)
     image = f"localhost/streamflow:{streamflow.__version__}-{digest[:12]}"
-    return StreamflowPlan(source, base_image, image, digest)
+    return StreamflowPlan(source, base_image, image, digest, wheel_digest)
 
 
-def _wheels_key(sf: StreamflowPlan, requirements: list[str]) -> str:
-    return hashlib.sha256("\n".join([sf.digest, *requirements]).encode()).hexdigest()[:16]
+def _wheels_key(sf: StreamflowPlan, requirements: list[str]) -> wheels.Keys:
+    return wheels.keys(sf.source, requirements, content=sf.wheel_digest)
 
 
 def plan_operator(*, tag: str | None, base_image: str | None, builder: builders.Builder) -> Plan:
@@ -215,13 +216,14 @@ def steps(plan: Plan, builder: builders.Builder) -> list[Step]:
     return done
 
 
-def _write_contexts(plan: Plan, house: Path) -> None:
+def _write_contexts(plan: Plan, found: list[Path]) -> None:
     shutil.rmtree(plan.contexts, ignore_errors=True)
-    found = sorted(p.name for p in house.glob("*.whl"))
-    wheels.link_tree(house, found, plan.contexts / "streamflow" / "wheels")
+    for wheel in found:
+        wheels.link_tree(wheel.parent, [wheel.name], plan.contexts / "streamflow" / "wheels")
     if plan.application is not None:
         app = plan.contexts / "app"
-        wheels.link_tree(house, found, app / "wheels")
+        for wheel in found:
+            wheels.link_tree(wheel.parent, [wheel.name], app / "wheels")
         (app / "requirements.txt").write_text("\n".join(plan.requirements) + "\n")
         wheels.link_tree(plan.application.root, plan.application.files, app / "app")
 
@@ -235,12 +237,15 @@ def run_build(
 ) -> None:
     """Build what is missing (or everything, with ``rebuild``), tag it, write the archive."""
     todo = [s for s in steps(plan, builder) if rebuild or not builders.has_image(builder, s.image)]
-    if todo:
-        house = wheels.wheelhouse(plan.streamflow.source, plan.requirements, plan.wheels_key)
-        _write_contexts(plan, house)
-    for step in todo:
-        builders.say(f"building the {step.what} {step.image} with {builder.name} ...")
-        builders.run(step.command, what=step.what)
+    try:  # the contexts hold hard links to the whole project: never left behind
+        if todo:
+            found = wheels.wheelhouse(plan.streamflow.source, plan.requirements, plan.wheels_key)
+            _write_contexts(plan, found)
+        for step in todo:
+            builders.say(f"building the {step.what} {step.image} with {builder.name} ...")
+            builders.run(step.command, what=step.what)
+    finally:
+        shutil.rmtree(plan.contexts, ignore_errors=True)
     if not todo:
         builders.say(f"{plan.built} is up to date")
     elif builder.name == "buildah":
@@ -250,7 +255,6 @@ def run_build(
             keep=[plan.tag] if plan.tag else [],
             keep_suffix=f":{streamflow.__version__}",
         )
-    shutil.rmtree(plan.contexts, ignore_errors=True)
     if plan.tag:
         builders.run(builder.tag(plan.built, plan.tag), what=f"tag {plan.tag}", quiet=True)
     if archive:

@@ -1,7 +1,8 @@
 """The operator's own autoscaler: measure the lag, decide, record; the reconcile applies.
 
-A kopf timer calls :meth:`Autoscaler.tick` every few seconds for each
-application that has an autoscaled streamlet. For each streamlet the
+A periodic thread (:mod:`~streamflow.operator.kubernetes.periodic`) calls
+:meth:`Autoscaler.tick` every few seconds for each application that has an
+autoscaled streamlet. For each streamlet the
 operator scales (KEDA's are left to KEDA), a tick:
 
 1. measures the consumer group's lag on the streamlet's data inlet topics,

@@ -238,6 +238,12 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {"type": "array", "items": condition},
             "autoscale": _autoscale_status(),
+            "verified": {
+                "type": "object",
+                "description": "The spec that last verified, and what the verifier learnt.",
+                "properties": {"key": _string()},
+                "x-kubernetes-preserve-unknown-fields": True,
+            },
         },
     }
 

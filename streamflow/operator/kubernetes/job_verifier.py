@@ -5,7 +5,7 @@ answer is known, else ``pending`` (the application reports ``Verified``
 Unknown, ``Verifying``). The Job's events wake the next reconcile (a handler in
 :mod:`~streamflow.operator.kubernetes.handlers`), the periodic resync too. When
 the Job is complete its pod's log is read (through the API server, with no
-size cap, unlike a termination message): its last JSON line is the answer. The
+size cap, unlike a termination message): its answer line is the answer. The
 answer is cached by the hash and the Job is deleted.
 
 **Failing.** A pod that cannot start (its image cannot be pulled, its
@@ -14,8 +14,9 @@ once rather than at the deadline; a Job that failed (the verifier crashed, the
 deadline passed) fails it with the pod's reason, exit code and the tail of its
 log. Either way the Job is deleted, and a new one is tried after a back-off
 that doubles (from ``retry_s`` up to ``retry_max_s``), or at once for a
-changed spec. An operator restart forgets the cache: each application is then
-verified once more, while its children run on untouched.
+changed spec. The cache is in memory; what survives a restart is the record of
+the spec that passed, in the application's status
+(:mod:`~streamflow.operator.kubernetes.recorded`).
 """
 
 from __future__ import annotations

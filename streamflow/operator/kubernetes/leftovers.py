@@ -7,6 +7,8 @@ ConfigMaps, Services and pods go after it, through the garbage collector.
 say what is still there and what holds it, so the user knows whom to ask:
 a finalizer names the controller that put it there, and a child that does not
 go says the garbage collector (kube-controller-manager) is not running.
+A kind it is not allowed to list (403) is not "nothing left": it says it
+cannot tell, and the wait is not over.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ class Leftovers:
     finalizers: tuple[str, ...] = ()
     children: tuple[str, ...] = ()  # kind/name of each Deployment, ConfigMap, Service left
     pods: int = 0
+    unseen: tuple[str, ...] = ()  # kinds it may not list (403): nothing known either way
 
     @property
     def gone(self) -> bool:
-        return not self.present and not self.children and not self.pods
+        return not self.present and not self.children and not self.pods and not self.unseen
 
     def progress(self) -> str:
         """``the resource (finalizers: x), 3 deployments, 2 pods left``: a line while waiting."""
@@ -53,6 +56,8 @@ class Leftovers:
         parts += [_plural(n, kind) for kind, n in counts.items()]
         if self.pods:
             parts.append(_plural(self.pods, "pod"))
+        if self.unseen:
+            parts.append(f"{', '.join(self.unseen)} unknown")
         return (", ".join(parts) + " left") if parts else "gone"
 
     def problems(self) -> list[str]:
@@ -74,6 +79,11 @@ class Leftovers:
                 f"still there: {', '.join(still)}; they are deleted by the cluster's garbage "
                 "collector (kube-controller-manager) once the resource is gone"
             )
+        if self.unseen:
+            out.append(
+                f"cannot tell whether any {', '.join(self.unseen)} are left: not allowed to "
+                "list them (403); ask for the `list` right on them, or look with `kubectl get`"
+            )
         return out
 
 
@@ -87,16 +97,18 @@ def find(cluster: Cluster, namespace: str, resource: str) -> Leftovers:
         "configmap": cluster.core.list_namespaced_config_map,
         "service": cluster.core.list_namespaced_service,
     }
+    listings["pod"] = cluster.core.list_namespaced_pod
+    found = {kind: _items(listing, namespace, selector) for kind, listing in listings.items()}
     children = tuple(
-        f"{kind}/{item['metadata']['name']}"
-        for kind in _CHILD_KINDS
-        for item in _items(listings[kind], namespace, selector)
+        f"{kind}/{item['metadata']['name']}" for kind in _CHILD_KINDS for item in found[kind] or []
     )
-    pods = len(_items(cluster.core.list_namespaced_pod, namespace, selector))
-    return Leftovers(resource, body is not None, finalizers, children, pods)
+    unseen = tuple(f"{kind}s" for kind, items in found.items() if items is None)
+    pods = len(found["pod"] or [])
+    return Leftovers(resource, body is not None, finalizers, children, pods, unseen)
 
 
-def _items(listing: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
+def _items(listing: Any, namespace: str, selector: str) -> list[dict[str, Any]] | None:
+    """The items listed; None if this kind may not be listed (403): nothing is known."""
     try:
         response = listing(
             namespace,
@@ -105,8 +117,8 @@ def _items(listing: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
             _request_timeout=REQUEST_TIMEOUT,
         )
     except ApiException as exc:
-        if exc.status == 403:  # not allowed to look: nothing known to be left
-            return []
+        if exc.status == 403:  # not allowed to look: not "none left"
+            return None
         raise
     items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
     return items

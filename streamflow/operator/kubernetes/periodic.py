@@ -17,7 +17,6 @@ action that fails is logged; the next round tries again.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -79,17 +78,9 @@ class Periodic:
                 except Exception as exc:  # one application's failure must not end the rounds
                     _LOG.warning("%s of %s/%s: %s", self.name, namespace, name, exc)
 
-    def start(
-        self, stop: threading.Event, *, context: contextvars.Context | None = None
-    ) -> threading.Thread:
-        """A thread of rounds until ``stop``; in ``context`` (one per thread) when given."""
-
-        def rounds() -> None:
-            if context is None:
-                self.run(stop)
-            else:
-                context.run(self.run, stop)
-
-        thread = threading.Thread(target=rounds, name=f"streamflow-{self.name}", daemon=True)
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stop,), name=f"streamflow-{self.name}", daemon=True
+        )
         thread.start()
         return thread

@@ -22,9 +22,11 @@ with the CLI's verifier, in a child process or a Job from the application's
 image: an application that does not verify fails with its problems in the
 ``Verified`` condition, and the children of its last good spec, if any, are left
 as they are; while the Job runs, the application is ``Pending``, ``Verifying``
-(:mod:`~streamflow.operator.kubernetes.unapplied` writes these statuses). What
-the children need of the classes (config with defaults, an ingress's port)
-comes from the verifier too, so the operator never imports an application's code.
+(:mod:`~streamflow.operator.kubernetes.unapplied` writes these statuses). A spec
+that passed is recorded in the status and not verified again, even after a
+restart (:mod:`~streamflow.operator.kubernetes.recorded`). What the children
+need of the classes (config with defaults, an ingress's port) comes from the
+verifier too, so the operator never imports an application's code.
 
 Because every step compares before it writes, a second reconcile of an
 unchanged application writes nothing: an operator restart resumes without
@@ -53,11 +55,13 @@ from streamflow.operator.kubernetes import (
     kafka,
     keda,
     names,
+    recorded,
     resources,
     scaling,
     status,
     unapplied,
     verify,
+    verify_job,
 )
 from streamflow.operator.kubernetes.client import api_message
 from streamflow.operator.kubernetes.executor import Cluster, Executor
@@ -170,7 +174,14 @@ class Reconciler:
         if resource.app.kafka.secret:  # its data's digest rolls the pods when it is rotated
             secret = self.cluster.secret(resource.namespace, resource.app.kafka.secret)
             resource = dataclasses.replace(resource, secret_digest=kafka.secret_digest(secret))
-        verdict = self.verifier.check(resource)
+        key = verify_job.spec_key(resource)
+        verdict = recorded.restore(body.get("status"), key) or self.verifier.check(resource)
+        held = verdict.pending is not None or verdict.error is not None
+        if held and recorded.passed_before(body.get("status"), generation):
+            # Verified and applied before: the verifier alone does not fail it or make it wait.
+            reason = verdict.pending or verdict.error
+            _LOG.info("%s/%s: verifying its spec again: %s", namespace, name, reason)
+            return Outcome(namespace, name, [], [], dict(body.get("status") or {})), None
         if verdict.pending is not None:
             return self._verifying(body, generation, verdict.pending), None
         if not verdict.ok:
@@ -207,6 +218,7 @@ class Reconciler:
         entries = scaling.entries(resource.name, scalers, body.get("status"), deployments)
         if entries:
             new["autoscale"] = entries
+        new[recorded.FIELD] = recorded.record(key, verdict)
         if self._write_status(body, new) and autoscaling and autoscaling.reason == "KedaMissing":
             before = status.condition(body.get("status"), scaling.AUTOSCALING) or {}
             if before.get("reason") != "KedaMissing":

@@ -7,7 +7,7 @@ which a namespaced Role suffices for) or, with ``clusterwide``, all of them.
 The tests run it on a thread with a ``threading.Event`` as the stop flag and
 read :attr:`Operator.reconciler`'s history to see what each reconcile did.
 The periodic work (resync, autoscaling) runs on threads of its own beside
-kopf (:mod:`~streamflow.operator.kubernetes.periodic`), started with kopf and
+kopf (:mod:`~streamflow.operator.kubernetes.periodic`), started before kopf and
 stopped when it returns, so no application gets kopf's finalizer.
 
 ``verify_in`` says where each spec is verified (:data:`VERIFY_IN`): ``job``,
@@ -20,7 +20,6 @@ tests, on simulated nodes that run no Job).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 from collections.abc import Callable, Sequence
 
@@ -106,17 +105,9 @@ class Operator:
         in_main = threading.current_thread() is threading.main_thread()
         settings = handlers.build_settings(in_main_thread=in_main)
         done = threading.Event()  # ends the periodic work when kopf ends, however it ends
-        threads: list[threading.Thread] = []
-
-        # Started from kopf's startup, so each thread runs in a copy of kopf's
-        # context: its event poster (kopf.info/warn, which the reconciler's
-        # events go through) reads the operator's settings and queue from there.
-        @kopf.on.startup(id="periodic", registry=self.registry)
-        async def _start_periodic(**_: object) -> None:
-            threads.extend(
-                work.start(done, context=contextvars.copy_context()) for work in self.periodic
-            )
-
+        # Started before kopf, in no context of its: the reconciler posts its events
+        # through its own API client (handlers.ApiEvents), not through kopf.info/warn.
+        threads = [work.start(done) for work in self.periodic]
         try:
             asyncio.run(
                 kopf.operator(

@@ -57,7 +57,9 @@ __all__ = [
     "body",
     "parse",
     "pod_app_spec",
+    "spec_name",
     "to_spec",
+    "without_nulls",
 ]
 
 APP_ROOT = "/app"
@@ -356,7 +358,7 @@ def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]
     deployed resource had, what its blueprint says.
     """
     pods = pods or PodSettings()
-    data: dict[str, Any] = _without_nulls(app.to_dict())
+    data: dict[str, Any] = without_nulls(app.to_dict())
     for key in ("source", "python_paths", "schema_paths"):
         data.pop(key, None)
     for name, streamlet in data["streamlets"].items():
@@ -413,7 +415,7 @@ def pod_app_spec(resource: AppResource, streamlet: str) -> dict[str, Any]:
         if producers or consumers:
             topics[name] = {**topic, "producers": producers, "consumers": consumers}
     data["topics"] = topics
-    return _without_nulls(data)  # type: ignore[no-any-return]
+    return without_nulls(data)  # type: ignore[no-any-return]
 
 
 def body(app: Application, *, namespace: str, pods: PodSettings | None = None) -> dict[str, Any]:
@@ -454,6 +456,23 @@ def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def spec_name(parents: tuple[str, ...], key: str) -> str:
+    """An Application field, under the fields ``parents``, as the spec spells it.
+
+    The top level's, ``kafka``'s and a streamlet's ``autoscale``'s fields are
+    renamed; anything else (a streamlet's or topic's name, a ``config`` key) is as written.
+    """
+    if not parents:
+        table = _TOP
+    elif parents == ("kafka",):
+        table = _KAFKA
+    elif len(parents) == 3 and parents[0] == "streamlets" and parents[2] == "autoscale":
+        table = _AUTOSCALE
+    else:
+        return key
+    return next((camel for camel, snake in table.items() if snake == key), key)
+
+
 def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's fields under the Application's names; the deploy-time ones dropped."""
     data = _renamed(spec, _TOP)
@@ -475,9 +494,10 @@ def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _without_nulls(value: Any) -> Any:
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null field dropped, at any depth."""
     if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return [without_nulls(v) for v in value]
     return value

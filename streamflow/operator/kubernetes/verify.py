@@ -40,8 +40,8 @@ working application down, and the status says what to fix.
 Answers are cached by the hash of the application, so a resync of an unchanged
 spec does not spawn a process; a child that crashes or times out is not
 cached, and the next reconcile tries again. The child's answer is the last
-line of its output that is a JSON object (:func:`read_answer`): what an
-application's module prints while it is imported comes before it.
+line of its output that starts with :data:`ANSWER_PREFIX` (:func:`read_answer`):
+what an application's module prints or logs (JSON lines too) is never taken for it.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from streamflow.operator.kubernetes.classes import Facts
 from streamflow.operator.kubernetes.spec import AppResource
 
 __all__ = [
+    "ANSWER_PREFIX",
     "CHILD_MODULE",
     "AnswerError",
     "AppVerifier",
@@ -72,6 +73,7 @@ __all__ = [
 ]
 
 CHILD_MODULE = "streamflow.operator.kubernetes.verify_child"
+ANSWER_PREFIX = "streamflow-verify-answer: "  # marks the child's answer among an app's own logs
 _LISTED = 10  # problems named in a status message; the rest are counted
 
 
@@ -104,14 +106,14 @@ class AnswerError(ValueError):
 
 
 def read_answer(output: str) -> Verdict:
-    """The verdict in the child's output: its last line that is a JSON object.
+    """The verdict in the child's output: its last line that starts with :data:`ANSWER_PREFIX`.
 
-    :class:`AnswerError` if there is none, or it is not the child's answer.
+    :class:`AnswerError` if there is none, or it cannot be read.
     """
     for line in reversed(output.splitlines()):
-        text = line.strip()
-        if not text.startswith("{"):
+        if not line.startswith(ANSWER_PREFIX):
             continue
+        text = line[len(ANSWER_PREFIX) :].strip()
         try:
             answer = json.loads(text)
             problems = list(answer["problems"])

@@ -3,9 +3,11 @@
 ``python -m streamflow.operator.kubernetes.verify_child`` reads
 ``{"application": Application.to_dict()}`` (from ``$STREAMFLOW_VERIFY_REQUEST``
 when it is set, as in the verifier's Job, else from stdin) and answers one
-JSON document, on one line, the last of its output::
+JSON document, on one line behind the prefix
+:data:`~streamflow.operator.kubernetes.verify.ANSWER_PREFIX`::
 
-    {"problems": [{"code", "severity", "message", "where", "hint"}, ...],
+    streamflow-verify-answer: {
+     "problems": [{"code", "severity", "message", "where", "hint"}, ...],
      "streamlets": {name: {"config": {...}, "http_port": int | null}}}
 
 It runs the very verifier ``streamflow verify`` runs (:func:`verify_text`),
@@ -25,7 +27,7 @@ spec resolve against the working directory: the application root.
 
 Whatever the application's modules print while they are imported goes to
 stderr, so stdout holds the answer alone; in a pod's log the two are one
-stream, and the answer is still the last line.
+stream, and the prefix tells the answer from the application's own JSON logs.
 
 In a Job the request travels in an environment variable rather than a
 ConfigMap: it is then part of the Job, created and deleted with it, and
@@ -52,7 +54,7 @@ import yaml
 from streamflow.blueprint.problems import Problem
 from streamflow.blueprint.verify import verify_text
 from streamflow.blueprint.yamlload import Node, parse_yaml
-from streamflow.operator.kubernetes import classes
+from streamflow.operator.kubernetes import classes, spec, verify
 
 __all__ = [
     "REQUEST_ENV",
@@ -67,10 +69,8 @@ REQUEST_ENV = "STREAMFLOW_VERIFY_REQUEST"
 _PLAIN_MAX = 96 * 1024  # below the kernel's 128 KiB for one variable, with room for its name
 _GZIP_PREFIX = "gzip+base64:"
 _FILENAME = "<spec>"
-# The Application's own names for the blueprint's top-level fields.
+# The blueprint's names for the Application's top-level fields, where they differ.
 _TOP_FIELDS = {"schema_paths": "schemas"}
-# The spec's names for the blueprint's top-level fields that are not its own camelCase.
-_SPEC_TOP = {"schemas": "schemaPaths"}
 
 
 def blueprint_text(application: Mapping[str, Any]) -> str:
@@ -80,7 +80,7 @@ def blueprint_text(application: Mapping[str, Any]) -> str:
         for key, value in application.items()
         if key != "source"  # where the deploying machine kept it: nothing to verify here
     }
-    return yaml.safe_dump(_without_nulls(data), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(spec.without_nulls(data), sort_keys=False, allow_unicode=True)
 
 
 def verify_application(application: Mapping[str, Any], *, root: Path) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def main() -> int:
         return 2
     with contextlib.redirect_stdout(sys.stderr):  # what imported modules print is not the answer
         answer = verify_application(application, root=Path.cwd())
-    sys.stdout.write(json.dumps(answer, default=str) + "\n")
+    sys.stdout.write(verify.ANSWER_PREFIX + json.dumps(answer, default=str) + "\n")
     return 0
 
 
@@ -170,38 +170,16 @@ def _locator(text: str) -> dict[tuple[int, int], str]:
 
 
 def _spec_field(parents: tuple[str, ...], key: str) -> str:
-    """A blueprint key as the spec spells it: fields in camelCase, data keys as written.
-
-    Fields are the top level's, ``kafka``'s, a streamlet's or topic's, and a
-    streamlet's ``autoscale``'s; a name (of a streamlet, a topic) or a key of a
-    ``config`` map is data.
-    """
-    if not parents and key in _SPEC_TOP:
-        return _SPEC_TOP[key]
-    is_field = (
-        not parents
-        or parents == ("kafka",)
-        or (len(parents) == 2 and parents[0] in ("streamlets", "topics"))
-        or (len(parents) == 3 and parents[0] == "streamlets" and parents[2] == "autoscale")
-    )
-    if not is_field:
-        return key
-    head, *rest = key.split("_")
-    return head + "".join(word.capitalize() for word in rest)
+    """A key of the written blueprint as the spec spells it (:func:`.spec.spec_name`)."""
+    if not parents:
+        key = next((field for field, name in _TOP_FIELDS.items() if name == key), key)
+    return spec.spec_name(parents, key)
 
 
 def _nearest(where: dict[tuple[int, int], str], line: int, column: int) -> str:
     """The path of the node at a position, else of the last node that starts before it."""
     before = [pos for pos in where if pos <= (line, column)]
     return where[max(before)] if before else "spec"
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
 
 
 if __name__ == "__main__":

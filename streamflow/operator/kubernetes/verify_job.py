@@ -13,7 +13,10 @@ more.
 **The Job.** Named after the application and a hash of what is verified (the
 application, its image, its working directory; :func:`spec_key`), so a resync
 finds the Job it started rather than starting another, and a changed spec gets
-a new one (the older one, superseded, is deleted). ``backoffLimit: 0``: a
+a new one (the older one, superseded, is deleted). The key holds the image
+reference, not its content: an image pulled ``Always`` from a tag that moved is
+not verified again until the spec changes (see
+:mod:`~streamflow.operator.kubernetes.recorded`); pin images by digest. ``backoffLimit: 0``: a
 verifier that crashed would crash again. ``activeDeadlineSeconds`` bounds a pod
 that never starts (an image that cannot be pulled, a pod that cannot be
 scheduled); ``ttlSecondsAfterFinished`` cleans up a Job nobody came back for;

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from ruamel.yaml import YAML
 
 from streamflow.blueprint import load_application
 from streamflow.blueprint.model import Application
-from streamflow.operator.kubernetes import crd, kafka, manifests, resources, spec
+from streamflow.operator.kubernetes import crd, kafka, leftovers, manifests, resources, spec
 from streamflow.operator.kubernetes.classes import Facts
 from tests.operator.k8s.support import BLUEPRINT, make_application
 
@@ -191,7 +192,8 @@ def test_every_field_of_the_spec_is_camel_case(app: Application) -> None:
 
 _VERBS = {"read": "get", "replace": "update"}
 _KINDS = {"config_map": "configmaps", "deployment": "deployments", "service": "services",
-          "secret": "secrets", "job": "jobs", "pod": "pods", "pod_log": "pods/log"}  # fmt: skip
+          "secret": "secrets", "job": "jobs", "pod": "pods", "pod_log": "pods/log",
+          "event": "events"}  # fmt: skip
 
 
 def test_the_role_grants_exactly_what_the_executor_calls() -> None:
@@ -201,7 +203,8 @@ def test_the_role_grants_exactly_what_the_executor_calls() -> None:
     needed = {(_KINDS[kind], _VERBS.get(verb, verb)) for verb, kind in calls}
     needed.add(("deployments", "watch"))  # handlers.py: @kopf.on.event on apps/v1 deployments
     needed.add(("jobs", "watch"))  # handlers.py: @kopf.on.event on the verifier's batch/v1 jobs
-    needed.add(("events", "create"))  # kopf posts events too (its own, on handler failures)
+    # The executor posts events (handlers.ApiEvents); kopf posts its own on handler failures too.
+    needed.add(("events", "create"))
     role = manifests.rbac()[1]
     granted = {
         (resource, verb)
@@ -257,3 +260,37 @@ def test_a_blueprints_resources_win_over_the_defaults(app: Application) -> None:
     sized = dataclasses.replace(app, streamlets=streamlets)
     got = container(resource_of(sized), "scorer")["resources"]
     assert got == {"requests": {"cpu": "2", "memory": "128Mi"}, "limits": {"memory": "3Gi"}}
+
+
+# -- what is left of a deleted application ------------------------------------------------------
+
+
+class _Listings:
+    """The list calls of leftovers.find: none of a kind left, or 403 for the forbidden ones."""
+
+    def __init__(self, forbidden: set[str]) -> None:
+        self.forbidden = forbidden
+
+    def __getattr__(self, call: str) -> Any:
+        def listing(namespace: str, **_: Any) -> Any:
+            if call.removeprefix("list_namespaced_") in self.forbidden:
+                raise ApiException(status=403, reason="Forbidden")
+            return type("Response", (), {"data": b'{"items": []}'})()
+
+        return listing
+
+
+class _Cluster:
+    def __init__(self, forbidden: set[str]) -> None:
+        self.apps = self.core = _Listings(forbidden)
+
+    def get_app(self, namespace: str, name: str) -> None:
+        return None
+
+
+def test_a_kind_it_may_not_list_is_not_nothing_left() -> None:
+    assert leftovers.find(_Cluster(set()), "prod", "wine").gone  # type: ignore[arg-type]
+    left = leftovers.find(_Cluster({"pod"}), "prod", "wine")  # type: ignore[arg-type]
+    assert not left.gone and left.unseen == ("pods",)
+    assert "pods unknown" in left.progress()
+    assert any("cannot tell whether any pods are left" in p for p in left.problems())

@@ -33,6 +33,7 @@ from streamflow.operator.kubernetes import (
     resources,
     spec,
     unapplied,
+    verify,
     verify_job,
 )
 from streamflow.operator.kubernetes.classes import Facts
@@ -336,6 +337,13 @@ def test_a_complete_job_without_an_answer_is_a_failure_not_a_verdict(app: Applic
     assert verdict.error and "no answer" in verdict.error and "something else" in verdict.error
 
 
+def test_the_applications_own_json_logs_are_never_taken_for_the_answer(answer: str) -> None:
+    app_log = '{"problems": [], "streamlets": {}, "level": "info"}'
+    assert verify.read_answer(answer + app_log + "\n").facts  # the child's line, not the app's
+    with pytest.raises(verify.AnswerError, match="no answer"):
+        verify.read_answer(app_log + "\n")
+
+
 def test_a_changed_spec_gets_a_new_job_and_the_superseded_one_goes(app: Application) -> None:
     jobs = FakeJobs()
     verifier = job_verifier.JobVerifier(jobs)
@@ -407,6 +415,34 @@ def test_the_application_is_pending_while_verified_and_applied_once_it_is(
     assert outcome is not None and {a.streamlet for a in outcome.actions} == set(app.streamlets)
     verified = next(c for c in cluster.body["status"]["conditions"] if c["type"] == "Verified")
     assert verified["status"] == "True"
+
+
+def test_a_restarted_operator_trusts_the_recorded_verdict_and_starts_no_job(
+    app: Application, answer: str
+) -> None:
+    cluster = JobsCluster(body_of(dataclasses.replace(app)))
+    name = cluster.body["metadata"]["name"]
+
+    def operator() -> Reconciler:  # a fresh one: the verifier's cache is empty
+        verifier = job_verifier.JobVerifier(cluster, clock=Clock())
+        return Reconciler(cluster, Events(), verifier=verifier, keda_installed=lambda: False)  # type: ignore[arg-type]
+
+    first = operator()
+    first.reconcile("prod", name)
+    cluster.finish(cluster.created[0], log=answer)
+    first.reconcile("prod", name)
+    recorded = cluster.body["status"]["verified"]
+    assert recorded["key"] == verify_job.spec_key(resource_of(app))
+    before = copy.deepcopy(cluster.body["status"])
+    restarted = operator()
+    outcome = restarted.reconcile("prod", name)
+    assert outcome is not None and outcome.actions == [] and len(cluster.created) == 1
+    assert cluster.body["status"] == before  # verified from the record: no Verifying
+    # A record from an older operator (none): verified again, and the status stays meanwhile.
+    del cluster.body["status"]["verified"]
+    again = operator().reconcile("prod", name)
+    assert again is not None and len(cluster.created) == 2
+    assert not unapplied.is_verifying(cluster.body["status"])
 
 
 # -- on the control plane (kwok's nodes run no container) ----------------------------------------
