@@ -78,6 +78,27 @@ _ENTRYPOINT = (
 )
 
 
+def pod_security() -> dict[str, Any]:
+    """The pod securityContext of everything that runs an application's image."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": _RUN_AS,
+        "runAsGroup": _RUN_AS,
+        "fsGroup": _RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    """The container securityContext to go with :func:`pod_security`: read-only, unprivileged."""
+    return {
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def selector(resource: AppResource, streamlet: str) -> dict[str, str]:
     """The labels that pick a streamlet's pods (a Deployment's selector never changes)."""
     return {
@@ -190,13 +211,7 @@ def _pod_spec(resource: AppResource, streamlet: str, facts: Facts) -> dict[str, 
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _RUN_AS,
-            "runAsGroup": _RUN_AS,
-            "fsGroup": _RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(),
         "containers": [_container(resource, streamlet, facts)],
         "volumes": [
             {"name": "config", "configMap": {"name": config_name}},
@@ -221,12 +236,7 @@ def _container(resource: AppResource, streamlet: str, facts: Facts) -> dict[str,
         "resources": resource.pods.resources_of(streamlet),
         "livenessProbe": _probe("/healthz", period=10, failures=3, initial=10),
         "readinessProbe": _probe("/readyz", period=5, failures=2, initial=5),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},

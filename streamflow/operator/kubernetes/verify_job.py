@@ -33,7 +33,7 @@ import json
 import posixpath
 from typing import Any
 
-from streamflow.operator.kubernetes import names, verify
+from streamflow.operator.kubernetes import names, resources, verify
 from streamflow.operator.kubernetes.spec import APP_ROOT, AppResource
 from streamflow.operator.kubernetes.verify import CHILD_MODULE
 from streamflow.operator.kubernetes.verify_child import REQUEST_ENV, encode_request
@@ -57,7 +57,6 @@ SPEC_HASH_LABEL = f"{names.GROUP}/spec-hash"
 # Pulling an image with TensorFlow in it takes minutes on a cold node; the verifier, seconds.
 DEADLINE_S = 600
 TTL_S = 3600
-_RUN_AS = 10001  # the user of the streamflow image, as the replicas run
 # It imports every streamlet's module (TensorFlow's included), loading no model:
 # the requests of an ordinary streamlet, the limit of a serving one.
 _RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
@@ -134,12 +133,7 @@ def job(
             {"name": REQUEST_ENV, "value": encode_request(request(resource))},
         ],
         "resources": {kind: dict(amounts) for kind, amounts in _RESOURCES.items()},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": resources.container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     return {
@@ -161,13 +155,7 @@ def job(
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": _RUN_AS,
-                        "runAsGroup": _RUN_AS,
-                        "fsGroup": _RUN_AS,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": resources.pod_security(),
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
                 },
