@@ -27,7 +27,7 @@ from streamflow.api import describe
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Context, EmitError
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.io import SCHEMA_STORE_EXTRA, HttpIngress
+from streamflow.streamlets.io import HttpIngress
 
 SCHEMA = {
     "type": "record",
@@ -69,7 +69,7 @@ async def main(bootstrap: str, topic: str) -> None:
     context = Context(
         app="bench", streamlet="ingress", replica=0, config=parsed,
         logger=logging.getLogger("bench.ingress"),
-        extras={SCHEMA_STORE_EXTRA: SchemaStore([schemas])},
+        schema_store=SchemaStore([schemas]),
     )  # fmt: skip
     ingress.context = context
     ingress.setup(context)

@@ -13,13 +13,15 @@ from streamflow.api.descriptor import (
     describe,
     load_streamlet_class,
 )
-from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port
+from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port, PortKind
 from streamflow.api.streamlet import (
     Backpressure,
+    CloseCallback,
     ConfigProblem,
     Context,
     EmitError,
     Emitter,
+    Logic,
     Record,
     Shape,
     Streamlet,
@@ -27,6 +29,7 @@ from streamflow.api.streamlet import (
 
 __all__ = [
     "Backpressure",
+    "CloseCallback",
     "ConfigProblem",
     "Context",
     "ControlInlet",
@@ -35,10 +38,12 @@ __all__ = [
     "EmitError",
     "Emitter",
     "Inlet",
+    "Logic",
     "Outlet",
     "ParamDescriptor",
     "Port",
     "PortDescriptor",
+    "PortKind",
     "Record",
     "Shape",
     "Streamlet",

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamflow.api import params as params_mod
-from streamflow.api.ports import ControlInlet, Inlet, Outlet, Port
-from streamflow.api.streamlet import Shape, Streamlet
+from streamflow.api.ports import ControlInlet, Inlet, Outlet, Port, PortKind
+from streamflow.api.streamlet import Logic, Shape, Streamlet
 
 __all__ = [
     "ClassLoadError",
@@ -60,7 +60,7 @@ class ClassLoadError(Exception):
 @dataclass(frozen=True)
 class PortDescriptor:
     name: str
-    kind: str
+    kind: PortKind
     schema: str
     attribute: str
     description: str = ""
@@ -69,7 +69,7 @@ class PortDescriptor:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "schema": self.schema,
             "description": self.description,
             **({"keyed": True} if self.keyed else {}),
@@ -110,7 +110,7 @@ class StreamletDescriptor:
     outlets: tuple[PortDescriptor, ...]
     control_inlets: tuple[PortDescriptor, ...]
     params: tuple[ParamDescriptor, ...]
-    logic: str
+    logic: Logic
     is_async: bool
     cls: type[Streamlet] = field(repr=False, compare=False)
 
@@ -135,7 +135,7 @@ class StreamletDescriptor:
             "class": self.class_path,
             "description": self.description,
             "shape": self.shape.value,
-            "logic": self.logic,
+            "logic": self.logic.value,
             "async": self.is_async,
             "inlets": [p.to_json() for p in self.inlets],
             "control_inlets": [p.to_json() for p in self.control_inlets],
@@ -209,7 +209,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
     logic, is_async = _logic(cls, bool(inlets), problems)
     if not (inlets or outlets or controls):
         problems.append("declares no ports: add an Inlet or an Outlet")
-    if problems:
+    if problems or logic is None:  # no logic always comes with a problem that says why
         raise DeclarationError(path, problems)
     doc = cls.description or inspect.getdoc(cls) or ""
     if cls.__doc__ is None and doc == inspect.getdoc(Streamlet):
@@ -298,26 +298,27 @@ def _check_params(
     return tuple(out)
 
 
-def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[str, bool]:
+def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[Logic | None, bool]:
     if not has_inlets:
-        serve = getattr(cls, "serve", None)
+        serve = getattr(cls, Logic.SERVE, None)
         if serve is not None:
             if not inspect.iscoroutinefunction(serve):
                 problems.append("serve() must be an async method (async def serve(self, emitter))")
-            return "serve", True
-        source = getattr(cls, "source", None)
+            return Logic.SERVE, True
+        source = getattr(cls, Logic.SOURCE, None)
         if source is None:
             problems.append("an ingress (no inlets) needs a source() or serve() method")
-            return "", False
-        return "source", inspect.isasyncgenfunction(source) or inspect.iscoroutinefunction(source)
-    for name in ("process_batch", "process"):
-        method = getattr(cls, name, None)
+            return None, False
+        asynchronous = inspect.isasyncgenfunction(source) or inspect.iscoroutinefunction(source)
+        return Logic.SOURCE, asynchronous
+    for logic in (Logic.PROCESS_BATCH, Logic.PROCESS):
+        method = getattr(cls, logic, None)
         if method is not None:
             if not callable(method):
-                problems.append(f"{name} must be a method")
-            return name, inspect.iscoroutinefunction(method)
+                problems.append(f"{logic} must be a method")
+            return logic, inspect.iscoroutinefunction(method)
     problems.append("declares inlets but neither process() nor process_batch()")
-    return "", False
+    return None, False
 
 
 def ensure_on_path(directory: str) -> None:

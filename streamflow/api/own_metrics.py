@@ -3,7 +3,7 @@
 The runtime's metrics describe records and batches; some facts only the
 streamlet's logic knows, and an alert needs them as numbers, not log lines.
 A streamlet reports them with ``context.set_gauge`` and ``context.count``;
-what it reported waits in ``context.extras["metrics"]`` until the runtime
+what it reported waits in ``context.metrics`` until the runtime
 exports it (after each batch and each control record) as
 ``streamflow_<name>`` with the replica's ``app``, ``streamlet`` and
 ``replica`` labels plus the ones the streamlet gave. Under the testkit the
@@ -20,11 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-__all__ = ["EXTRAS_KEY", "OwnMetric", "report"]
+__all__ = ["OwnMetric", "report"]
 
-EXTRAS_KEY = "metrics"
 RESERVED_LABELS = frozenset({"app", "streamlet", "replica"})
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -40,7 +39,7 @@ class OwnMetric:
 
 
 def report(
-    extras: MutableMapping[str, Any],
+    metrics: MutableMapping[str, OwnMetric],
     name: str,
     value: float,
     *,
@@ -61,7 +60,6 @@ def report(
                 f"metric {name!r}: label {label!r} is not allowed "
                 f"(lower-case letters, digits and _; {sorted(RESERVED_LABELS)} are the runtime's)"
             )
-    metrics: dict[str, OwnMetric] = extras.setdefault(EXTRAS_KEY, {})
     metric = metrics.setdefault(name, OwnMetric(kind, description, tuple(labels)))
     if (metric.kind, metric.label_names) != (kind, tuple(labels)):
         raise ValueError(

@@ -8,11 +8,21 @@ Python keyword and cannot be an attribute).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-__all__ = ["KEEP_KEY", "ControlInlet", "Emit", "Inlet", "KeyFunction", "Outlet", "Port"]
+__all__ = [
+    "KEEP_KEY",
+    "ControlInlet",
+    "Emit",
+    "Inlet",
+    "KeyFunction",
+    "Outlet",
+    "Port",
+    "PortKind",
+]
 
 KeyFunction = Callable[[dict[str, Any]], "str | None"]
 
@@ -27,10 +37,18 @@ class _KeepKey:
 KEEP_KEY: Final = _KeepKey()
 
 
+class PortKind(enum.StrEnum):
+    """Which way a port faces; the value is what descriptors and messages show."""
+
+    INLET = "inlet"
+    CONTROL_INLET = "control-inlet"
+    OUTLET = "outlet"
+
+
 class Port:
     """A named, schema-typed port. Subclasses say which direction it faces."""
 
-    kind: ClassVar[str] = "port"
+    kind: ClassVar[PortKind]
 
     def __init__(
         self, name: str | None = None, schema: str | None = None, *, description: str = ""
@@ -52,7 +70,7 @@ class Port:
 class Inlet(Port):
     """A data inlet: replicas of the streamlet share its partitions (one consumer group)."""
 
-    kind = "inlet"
+    kind = PortKind.INLET
 
 
 class ControlInlet(Port):
@@ -62,7 +80,7 @@ class ControlInlet(Port):
     Its topic should be compacted, so a replica that starts later can replay it.
     """
 
-    kind = "control-inlet"
+    kind = PortKind.CONTROL_INLET
 
 
 class Outlet(Port):
@@ -72,7 +90,7 @@ class Outlet(Port):
     (and is unkeyed when written by an ingress).
     """
 
-    kind = "outlet"
+    kind = PortKind.OUTLET
 
     def __init__(
         self,

@@ -20,20 +20,26 @@ optional key), or an iterable of those.
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from streamflow.api import own_metrics
 from streamflow.api.ports import Emit
 
+if TYPE_CHECKING:  # the store's codecs load fastavro; a streamlet's import need not
+    from streamflow.schema.store import SchemaStore
+
 __all__ = [
     "Backpressure",
+    "CloseCallback",
     "ConfigProblem",
     "Context",
     "EmitError",
     "Emitter",
+    "Logic",
     "Output",
     "Record",
     "Shape",
@@ -41,6 +47,9 @@ __all__ = [
 ]
 
 Output = None | dict[str, Any] | Emit | Iterable[dict[str, Any] | Emit]
+
+#: What :meth:`Context.on_close` takes: a function of no arguments, sync or ``async``.
+CloseCallback = Callable[[], Awaitable[None] | None]
 
 
 class Shape(enum.StrEnum):
@@ -64,6 +73,15 @@ class Shape(enum.StrEnum):
         if inlets == 1:
             return cls.FAN_OUT
         return cls.FAN_IN if outlets == 1 else cls.FAN_IN_OUT
+
+
+class Logic(enum.StrEnum):
+    """Which of the streamlet's methods holds its logic; the value is the method's name."""
+
+    PROCESS = "process"
+    PROCESS_BATCH = "process_batch"
+    SOURCE = "source"
+    SERVE = "serve"
 
 
 class Backpressure(Exception):
@@ -111,29 +129,46 @@ class Record:
 
 @dataclass
 class Context:
-    """What the runtime tells a streamlet about where it runs."""
+    """What the runtime tells a streamlet about where it runs, and what it hands back.
+
+    The runtime fills in the first fields. The streamlet reports through the
+    methods below, which fill ``state``, ``skipped`` and ``metrics``; the runtime
+    exports those after each batch and each control record (``skipped`` keeps its
+    totals, so a test can read them; own metrics are cleared once exported, and a
+    test reads them from the testkit's ``metrics``). ``extras`` is the user's own: nothing
+    of the framework reads or writes it.
+    """
 
     app: str = "app"
     streamlet: str = "streamlet"
     replica: int = 0
     config: Mapping[str, Any] = field(default_factory=dict)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("streamflow"))
+    #: The application's schemas (None outside a runtime or the testkit).
+    schema_store: SchemaStore | None = None
+    #: Control state by name, from :meth:`set_state`.
+    state: dict[str, str] = field(default_factory=dict)
+    #: Records deliberately not handled, by reason, from :meth:`count_skipped`.
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: Metrics of the streamlet's own by name, from :meth:`set_gauge` and :meth:`count`.
+    metrics: dict[str, own_metrics.OwnMetric] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    _close_callbacks: list[CloseCallback] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     def set_state(self, name: str, value: str) -> None:
         """Publish a piece of control state (such as a model version) to metrics and health."""
-        self.extras.setdefault("state", {})[name] = value
+        self.state[name] = value
 
     def count_skipped(self, reason: str, *, count: int = 1) -> None:
         """Count records deliberately not handled (sampled out, shed over budget).
 
         The runtime exports them as ``streamflow_records_skipped{reason}`` after each
-        batch (it takes the counts it exported out of ``extras["skipped"]``); under the
-        testkit they accumulate there, so a test can read the totals.
+        batch; the totals stay here (one entry per reason), so a test can read them.
         """
         if count:
-            skipped = self.extras.setdefault("skipped", {})
-            skipped[reason] = skipped.get(reason, 0) + count
+            self.skipped[reason] = self.skipped.get(reason, 0) + count
 
     def set_gauge(
         self,
@@ -149,7 +184,7 @@ class Context:
         verdict, whether a model is loaded); see :mod:`streamflow.api.own_metrics`.
         """
         own_metrics.report(
-            self.extras, name, value, kind="gauge", description=description, labels=labels
+            self.metrics, name, value, kind="gauge", description=description, labels=labels
         )
 
     def count(
@@ -162,8 +197,32 @@ class Context:
     ) -> None:
         """Add to a counter of the streamlet's own, exported as ``streamflow_<name>_total``."""
         own_metrics.report(
-            self.extras, name, count, kind="counter", description=description, labels=labels
+            self.metrics, name, count, kind="counter", description=description, labels=labels
         )
+
+    def on_close(self, callback: CloseCallback) -> None:
+        """Call ``callback`` (sync or ``async``) at shutdown, after the streamlet's teardown.
+
+        For what outlives one method: a client opened in ``setup``, a model
+        loaded later. Callbacks run newest first, so a resource opened on top
+        of another is closed before it.
+        """
+        self._close_callbacks.append(callback)
+
+    async def aclose(self) -> None:
+        """Run the close callbacks, newest first; the runtime awaits this once at shutdown.
+
+        A callback that raises is logged and the others still run: one stuck
+        client must not keep the rest open. Each callback runs at most once.
+        """
+        while self._close_callbacks:
+            callback = self._close_callbacks.pop()
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                self.logger.exception("a close callback (%r) failed", callback)
 
 
 @dataclass(frozen=True)
@@ -207,7 +266,10 @@ class Streamlet:
         return None
 
     def teardown(self) -> Awaitable[None] | None:
-        """Called once at shutdown, after the last batch is committed."""
+        """Called once at shutdown, after the last batch is committed.
+
+        What the streamlet registered with ``context.on_close`` is closed after it.
+        """
         return None
 
     def on_control(self, inlet: str, record: Record) -> Output | Awaitable[Output]:

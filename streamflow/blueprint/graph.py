@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from streamflow.api.ports import PortKind
 from streamflow.blueprint.model import Application
 from streamflow.schema.formats import DEFAULT_FORMAT
 
@@ -123,7 +124,7 @@ def build_graph(app: Application) -> Graph:
         ]:
             port = app.descriptor(ref.streamlet).port(ref.port)
             schema = port.schema if port is not None else "?"
-            control = port is not None and port.kind == "control-inlet"
+            control = port is not None and port.kind == PortKind.CONTROL_INLET
             edges.append(
                 Edge(ref.streamlet, ref.port, name, schema, direction, control, str(topic.format))
             )

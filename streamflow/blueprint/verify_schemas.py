@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.api.ports import PortKind
 from streamflow.blueprint.problems import Position
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.structure import PortUse, StreamletDraft, TopicDraft
@@ -74,8 +75,10 @@ def check_compatibility(
 ) -> None:
     """For each topic: each consumer's schema can read each producer's schema."""
     for topic in topics.values():
-        writers = _schemas(topic.producers, ("outlet",), descriptors, store)
-        readers = _schemas(topic.consumers, ("inlet", "control-inlet"), descriptors, store)
+        writers = _schemas(topic.producers, (PortKind.OUTLET,), descriptors, store)
+        readers = _schemas(
+            topic.consumers, (PortKind.INLET, PortKind.CONTROL_INLET), descriptors, store
+        )
         for reader_use, reader in readers:
             for writer_use, writer in writers:
                 reasons = _incompatibilities(reader=reader, writer=writer)
@@ -92,7 +95,7 @@ def check_compatibility(
 
 def _schemas(
     uses: list[PortUse],
-    kinds: tuple[str, ...],
+    kinds: tuple[PortKind, ...],
     descriptors: Mapping[str, StreamletDescriptor],
     store: SchemaStore,
 ) -> list[tuple[PortUse, Schema]]:

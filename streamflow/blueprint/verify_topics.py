@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamflow.api.descriptor import PortDescriptor, StreamletDescriptor
+from streamflow.api.ports import PortKind
 from streamflow.blueprint.model import PortRef
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.structure import PortUse, StreamletDraft, TopicDraft
 
 __all__ = ["check_control_topics", "check_port_uses", "check_unconnected", "resolve_port"]
 
-_INLET_KINDS = ("inlet", "control-inlet")
+_INLET_KINDS = (PortKind.INLET, PortKind.CONTROL_INLET)
 
 
 def resolve_port(
@@ -59,7 +60,7 @@ def check_port_uses(
 
 def _check_direction(use: PortUse, descriptor: StreamletDescriptor, report: Reporter) -> None:
     port = descriptor.port(use.ref.port)
-    wanted = ("outlet",) if use.role == "producer" else _INLET_KINDS
+    wanted = (PortKind.OUTLET,) if use.role == "producer" else _INLET_KINDS
     if port is None:
         candidates = [
             f"{use.ref.streamlet}.{p.name}"
@@ -126,7 +127,7 @@ def check_unconnected(
         draft = streamlets[name]
         for port in (*descriptor.inlets, *descriptor.control_inlets):
             if PortRef(name, port.name) not in connected:
-                kind = "control inlet" if port.kind == "control-inlet" else "inlet"
+                kind = "control inlet" if port.kind == PortKind.CONTROL_INLET else "inlet"
                 report.error(
                     "unconnected-inlet",
                     f"{kind} {name}.{port.name} ({port.schema}) is not connected to any topic",
@@ -155,7 +156,8 @@ def check_control_topics(
         controls = [
             use
             for use in topic.consumers
-            if (port := resolve_port(use, descriptors)) is not None and port.kind == "control-inlet"
+            if (port := resolve_port(use, descriptors)) is not None
+            and port.kind == PortKind.CONTROL_INLET
         ]
         if controls and not topic.compacted:
             report.warning(

@@ -26,7 +26,8 @@ from confluent_kafka import KafkaException
 
 from streamflow.blueprint import verify_file
 from streamflow.blueprint.model import Application
-from streamflow.cli import output, state
+from streamflow.cli import output
+from streamflow.operator.local import store
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 
@@ -44,25 +45,25 @@ def resolve(target: str, explicit_bootstrap: str | None) -> tuple[Application, s
             output.print_problems(result.problems, to=output.error_console())
             raise typer.Exit(output.EXIT_INVALID)
         app = result.application
-        saved = state.app_dir(app.name) / "app.json"
+        saved = store.home().app(app.name).spec
         if app.uses_registry and not app.kafka.schema_registry and saved.is_file():
-            used = Application.from_dict(state.read_json(saved)).kafka
+            used = Application.from_dict(store.read_json(saved)).kafka
             kafka = dataclasses.replace(
                 app.kafka, schema_registry=used.schema_registry, register=used.register
             )
             app = dataclasses.replace(app, kafka=kafka)
-        runtime_file = state.app_dir(app.name) / "runtime.json"
+        runtime_file = store.home().app(app.name).runtime
     else:
-        spec = state.app_dir(target) / "app.json"
+        spec = store.home().app(target).spec
         if not spec.is_file():
             output.fail(
                 f"{target!r} is neither a blueprint file nor an application known here",
                 hint="pass the blueprint's path, or the name of an app started with run or deploy",
             )
-        app = Application.from_dict(state.read_json(spec))
-        runtime_file = spec.parent / "runtime.json"
+        app = Application.from_dict(store.read_json(spec))
+        runtime_file = store.AppDir(spec.parent).runtime
     if runtime_file.is_file():
-        runtime = state.read_json(runtime_file)
+        runtime = store.read_json(runtime_file) or {}
     bootstrap = explicit_bootstrap or app.kafka.bootstrap or runtime.get("bootstrap")
     if not bootstrap:
         output.fail(f"where is Kafka for {app.name!r}?", hint="pass --bootstrap-servers")

@@ -23,9 +23,10 @@ from typing import Annotated, Any
 import typer
 
 from streamflow.cli import deploy_views as views
-from streamflow.cli import output, progress, registry_opts, rollout, state, undeploy_wait
+from streamflow.cli import output, progress, registry_opts, rollout, undeploy_wait
 from streamflow.cli import overrides as overrides_mod
-from streamflow.operator import planner, targets
+from streamflow.operator import backends, planner, targets
+from streamflow.operator.local import store
 
 __all__ = [
     "ContextOpt",
@@ -407,11 +408,11 @@ def target_for(
                    ("--namespace", namespace), ("--image", image)) if value]  # fmt: skip
         if ignored:
             views.print_warnings([f"{', '.join(ignored)}: only for --target kubernetes; ignored"])
-        return rollout.attempt(lambda: targets.get_target("local", home=state.home()))
+        return rollout.attempt(lambda: backends.get_target("local", home=store.home().root))
     options: dict[str, Any] = {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}
     if image:
         options["image"] = image
-    return rollout.attempt(lambda: targets.get_target("kubernetes", **options))
+    return rollout.attempt(lambda: backends.get_target("kubernetes", **options))
 
 
 def _first_and_rest(lines: Iterable[targets.LogLine]) -> Iterator[targets.LogLine]:

@@ -34,7 +34,12 @@ __all__ = [
     "summary",
 ]
 
-_PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Degraded": "bold yellow", "Failed": "red"}
+_PHASE_STYLE = {
+    targets.Phase.RUNNING: "green",
+    targets.Phase.PENDING: "yellow",
+    targets.Phase.DEGRADED: "bold yellow",
+    targets.Phase.FAILED: "red",
+}
 
 
 def print_status(status: targets.AppStatus) -> None:
@@ -107,7 +112,7 @@ def summary(status: targets.AppStatus) -> dict[str, Any]:
     return {
         "name": status.name,
         "target": status.target,
-        "phase": status.phase,
+        "phase": str(status.phase),
         "message": status.message,
         "ready": sum(s.ready for s in status.streamlets),
         "desired": sum(s.desired for s in status.streamlets),

@@ -28,8 +28,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from rich.text import Text
 
 from streamflow.blueprint.model import Application, TopicSpec
-from streamflow.cli import apps, model_wait, output, registry_opts, state
-from streamflow.operator import targets
+from streamflow.cli import apps, model_wait, output, registry_opts
+from streamflow.operator import backends, targets
+from streamflow.operator.local import store
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
@@ -207,7 +208,7 @@ def replica_count(
 def _local_target() -> targets.Target | None:
     """Where ``resolve`` finds applications: the local state (``run`` and ``deploy``)."""
     try:
-        return targets.get_target("local", home=state.home())
+        return backends.get_target("local", home=store.home().root)
     except targets.TargetError:
         return None
 

@@ -141,10 +141,10 @@ def run(
 
 def _start_ui(port: int, kubeconfig: str | None, context: str | None, namespaces: list[str]) -> Any:
     """The web view beside the operator, with the kubernetes target in its (first) namespace."""
-    from streamflow.operator import targets, web
+    from streamflow.operator import backends, targets, web
 
     try:
-        target = targets.get_target(
+        target = backends.get_target(
             "kubernetes",
             kubeconfig=kubeconfig,
             context=context,

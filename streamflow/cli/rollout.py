@@ -96,7 +96,9 @@ def settle(
         machine_output=machine_output,
         quiet=quiet,
     ) as wait:
-        while not (found.settled or found.phase == "Failed" or time.monotonic() > deadline):
+        while not (
+            found.settled or found.phase == targets.Phase.FAILED or time.monotonic() > deadline
+        ):
             time.sleep(POLL_S)  # polling the target's status
             found = attempt(lambda: target.status(name))
             wait.update(describe(found, previous=previous))
@@ -176,7 +178,7 @@ def attempt(call: Callable[[], T]) -> T:
 def fail_unsettled(status: targets.AppStatus, *, timeout: float) -> NoReturn:
     """The error of a wait that ended without every replica ready (exit 1)."""
     late = status.not_ready()
-    if status.phase == "Failed":
+    if status.phase == targets.Phase.FAILED:
         message = f"{status.name} failed: {status.message}"
         message += f" (not ready: {', '.join(late)})" if late else ""
     else:

@@ -31,7 +31,7 @@ from streamflow import devkit
 from streamflow.blueprint import format_problems
 from streamflow.blueprint.model import Application
 from streamflow.cli import overrides as overrides_mod
-from streamflow.cli import progress, registry_opts, state
+from streamflow.cli import progress, registry_opts
 from streamflow.operator.local import ReplicaProcess, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime import kafka_access
@@ -97,12 +97,13 @@ def run(
         _registry(result.application) as app,
     ):
         _create_topics(app, bootstrap)
-        folder = store.Home(state.home()).app(app.name)
+        home = store.home()
+        folder = home.app(app.name)
         runtime = {"bootstrap": bootstrap, "target": "run", "owner_pid": os.getpid()}
-        state.write_json(folder.runtime, {**runtime, "replicas": []})  # before the spec:
-        state.write_json(folder.spec, app.to_dict())  # a deploy daemon must never adopt it
+        store.write_json(folder.runtime, {**runtime, "replicas": []})  # before the spec:
+        store.write_json(folder.spec, app.to_dict())  # a deploy daemon must never adopt it
         supervisor = LocalSupervisor(
-            home=store.Home(state.home()),
+            home=home,
             on_line=_printer(app),
             on_event=lambda _app, m: console.print(f"[bold]streamflow[/]: {m}"),
             log_format=log_format,
@@ -110,7 +111,7 @@ def run(
         try:
             supervisor.apply(app, bootstrap=bootstrap)
             replicas = supervisor.replicas(app.name)
-            state.write_json(
+            store.write_json(
                 folder.runtime,
                 {
                     **runtime,
@@ -131,7 +132,7 @@ def run(
 
 
 def _refuse_deployed(app: Application) -> None:
-    folder = store.Home(state.home()).app(app.name)
+    folder = store.home().app(app.name)
     if folder.is_local() and folder.spec.exists():
         console.print(
             f"error: {app.name!r} is deployed on the local target; "

@@ -46,15 +46,23 @@ Reject = Callable[[Message, str, Exception], None]
 
 
 class ControlReader:
-    def __init__(
-        self, *, clients: KafkaClients, bindings: list[ControlInletBinding], client_id: str
-    ) -> None:
-        self._bindings = {b.topic: b for b in bindings}
-        self._consumer: Consumer = clients.consumer(
+    """Reads a replica's control inlets through ``consumer``, which it owns and closes."""
+
+    @classmethod
+    def connect(
+        cls, *, clients: KafkaClients, bindings: list[ControlInletBinding], client_id: str
+    ) -> ControlReader:
+        """A reader with a consumer of its own: no group offsets, every partition assigned."""
+        consumer = clients.consumer(
             group=f"{client_id}.control.{uuid.uuid4().hex[:8]}",
             client_id=f"{client_id}.control",
             **{"enable.auto.commit": False, "auto.offset.reset": "earliest"},
         )
+        return cls(consumer=consumer, bindings=bindings)
+
+    def __init__(self, *, consumer: Consumer, bindings: list[ControlInletBinding]) -> None:
+        self._bindings = {b.topic: b for b in bindings}
+        self._consumer = consumer
         self._partitions: list[TopicPartition] = []
         self._retry_at = 0.0
 

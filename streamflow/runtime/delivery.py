@@ -106,6 +106,7 @@ class AtLeastOnce(Delivery):
         self._tickets: collections.deque[_Ticket] = collections.deque()
         self._current: _Ticket | None = None
         self._callback: Callable[[Any, Any], None] | None = None
+        self._lost: str | None = None  # the first lost output: nothing is stored after it
 
     def begin_batch(self) -> None:
         self._current = _Ticket()
@@ -133,11 +134,14 @@ class AtLeastOnce(Delivery):
         self._store_finished()
 
     def _store_finished(self) -> None:
+        if self._lost is not None:  # not even at shutdown: the restart must redo the lost batch
+            return
         done: Offsets = {}
         while self._tickets and self._tickets[0].sealed and self._tickets[0].pending == 0:
             ticket = self._tickets.popleft()
             if ticket.failed is not None:
                 # never store past a lost output: the replica restarts from the last good batch
+                self._lost = ticket.failed
                 raise DeliveryError(f"an output could not be delivered: {ticket.failed}")
             done.update(ticket.offsets)
         if done and self.consumer is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -105,9 +105,12 @@ class Metrics:
             self.control_state.labels(**self.labels, name=name, value=value).set(1)
             self._state[name] = value
 
-    def export_own(self, extras: MutableMapping[str, Any]) -> None:
-        """Export what the streamlet reported with ``set_gauge`` and ``count`` since last time."""
-        reported: dict[str, own_metrics.OwnMetric] = extras.get(own_metrics.EXTRAS_KEY, {})
+    def export_own(self, reported: Mapping[str, own_metrics.OwnMetric]) -> None:
+        """Export what the streamlet reported with ``set_gauge`` and ``count`` since last time.
+
+        ``reported`` is the streamlet's ``context.metrics``; exported values are
+        cleared from it, the metrics' kinds and labels stay.
+        """
         for name, metric in reported.items():
             if not metric.values:
                 continue

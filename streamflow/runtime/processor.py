@@ -15,14 +15,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Backpressure, Record, Streamlet
+from streamflow.api.streamlet import Backpressure, Logic, Record, Streamlet
 from streamflow.runtime import dlq
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
@@ -32,13 +32,16 @@ from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
-__all__ = ["Processor"]
+__all__ = ["DeadLetterHook", "Processor"]
 
 log = logging.getLogger("streamflow.runtime")
 
 _NO_HEADERS: dict[str, bytes] = {}
 _REGISTRY_RETRY_S = 2.0  # how long a batch waits for an unreachable schema registry
 _Dead = tuple[Message, str, BaseException, str]
+#: Told of every dead letter as it is written: the record, its inlet, the error, the kind
+#: ("decode", "logic", "encode" or "control"). The testkit keeps them for a test to read.
+DeadLetterHook = Callable[[Message, str, BaseException, str], None]
 
 
 class Processor:
@@ -59,6 +62,8 @@ class Processor:
         stop: threading.Event,
         batch_size: int = 500,
         batch_timeout: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> None:
         self.streamlet = streamlet
         self.descriptor = descriptor
@@ -72,7 +77,11 @@ class Processor:
         self.stop = stop
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
+        self.clock = clock
+        self.on_dead_letter = on_dead_letter
         self._accepting = True
+        self._pending_pause = False
+        self._skipped_exported: dict[str, int] = {}
         self._assigned_once = False
         self._backoff_until = 0.0
         self._backoff_reason = ""
@@ -90,26 +99,44 @@ class Processor:
     # -- lifecycle -----------------------------------------------------------
 
     def run(self) -> None:
+        self.start()
+        while not self.stop.is_set():
+            self.turn()
+
+    def start(self) -> None:
+        """Join the group: subscribe to the inlets' topics."""
         self.consumer.subscribe(
             list(self.bindings.inlets_by_topic),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
-        while not self.stop.is_set():
-            self.health.turned()
-            if self.control is not None:
-                self.control.poll(apply=self.apply_control, reject=self.reject_control)
-            self._side_outputs(self.streamlet.between_batches(), input_key=None)
-            self._gate()
-            messages = self.consumer.consume(self.batch_size, self.batch_timeout)
-            self.delivery.poll()
-            if not messages:
-                continue
-            if not self._accepting:
-                self._rewind(messages)
-                continue
-            self.process_batch(messages)
+
+    def turn(self) -> int:
+        """One turn of the loop: control, the between-batches hook, then at most one batch.
+
+        Returns how many records were consumed: 0 when none were, or when the
+        streamlet held them back before the batch; a batch handed back with
+        ``Backpressure`` counts, and the turns after it return 0 while it waits.
+        """
+        self.health.turned()
+        if self.control is not None:
+            self.control.poll(apply=self.apply_control, reject=self.reject_control)
+        self.between_batches()
+        self._gate()
+        messages = self.consumer.consume(self.batch_size, self.batch_timeout)
+        self.delivery.poll()
+        if not messages:
+            return 0
+        if not self._accepting:
+            self._rewind(messages)
+            return 0
+        self.process_batch(messages)
+        return len(messages)
+
+    def between_batches(self) -> None:
+        """Run the streamlet's between-batches hook (a model swap, say) and write its outputs."""
+        self._side_outputs(self.streamlet.between_batches(), input_key=None)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned_once = True
@@ -125,8 +152,8 @@ class Processor:
 
     def _gate(self) -> None:
         """Hold data while the streamlet cannot take it (e.g. no model loaded yet)."""
-        accepting = self.streamlet.accepts_data() and time.monotonic() >= self._backoff_until
-        if accepting != self._accepting or getattr(self, "_pending_pause", False):
+        accepting = self.streamlet.accepts_data() and self.clock() >= self._backoff_until
+        if accepting != self._accepting or self._pending_pause:
             self._pending_pause = False
             assignment = self.consumer.assignment()
             if accepting:
@@ -152,7 +179,7 @@ class Processor:
         if not self._accepting:
             reasons.append(
                 f"backing off: {self._backoff_reason}"
-                if time.monotonic() < self._backoff_until
+                if self.clock() < self._backoff_until
                 else "the streamlet is not accepting data yet (e.g. no model loaded)"
             )
         self.health.set_ready(not reasons, reasons)
@@ -223,7 +250,7 @@ class Processor:
     def _back_off(self, messages: list[Message], exc: Backpressure) -> None:
         """Retry the whole batch later: nothing of it was written, nothing is committed."""
         self._rewind(messages)
-        self._backoff_until = time.monotonic() + exc.retry_after
+        self._backoff_until = self.clock() + exc.retry_after
         self._backoff_reason = str(exc)
         self.metrics.port(self.metrics.errors, "*", kind="backpressure").inc()
         log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
@@ -273,7 +300,19 @@ class Processor:
             produced[fast.outlet] = produced.get(fast.outlet, 0) + fast_count
         return produced
 
+    @property
+    def backing_off(self) -> str | None:
+        """Why the streamlet's data is held after a ``Backpressure``, or None."""
+        return self._backoff_reason if self.clock() < self._backoff_until else None
+
+    @property
+    def backoff_until(self) -> float:
+        """When (on ``clock``) a batch that backed off is tried again."""
+        return self._backoff_until
+
     def _dead_letter(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(msg, inlet, error, kind)
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
         self.metrics.port(self.metrics.errors, inlet, kind=kind).inc()
         log.warning(
@@ -300,17 +339,22 @@ class Processor:
         self._export_skipped()
 
     def _export_skipped(self) -> None:
-        """Move what the logic counted (``count_skipped``, its own metrics) into the metrics."""
-        self.metrics.export_own(self.streamlet.context.extras)
-        skipped = self.streamlet.context.extras.pop("skipped", None)
-        for reason, count in (skipped or {}).items():
-            self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(count)
+        """Export what the logic counted (``count_skipped``, its own metrics) to the metrics."""
+        context = self.streamlet.context
+        self.metrics.export_own(context.metrics)
+        if context.skipped != self._skipped_exported:
+            # the totals stay in the context (a test reads them); the counter gets what is new
+            for reason, total in context.skipped.items():
+                fresh = total - self._skipped_exported.get(reason, 0)
+                if fresh > 0:
+                    self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(fresh)
+            self._skipped_exported = dict(context.skipped)
 
     # -- logic ---------------------------------------------------------------
 
     def _choose_logic(self) -> Callable[[list[Record]], Sequence[Any]]:
         method = getattr(self.streamlet, self.descriptor.logic)
-        if self.descriptor.logic == "process_batch":
+        if self.descriptor.logic == Logic.PROCESS_BATCH:
             return lambda records: self._batch_logic(method, records)
         if self.descriptor.is_async:
             return lambda records: self._async_record_logic(method, records)
@@ -321,6 +365,10 @@ class Processor:
             return self._checked_batch(method, records)
         except Backpressure:
             raise
+        except outputs_mod.OutputError as exc:
+            # A broken contract (a result of the wrong length), not a poison record:
+            # re-running one by one could hide it, so the whole batch is dead-lettered.
+            return [exc] * len(records)
         except Exception as exc:
             if len(records) == 1:
                 return [exc]
@@ -340,7 +388,7 @@ class Processor:
         result = method(records)
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
-        return self._router.batch_results(result, len(records))
+        return _materialised(self._router.batch_results(result, len(records)))
 
     def _async_record_logic(
         self, method: Callable[..., Any], records: list[Record]
@@ -352,7 +400,7 @@ class Processor:
         for result in results:
             if isinstance(result, Backpressure):
                 raise result
-        return results
+        return _materialised(results)
 
     # -- control -------------------------------------------------------------
 
@@ -363,7 +411,7 @@ class Processor:
         """Outputs that belong to no data batch: control reactions, model swaps."""
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
-        self.metrics.set_state(self.streamlet.context.extras.get("state", {}))
+        self.metrics.set_state(self.streamlet.context.state)
         self._export_skipped()
         if result is None:
             return
@@ -378,6 +426,8 @@ class Processor:
                 self.delivery.produce_unbatched(binding.topic, data, key, headers)
 
     def reject_control(self, msg: Message, inlet: str, error: Exception) -> None:
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(msg, inlet, error, "control")
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
         log.warning("control record rejected: %s", dlq.describe(error))
         value, key, headers = dlq.dead_letter(msg, error)
@@ -390,7 +440,7 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
     for record in records:
         try:
             result = method(record)
-            if isinstance(result, Generator):
+            if type(result) is not dict and isinstance(result, Iterator):
                 # run a generator's body now, so its exceptions count as the logic's
                 result = list(result)
             append(result)
@@ -399,6 +449,24 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
         except Exception as exc:
             append(exc)
     return results
+
+
+def _materialised(results: Sequence[Any]) -> Sequence[Any]:
+    """Results with every iterator (a generator, say) run to a list; one that raises
+    becomes that record's exception, as when ``process`` itself raises."""
+    if all(type(r) is dict or not isinstance(r, Iterator) for r in results):
+        return results
+    out: list[Any] = []
+    for result in results:
+        if type(result) is not dict and isinstance(result, Iterator):
+            try:
+                result = list(result)
+            except Backpressure:
+                raise
+            except Exception as exc:
+                result = exc
+        out.append(result)
+    return out
 
 
 class _HeaderCache:

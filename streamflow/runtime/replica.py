@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamflow.api import config as config_mod
-from streamflow.api.streamlet import Context, Streamlet
+from streamflow.api.streamlet import Context, Logic, Streamlet
 from streamflow.blueprint.model import EXACTLY_ONCE, Application
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
@@ -76,8 +76,8 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         replica=options.replica,
         config=config,
         logger=logging.getLogger(f"streamflow.streamlet.{streamlet_name}"),
+        schema_store=store,  # generic built-ins find their schemas here
     )
-    context.extras["schema_store"] = store  # generic built-ins find their schemas here
     streamlet.context = context
     metrics = Metrics(app=app.name, streamlet=streamlet_name, replica=options.replica)
     health = HealthState()
@@ -118,7 +118,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
                 loop,
                 options,
             )
-        elif descriptor.logic == "serve":
+        elif descriptor.logic == Logic.SERVE:
             producer = clients.producer(client_id=client_id)
             ServeRunner(
                 streamlet=streamlet,
@@ -143,7 +143,10 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
                 loop,
                 options,
             )
-        _maybe_await(loop, streamlet.teardown())
+        try:
+            _maybe_await(loop, streamlet.teardown())
+        finally:  # what the streamlet registered with context.on_close, newest first
+            loop.run_until_complete(context.aclose())
     finally:
         server.stop()
         loop.close()
@@ -193,7 +196,7 @@ def _control_reader(
 ) -> ControlReader | None:
     if not bindings.controls_by_topic:
         return None
-    reader = ControlReader(
+    reader = ControlReader.connect(
         clients=clients,
         bindings=[
             ControlInletBinding(inlet, topic, codec)

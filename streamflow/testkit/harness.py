@@ -1,7 +1,10 @@
-"""An in-memory harness that runs a streamlet's logic the way the runtime does.
+"""An in-memory harness that runs a streamlet through the runtime's own loops.
 
 A unit test should predict what the deployed streamlet writes, without Kafka.
-So the harness does what the runtime does, minus the broker:
+So the harness runs the runtime's :class:`~streamflow.runtime.processor.Processor`,
+control reader and source runner themselves, over Kafka in memory (see
+:mod:`streamflow.testkit.engine`): calling the logic, routing its outputs,
+dead-lettering and backpressure are the runtime's code, not a copy of it.
 
 * config is parsed by the same :func:`~streamflow.api.config.parse_config`
   (durations become ``timedelta``, defaults are filled, bad values raise
@@ -9,8 +12,7 @@ So the harness does what the runtime does, minus the broker:
 * every value crosses each port through the real Avro single-object codec,
   both ways, and is also checked strictly (no unknown fields), so a schema
   mistake fails the unit test with the port and the field named;
-* results are routed by the shared :class:`~streamflow.api.outputs.OutputRouter`.
-  An output is ``None``, a dict (for the only outlet), an ``Emit`` (for a
+* an output is ``None``, a dict (for the only outlet), an ``Emit`` (for a
   named outlet), or an iterable of those. Its key is the ``Emit``'s explicit
   key, else the outlet's key function, else the input record's key (``None``
   for an ingress);
@@ -19,12 +21,16 @@ So the harness does what the runtime does, minus the broker:
   per input. When a batch raises, it is re-run record by record to isolate the
   poison record;
 * a record whose logic raises, or that does not decode, becomes a
-  :class:`DeadLetter` and the rest carry on, as with the runtime's dead-letter
-  topic. Control records are applied between batches, and a failing one is a
-  dead letter too. Mistakes in the streamlet's *contract* (an output that does
-  not fit its outlet's schema, a dict for a streamlet with several outlets, a
+  :class:`DeadLetter` and the rest carry on, as on the dead-letter topic.
+  Control records are applied between batches, and a failing one is a dead
+  letter too. Mistakes in the streamlet's *contract* (an output that does not
+  fit its outlet's schema, a dict for a streamlet with several outlets, a
   ``process_batch`` result of the wrong length) raise instead: the runtime
-  would dead-letter every record for them, which a test should not hide.
+  dead-letters every record for them, which a test should not hide;
+* a :class:`~streamflow.api.streamlet.Backpressure` rewinds the batch, as in
+  the runtime: nothing of it is written, the records stay :attr:`pending`, and
+  :attr:`backpressure` says why. The next :meth:`run` retries them (the
+  runtime waits ``retry_after`` first; the harness's clock moves instead).
 
 The harness is synchronous and owns one event loop, like a runtime replica,
 so ``async`` setup, logic and sources need no test plugin.
@@ -35,23 +41,37 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-from streamflow.api import aio, outputs
+from confluent_kafka import Message
+
+from streamflow.api import aio
 from streamflow.api import config as config_mod
 from streamflow.api.descriptor import StreamletDescriptor, describe
-from streamflow.api.outputs import RoutedOutput
-from streamflow.api.streamlet import Context, Record, Streamlet
-from streamflow.schema.codecs import DecodeError
+from streamflow.api.outputs import OutputError, RoutedOutput
+from streamflow.api.ports import PortKind
+from streamflow.api.streamlet import Context, Logic, Streamlet
+from streamflow.runtime.metrics import Metrics
+from streamflow.schema.codecs import DecodeError, EncodeError
 from streamflow.schema.store import SchemaStore
-from streamflow.testkit import logic as logic_mod
+from streamflow.testkit.engine import EXHAUSTED, Engine
 from streamflow.testkit.ports import HarnessError, PortCodec, port_codecs
 
 __all__ = ["DeadLetter", "StreamletHarness"]
+
+T = TypeVar("T")
 
 _EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z: fed records get a fake, steady clock
 
@@ -67,14 +87,6 @@ class DeadLetter:
     error: str  # "TypeName: message", as in the streamflow-error header
     kind: str  # "decode", "logic" or "control"
     exception: BaseException = field(repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class _Pending:
-    inlet: str
-    key: str | None
-    data: bytes
-    timestamp_ms: int
 
 
 class StreamletHarness:
@@ -99,28 +111,31 @@ class StreamletHarness:
         self._codecs: dict[str, PortCodec] = port_codecs(self.descriptor, self.store, strict=strict)
         self.config = config_mod.parse_config(self.descriptor, config)
         self.streamlet: Streamlet = streamlet(self.config)
+        name = name or streamlet.__name__.lower()
         self.context = Context(
             app=app,
-            streamlet=name or streamlet.__name__.lower(),
+            streamlet=name,
             replica=0,
             config=self.config,
-            logger=logging.getLogger(f"streamflow.streamlet.{name or streamlet.__name__}"),
+            logger=logging.getLogger(f"streamflow.streamlet.{name}"),
+            schema_store=self.store,  # as the runtime does
         )
-        self.context.extras["schema_store"] = self.store  # as the runtime does
         self.streamlet.context = self.context
         self.batch_size = batch_size
         self.dead_letters: list[DeadLetter] = []
-        self._router = outputs.OutputRouter(self.descriptor)
         self._outputs: list[RoutedOutput] = []
-        self._pending: list[_Pending] = []
-        self._offsets: dict[str, int] = {}
+        self._broken: list[BaseException] = []  # contract mistakes, raised after the turn
         self._clock_ms = _EPOCH_MS
         self._loop = asyncio.new_event_loop()
-        self._logic = logic_mod.LogicCaller(
+        self._engine = Engine(
             streamlet=self.streamlet,
             descriptor=self.descriptor,
-            router=self._router,
+            codecs=self._codecs,
+            batch_size=batch_size,
             loop=self._loop,
+            on_dead_letter=self._dead_lettered,
+            app=app,
+            name=name,
         )
         self._source: Iterator[Any] | AsyncIterator[Any] | None = None
         self._state = "new"
@@ -144,9 +159,13 @@ class StreamletHarness:
             if self._source is not None:
                 aio.close_source(self._source, loop=self._loop)
             if self._state == "running":
-                aio.call_maybe_async(self.streamlet.teardown, loop=self._loop)
+                try:
+                    aio.call_maybe_async(self.streamlet.teardown, loop=self._loop)
+                finally:  # as the runtime: what the streamlet registered with on_close
+                    self._loop.run_until_complete(self.context.aclose())
         finally:
             self._state = "closed"
+            self._engine.close()
             self._loop.close()
 
     def __enter__(self) -> StreamletHarness:
@@ -174,10 +193,10 @@ class StreamletHarness:
         Raw bytes go in undecoded, to test what happens to a record that is not
         valid for the inlet's schema. ``keys`` gives one key per value.
         """
-        codec = self._port(inlet, kinds=("inlet",))
+        codec = self._port(inlet, kinds=(PortKind.INLET,))
         for value, record_key in self._with_keys(values, key, keys):
             data = value if isinstance(value, bytes) else codec.encode(value, what="a fed value")
-            self._pending.append(_Pending(inlet, record_key, data, self._tick(timestamp_ms)))
+            self._engine.write(inlet, data, record_key, codec.port.schema, self._tick(timestamp_ms))
 
     def control(
         self,
@@ -188,31 +207,25 @@ class StreamletHarness:
         keys: Sequence[str | None] | None = None,
     ) -> list[RoutedOutput]:
         """Apply control records now (between batches, as the runtime does); their outputs."""
-        codec = self._port(inlet, kinds=("control-inlet",))
+        codec = self._port(inlet, kinds=(PortKind.CONTROL_INLET,))
         self.setup()
-        produced: list[RoutedOutput] = []
         for value, record_key in self._with_keys(values, key, keys):
             data = (
                 value if isinstance(value, bytes) else codec.encode(value, what="a control value")
             )
-            pending = _Pending(inlet, record_key, data, self._tick(None))
-            record = self._decode(pending, kind="control")
-            if record is None:
-                continue
-            try:
-                result = logic_mod.materialise(
-                    aio.call_maybe_async(self.streamlet.on_control, inlet, record, loop=self._loop)
-                )
-            except Exception as exc:
-                self._dead_letter(pending, record.value, exc, kind="control")
-                continue
-            produced += self._emit(result, input_key=record.key)
-        return produced
+            self._engine.write(inlet, data, record_key, codec.port.schema, self._tick(None))
+        self._engine.apply_control()
+        return self._collect()
 
     @property
     def pending(self) -> int:
-        """Fed records not yet processed (``accepts_data()`` may be holding them)."""
-        return len(self._pending)
+        """Fed records not yet processed (``accepts_data()`` or a backpressure may hold them)."""
+        return self._engine.pending
+
+    @property
+    def backpressure(self) -> str | None:
+        """Why the last batch was handed back with ``Backpressure``, while it waits; or None."""
+        return self._engine.backing_off
 
     # -- running -------------------------------------------------------------
 
@@ -220,27 +233,26 @@ class StreamletHarness:
         """Process everything fed so far, in batches; the outputs it produced.
 
         Records stay pending while the streamlet's ``accepts_data()`` is False,
-        just as the runtime holds consumption (until a first model arrives, say).
+        just as the runtime holds consumption (until a first model arrives, say),
+        and after a ``Backpressure`` until the next ``run()``.
         """
         if not self.descriptor.inlets:
             raise HarnessError(f"{self.descriptor.class_path} has no inlets; use run_source()")
         self.setup()
-        produced = self.between_batches()
-        while self._pending and self.streamlet.accepts_data():
-            batch, self._pending = (
-                self._pending[: self.batch_size],
-                self._pending[self.batch_size :],
-            )
-            produced += self._run_batch(batch)
-            produced += self.between_batches()
+        produced: list[RoutedOutput] = []
+
+        def collect() -> None:
+            produced.extend(self._collect())
+
+        self._engine.run(collect)
         return produced
 
     def between_batches(self) -> list[RoutedOutput]:
         """Run the streamlet's between-batches hook (a model swap, say), as the runtime
         does before every batch; the outputs it produced."""
         self.setup()
-        result = aio.call_maybe_async(self.streamlet.between_batches, loop=self._loop)
-        return self._emit(result, input_key=None)
+        self._engine.between_batches()
+        return self._collect()
 
     def process(
         self, value: Any, *, inlet: str | None = None, key: str | None = None
@@ -256,19 +268,36 @@ class StreamletHarness:
 
         ``timeout`` bounds the wait for each item of an async source.
         """
-        if self.descriptor.logic != "source":
+        if self.descriptor.logic != Logic.SOURCE:
             raise HarnessError(f"{self.descriptor.class_path} has no source(); feed it and run()")
         self.setup()
         if self._source is None:
             self._source = aio.open_source(getattr(self.streamlet, "source")())  # noqa: B009
-        produced: list[RoutedOutput] = []
-        for _ in range(limit):
+        source = self._source
+
+        def next_item() -> Any:
             try:
-                item = aio.next_item(self._source, loop=self._loop, timeout=timeout)
+                return aio.next_item(source, loop=self._loop, timeout=timeout)
             except aio.SourceExhausted:
-                break
-            produced += self._emit(logic_mod.materialise(item), input_key=None)
-        return produced
+                return EXHAUSTED
+
+        self._engine.emit_source_items(next_item, limit)
+        return self._collect()
+
+    def serve(self, scenario: Callable[[], Awaitable[T]], *, timeout: float = 30.0) -> T:
+        """Run ``serve(emitter)`` while ``scenario()`` runs beside it; the scenario's result.
+
+        The emitter is the runtime's, over Kafka in memory: ``emit`` returns once the
+        record is acknowledged, and an output that does not fit its outlet raises. The
+        scenario drives the ingress (HTTP requests to it, say); when it returns, ``serve``
+        is cancelled as on SIGTERM. What was emitted is in :meth:`outputs`.
+        """
+        if self.descriptor.logic != Logic.SERVE:
+            raise HarnessError(f"{self.descriptor.class_path} has no serve()")
+        self.setup()
+        result = self._engine.serve(scenario, timeout=timeout)
+        self._collect()
+        return result
 
     # -- outputs -------------------------------------------------------------
 
@@ -287,9 +316,15 @@ class StreamletHarness:
         return list(self._outputs)
 
     @property
+    def metrics(self) -> Metrics:
+        """The runtime's metrics of this streamlet, as its replica serves them on /metrics:
+        ``generate_latest(h.metrics.registry)``. Its own metrics are exported after each turn."""
+        return self._engine.metrics
+
+    @property
     def state(self) -> dict[str, str]:
         """What the streamlet published with ``context.set_state``."""
-        return dict(self.context.extras.get("state", {}))
+        return dict(self.context.state)
 
     def clear(self) -> None:
         """Forget the outputs and dead letters collected so far."""
@@ -298,57 +333,41 @@ class StreamletHarness:
 
     # -- internals -----------------------------------------------------------
 
-    def _run_batch(self, batch: list[_Pending]) -> list[RoutedOutput]:
-        decoded = [(p, self._decode(p, kind="decode")) for p in batch]
-        good = [(p, r) for p, r in decoded if r is not None]
-        results = self._logic([r for _, r in good]) if good else []
-        produced: list[RoutedOutput] = []
-        for (pending, record), result in zip(good, results, strict=True):
-            if isinstance(result, BaseException):
-                self._dead_letter(pending, record.value, result, kind="logic")
-            else:
-                produced += self._emit(result, input_key=record.key)
-        return produced
-
-    def _emit(self, result: Any, *, input_key: str | None) -> list[RoutedOutput]:
-        routed = self._router.route(result, input_key=input_key)
-        written = [
-            out._replace(value=self._codecs[out.outlet].round_trip(out.value, what="an output"))
-            for out in routed
-        ]
+    def _collect(self) -> list[RoutedOutput]:
+        """The outputs written since the last call; a contract mistake is raised here."""
+        if self._broken:
+            broken, self._broken = self._broken[0], []
+            raise broken
+        written = self._engine.new_outputs()
         self._outputs += written
         return written
 
-    def _decode(self, pending: _Pending, *, kind: str) -> Record | None:
-        codec = self._codecs[pending.inlet]
-        try:
-            value = codec.codec.decode(pending.data)
-        except DecodeError as exc:
-            self._dead_letter(pending, None, exc, kind=kind)
-            return None
-        offset = self._offsets.get(pending.inlet, 0)
-        self._offsets[pending.inlet] = offset + 1
-        return Record(
-            value=value,
-            key=pending.key,
-            inlet=pending.inlet,
-            topic=pending.inlet,
-            partition=0,
-            offset=offset,
-            timestamp_ms=pending.timestamp_ms,
-            headers={"streamflow-schema": codec.port.schema.encode()},
-        )
-
-    def _dead_letter(
-        self, pending: _Pending, value: dict[str, Any] | None, exc: BaseException, *, kind: str
-    ) -> None:
-        self.context.logger.warning("dead letter from %s: %s", pending.inlet, exc)
-        error = f"{type(exc).__name__}: {exc}"
+    def _dead_lettered(self, msg: Message, inlet: str, exc: BaseException, kind: str) -> None:
+        if kind == "encode" or isinstance(exc, OutputError | EncodeError):
+            self._broken.append(exc)  # the streamlet's contract, not the record, is wrong
+            return
+        data = msg.value() or b""
+        value: dict[str, Any] | None = None
+        if not isinstance(exc, DecodeError):
+            try:
+                value = self._codecs[inlet].codec.decode(data)
+            except DecodeError:
+                value = None
+        key = msg.key()
+        self.context.logger.warning("dead letter from %s: %s", inlet, exc)
         self.dead_letters.append(
-            DeadLetter(pending.inlet, pending.key, value, pending.data, error, kind, exc)
+            DeadLetter(
+                inlet,
+                key.decode("utf-8", "replace") if key is not None else None,
+                value,
+                data,
+                f"{type(exc).__name__}: {exc}",
+                kind,
+                exc,
+            )
         )
 
-    def _port(self, name: str, *, kinds: tuple[str, ...]) -> PortCodec:
+    def _port(self, name: str, *, kinds: tuple[PortKind, ...]) -> PortCodec:
         codec = self._codecs.get(name)
         if codec is None or codec.port.kind not in kinds:
             names = [n for n, c in self._codecs.items() if c.port.kind in kinds]
@@ -363,7 +382,7 @@ class StreamletHarness:
     def _outlet_name(self, outlet: str | None) -> str:
         if outlet is None:
             return self._only("outlet", [p.name for p in self.descriptor.outlets])
-        return self._port(outlet, kinds=("outlet",)).port.name
+        return self._port(outlet, kinds=(PortKind.OUTLET,)).port.name
 
     def _only(self, kind: str, names: list[str]) -> str:
         if len(names) == 1:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from streamflow.cli import state
 from streamflow.operator.local import store
 from tests.cli.test_deploy_cmds import make_project, stop_leftovers
 from tests.cli.test_run_tail import make_project as make_run_project
@@ -70,8 +69,11 @@ def test_run_keeps_the_home_private(tmp_path: Path, kafka_bootstrap: str) -> Non
     assert loose_entries(project.home) == []
 
 
-def test_state_writes_are_private_whatever_the_umask(tmp_path: Path) -> None:
-    target = tmp_path / "home" / "apps" / "x" / "app.json"
-    state.write_json(target, {"a": 1})
-    store.write_json(tmp_path / "home" / "apps" / "x" / "status.json", {"b": 2})
+def test_state_writes_are_private_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMFLOW_HOME", str(tmp_path / "home"))
+    home = store.home()
+    store.write_json(home.app("x").spec, {"a": 1})
+    store.write_json(home.app("x").status, {"b": 2})
     assert loose_entries(tmp_path / "home") == []

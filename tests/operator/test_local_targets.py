@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from streamflow.blueprint.model import Application
-from streamflow.operator import targets
+from streamflow.operator import backends, targets
+from streamflow.operator.targets import Phase
 
 RUNTIME_TESTS = Path(__file__).parents[1] / "runtime"
 
@@ -109,23 +110,23 @@ def _replica(name: str, *, running: bool = True, ready: bool = True) -> targets.
 
 def test_the_phase_follows_the_replicas() -> None:
     ready = _streamlet("scale", 1, _replica("scale-0"))
-    assert targets.phase_of([ready], up_to_date=True) == ("Running", "")
-    assert targets.phase_of([ready], up_to_date=False)[0] == "Pending"
+    assert targets.phase_of([ready], up_to_date=True) == (Phase.RUNNING, "")
+    assert targets.phase_of([ready], up_to_date=False)[0] is Phase.PENDING
     starting = _streamlet("scale", 1, _replica("scale-0", ready=False))
     assert targets.phase_of([starting], up_to_date=True) == (
-        "Pending",
+        Phase.PENDING,
         "waiting for replicas to become ready: scale 0/1",
     )
     crashed = _streamlet("scale", 1, _replica("scale-0", running=False, ready=False))
     assert targets.phase_of([crashed], up_to_date=True) == (
-        "Degraded",
+        Phase.DEGRADED,
         "not running or restarting: scale-0",
     )
-    assert targets.phase_of([ready], up_to_date=True, failure="no supervisor")[0] == "Failed"
-    status = targets.AppStatus("shop", "local", "Pending", "", True, (starting,))
+    assert targets.phase_of([ready], up_to_date=True, failure="no supervisor")[0] is Phase.FAILED
+    status = targets.AppStatus("shop", "local", Phase.PENDING, "", True, (starting,))
     assert not status.settled and status.not_ready() == ["scale-0 (not answering)"]
 
 
 def test_an_unknown_target_is_a_clear_error() -> None:
     with pytest.raises(targets.TargetError, match="unknown target 'mars'"):
-        targets.get_target("mars")
+        backends.get_target("mars")

@@ -201,12 +201,12 @@ def exported() -> dict[str, set[str]]:
         schema_paths=[ROOT / "schemas" / "examples" / "wine"],
     )
     serving.setup()
-    for harness in (detector, serving):
-        metrics.export_own(harness.context.extras)
+    serving.between_batches()  # the runtime exports what a streamlet reported after each turn
     samples: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
-        for sample in family.samples:
-            samples.setdefault(sample.name, set()).update(sample.labels)
+    for registry in (metrics.registry, detector.metrics.registry, serving.metrics.registry):
+        for family in text_string_to_metric_families(generate_latest(registry).decode()):
+            for sample in family.samples:
+                samples.setdefault(sample.name, set()).update(sample.labels)
     return samples
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamflow import ControlInlet, Emit, Inlet, Outlet, Record, Streamlet, params
+from streamflow import Backpressure, ControlInlet, Emit, Inlet, Outlet, Record, Streamlet, params
 
 
 class Scale(Streamlet):
@@ -85,3 +85,26 @@ class Count(Streamlet):
     def source(self) -> Any:
         for seq in range(self.count):
             yield {"id": f"r{seq}", "seq": seq, "value": float(seq), "poison": False}
+
+
+class GenScale(Scale):
+    """The same as Scale, as a generator: a poison record raises inside the generator's body."""
+
+    def process(self, record: Record) -> Any:  # type: ignore[override]
+        if record.value["poison"]:
+            raise ValueError(f"poison record {record.value['id']}")
+        yield super().process(record)
+
+
+class Throttled(Scale):
+    """Scale, whose downstream pushes back once: the first time it meets ``seq`` 50."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self._pushed_back = False
+
+    def process(self, record: Record) -> dict[str, Any]:
+        if record.value["seq"] == 50 and not self._pushed_back:
+            self._pushed_back = True
+            raise Backpressure("the downstream service is busy", retry_after=0.2)
+        return super().process(record)

@@ -21,7 +21,7 @@ def test_gauges_and_counts_are_exported_with_the_replicas_labels() -> None:
     context.set_gauge("drift_detected", 1, description="Drifted.", labels={"source": "inputs"})
     context.count("drift_windows", description="Windows.", labels={"source": "inputs"})
     context.count("drift_windows", description="Windows.", count=2, labels={"source": "inputs"})
-    metrics.export_own(context.extras)
+    metrics.export_own(context.metrics)
     text = scrape(metrics)
     labels = 'app="wine",replica="2",source="inputs",streamlet="drift"'
     assert f"streamflow_drift_detected{{{labels}}} 1.0" in text
@@ -30,8 +30,8 @@ def test_gauges_and_counts_are_exported_with_the_replicas_labels() -> None:
     # exported values are taken; a later count adds to the counter, a gauge is replaced
     context.count("drift_windows", description="Windows.", labels={"source": "inputs"})
     context.set_gauge("drift_detected", 0, description="Drifted.", labels={"source": "inputs"})
-    metrics.export_own(context.extras)
-    metrics.export_own(context.extras)  # nothing new: nothing counted twice
+    metrics.export_own(context.metrics)
+    metrics.export_own(context.metrics)  # nothing new: nothing counted twice
     text = scrape(metrics)
     assert f"streamflow_drift_windows_total{{{labels}}} 4.0" in text
     assert f"streamflow_drift_detected{{{labels}}} 0.0" in text
@@ -43,7 +43,7 @@ def test_without_a_runtime_the_values_wait_in_the_context() -> None:
     context.set_gauge("model_loaded", 1, description="Loaded.")
     context.count("reloads", description="Reloads.", count=2)
     context.count("reloads", description="Reloads.")
-    reported = context.extras["metrics"]
+    reported = context.metrics
     assert reported["model_loaded"].values == {(): 1.0}
     assert reported["reloads"].values == {(): 3.0}
 
@@ -72,8 +72,8 @@ def test_a_name_the_runtime_uses_is_logged_not_fatal(caplog: pytest.LogCaptureFi
     context, metrics = Context(), Metrics(app="wine", streamlet="s", replica=0)
     context.count("records_in", description="Mine.")
     with caplog.at_level(logging.ERROR, logger="streamflow.runtime"):
-        metrics.export_own(context.extras)
+        metrics.export_own(context.metrics)
         context.count("records_in", description="Mine.")
-        metrics.export_own(context.extras)
+        metrics.export_own(context.metrics)
     assert len([r for r in caplog.records if "'records_in' is not exported" in r.message]) == 1
     assert "Mine." not in scrape(metrics)

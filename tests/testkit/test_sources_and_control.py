@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamflow import ControlInlet, Emit, Inlet, Outlet, Record, Streamlet, params
-from streamflow.testkit import HarnessError, StreamletHarness
+from streamflow.testkit import EncodeError, HarnessError, StreamletHarness
 
 HarnessFactory = Callable[..., StreamletHarness]
 
@@ -179,3 +179,62 @@ def test_an_emit_to_an_unknown_outlet_is_an_error(harness: HarnessFactory) -> No
     h = harness(Typo)
     with pytest.raises(ValueError, match="has no outlet 'alert' \\(did you mean 'alerts'\\? "):
         h.process({"id": "a", "value": 0.1})
+
+
+class Pusher(Streamlet):
+    """A ``serve()`` ingress: what a test hands it is emitted once acknowledged."""
+
+    readings = Outlet(schema="test.Reading", key=lambda value: value["id"])
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.acked: list[str] = []
+        self.stopped = False
+
+    async def serve(self, emitter: Any) -> None:
+        try:
+            while True:
+                value = await self.inbox.get()
+                await emitter.emit(value)
+                self.acked.append(value["id"])
+        finally:
+            self.stopped = True
+
+
+def test_a_serve_ingress_runs_through_the_serve_runner(harness: HarnessFactory) -> None:
+    h = harness(Pusher)
+    pusher = h.streamlet
+    assert isinstance(pusher, Pusher)
+
+    async def requests() -> int:
+        for i in range(3):
+            await pusher.inbox.put({"id": f"p{i}", "value": float(i)})
+        while len(pusher.acked) < 3:  # emit() returned: the records were acknowledged
+            await asyncio.sleep(0.001)
+        return len(pusher.acked)
+
+    assert h.serve(requests) == 3
+    assert pusher.stopped  # cancelled when the scenario ended, as on SIGTERM
+    assert [(key, value["value"]) for key, value in h.outputs()] == [
+        ("p0", 0.0),
+        ("p1", 1.0),
+        ("p2", 2.0),
+    ]
+
+
+def test_a_serve_ingress_emitting_a_value_its_outlet_refuses_fails(
+    harness: HarnessFactory,
+) -> None:
+    h = harness(Pusher)
+    pusher = h.streamlet
+    assert isinstance(pusher, Pusher)
+
+    async def requests() -> None:
+        await pusher.inbox.put({"id": "bad", "value": "not a number"})
+        while not pusher.stopped:  # emit() raised inside serve(), which ended
+            await asyncio.sleep(0.001)
+
+    with pytest.raises(EncodeError, match="does not match its schema"):
+        h.serve(requests)
+    assert h.outputs() == [] and pusher.acked == []

@@ -2,7 +2,7 @@
 
 The children need two things only the class knows: the config with its
 defaults filled in (the ConfigMap), and whether the streamlet is an HTTP
-ingress (``logic == "serve"``) and so needs a Service. :func:`facts` reads
+ingress (``Logic.SERVE``) and so needs a Service. :func:`facts` reads
 them from the class. The operator calls it only in the verifier's child
 process (:mod:`~streamflow.operator.kubernetes.verify_child`), after the
 application verified, and receives plain :class:`Facts` back: the operator's
@@ -17,6 +17,7 @@ from typing import Any
 
 from streamflow.api.config import config_problems
 from streamflow.api.descriptor import ClassLoadError, DeclarationError, StreamletDescriptor
+from streamflow.api.streamlet import Logic
 from streamflow.blueprint.model import Application
 
 __all__ = ["Facts", "facts"]
@@ -51,7 +52,7 @@ def _defaults(descriptor: StreamletDescriptor) -> dict[str, Any]:
 
 def _http_port(descriptor: StreamletDescriptor, config: dict[str, Any]) -> int | None:
     """The port an HTTP ingress listens on: its ``port`` parameter (0, "any", means none)."""
-    if descriptor.logic != "serve" or descriptor.param("port") is None:
+    if descriptor.logic != Logic.SERVE or descriptor.param("port") is None:
         return None
     try:
         port = int(config.get("port") or 0)

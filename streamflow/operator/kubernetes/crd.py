@@ -21,6 +21,7 @@ from typing import Any
 from streamflow.blueprint.model import GUARANTEES
 from streamflow.blueprint.verify_resources import QUANTITY_PATTERN
 from streamflow.operator.kubernetes import names
+from streamflow.operator.targets.phases import Phase
 from streamflow.schema.formats import RegisterPolicy, TopicFormat
 
 __all__ = ["definition", "spec_schema", "status_schema"]
@@ -220,7 +221,7 @@ def status_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "phase": _string(enum=["Pending", "Running", "Degraded", "Failed"]),
+            "phase": _string(enum=[phase.value for phase in Phase]),
             "message": _string(),
             "ready": _string(description="Streamlets with all replicas ready, of all."),
             "observedGeneration": {"type": "integer"},

@@ -23,12 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Condition", "build", "condition", "streamlet_counts"]
+from streamflow.operator.targets.phases import Phase
 
-PENDING = "Pending"
-RUNNING = "Running"
-DEGRADED = "Degraded"
-FAILED = "Failed"
+__all__ = ["Condition", "build", "condition", "streamlet_counts"]
 
 
 @dataclass(frozen=True)
@@ -110,25 +107,25 @@ def build(
     stalled = {n: why for n in desired if (why := _stalled(deployments.get(n))) and n not in done}
     waiting = [n for n in desired if n not in done]
     if failure is not None:
-        phase, message = FAILED, failure
+        phase, message = Phase.FAILED, failure
     elif stalled:
-        phase = DEGRADED
+        phase = Phase.DEGRADED
         message = "; ".join(f"{name}: {why}" for name, why in sorted(stalled.items()))
     elif waiting:
-        phase = PENDING
+        phase = Phase.PENDING
         message = "waiting for " + ", ".join(
             f"{n} ({counts[n]['ready']}/{counts[n]['desired']} ready)" for n in sorted(waiting)
         )
     else:
-        phase, message = RUNNING, f"all {len(desired)} streamlets ready"
+        phase, message = Phase.RUNNING, f"all {len(desired)} streamlets ready"
     ready = Condition(
         "Ready",
-        phase == RUNNING,
-        {RUNNING: "AllReplicasReady", PENDING: "Waiting"}.get(phase, phase),
+        phase == Phase.RUNNING,
+        {Phase.RUNNING: "AllReplicasReady", Phase.PENDING: "Waiting"}.get(phase, phase.value),
         message,
     )
     return {
-        "phase": phase,
+        "phase": phase.value,  # plain data, as the API server gives it back
         "message": message,
         "ready": f"{len(done)}/{len(desired)}",
         "observedGeneration": generation,

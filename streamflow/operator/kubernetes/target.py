@@ -6,8 +6,8 @@ its ``config``), and the operator in the cluster does the rest. So the CLI,
 ``kubectl edit`` and a GitOps tool all change an application the same way,
 and the operator stays the one writer of its children. Changes are checked
 first, with the same functions as the local target's
-(:func:`~streamflow.operator.targets.scaled`,
-:func:`~streamflow.operator.targets.reconfigured`), so a mistake is reported
+(:func:`~streamflow.operator.targets.changes.scaled`,
+:func:`~streamflow.operator.targets.changes.reconfigured`), so a mistake is reported
 before anything is patched. Reading (``status``, ``logs``) combines the
 resource's status, written by the operator, with the pods themselves.
 """
@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import urllib3
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from streamflow.api.descriptor import ClassLoadError, DeclarationError
 from streamflow.blueprint.model import Application
-from streamflow.operator import planner, targets
+from streamflow.operator import targets
 from streamflow.operator.kubernetes import (
     admission,
     kafka,
@@ -38,7 +37,6 @@ from streamflow.operator.kubernetes import (
 )
 from streamflow.operator.kubernetes.client import KubeAccess, KubeError, api_message, explain
 from streamflow.operator.kubernetes.executor import Cluster
-from streamflow.runtime.topics import all_topics
 
 __all__ = ["KubernetesTarget"]
 
@@ -95,7 +93,7 @@ class KubernetesTarget:
             previous = _application(existing)
             patch = [{"op": "replace", "path": "/spec", "value": body["spec"]}]
             self._patch(app.name, patch)
-        return _change(app, previous, [])
+        return _planned(app, previous, [])
 
     def scale(self, name: str, replicas: Mapping[str, int]) -> targets.Change:
         app = self.application(name)
@@ -103,7 +101,7 @@ class KubernetesTarget:
         patch = {"spec": {"streamlets": {s: {"replicas": n} for s, n in replicas.items()}}}
         self._patch(name, patch)
         counted = [s for s, n in replicas.items() if n > 0]
-        return _change(scaled, app, targets.idle_replica_warnings(scaled, counted))
+        return _planned(scaled, app, targets.idle_replica_warnings(scaled, counted))
 
     def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
         app = self.application(name)
@@ -117,7 +115,7 @@ class KubernetesTarget:
             }
         }
         self._patch(name, patch)
-        return _change(configured, app, [])
+        return _planned(configured, app, [])
 
     def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
         found = self._get(name)
@@ -242,14 +240,18 @@ class KubernetesTarget:
         )
         if not recorded:
             phase, message = (
-                "Pending",
+                targets.Phase.PENDING,
                 f"no operator has acted on it yet; is `streamflow operator run` watching "
                 f"namespace {self.namespace!r}?",
             )
-        elif not up_to_date and recorded.get("phase") != "Failed":
-            phase, message = "Pending", "the operator has not applied the latest change yet"
+        elif not up_to_date and recorded.get("phase") != targets.Phase.FAILED:
+            phase, message = (
+                targets.Phase.PENDING,
+                "the operator has not applied the latest change yet",
+            )
         else:
-            phase, message = str(recorded.get("phase")), str(recorded.get("message") or "")
+            phase = targets.Phase.recorded(recorded.get("phase"))
+            message = str(recorded.get("message") or "")
         return targets.AppStatus(
             name=app.name,
             target=self.kind,
@@ -292,25 +294,12 @@ class KubernetesTarget:
                 problems=["spec.kafka.bootstrap is not set, so Kafka cannot be reached"],
             )
         config = {**settings.config, "log_level": 3}
-        topics = [t.name for t in all_topics(app) if t.managed]
-        deleted, problems = [], []
-        admin = AdminClient(config)
-        for topic, future in admin.delete_topics(topics, operation_timeout=30).items():
-            try:
-                future.result(timeout=30)
-                deleted.append(topic)
-            except TimeoutError:
-                problems.append(f"{topic}: Kafka at {config['bootstrap.servers']} did not answer")
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.code() != error.UNKNOWN_TOPIC_OR_PART:
-                    problems.append(f"{topic}: {error.str()}")
-        if problems:
-            raise targets.TargetError(
-                "the application is undeployed, but some topics could not be deleted",
-                problems=problems,
-            )
-        return deleted
+        return targets.delete_managed(
+            AdminClient(config),
+            app,
+            bootstrap=str(config["bootstrap.servers"]),
+            failure="the application is undeployed, but some topics could not be deleted",
+        )
 
 
 def _streamlet_status(
@@ -378,13 +367,11 @@ def _pod_settings(existing: Any, app: Application, *, image: str | None) -> spec
     )
 
 
-def _change(
+def _planned(
     app: Application, previous: Application | None, warnings: Sequence[str]
 ) -> targets.Change:
     """The actions the operator will take, planned on the spec as the API server stores it."""
-    before = planner.desired_state(_as_stored(previous)) if previous is not None else {}
-    actions = planner.plan(planner.desired_state(_as_stored(app)), before)
-    return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))
+    return targets.planned(app, previous, warnings, as_applied=_as_stored)
 
 
 def _as_stored(app: Application) -> Application:

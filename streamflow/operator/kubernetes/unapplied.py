@@ -26,6 +26,7 @@ from typing import Any
 
 from streamflow.operator.kubernetes import status
 from streamflow.operator.kubernetes.verify import Verdict, describe_problems
+from streamflow.operator.targets.phases import Phase
 
 __all__ = [
     "RECONCILED",
@@ -59,9 +60,7 @@ def failed(
 ) -> dict[str, Any]:
     """Nothing was applied: phase Failed, and why."""
     conditions = [status.Condition(RECONCILED, False, refusal.reason, refusal.message)]
-    return _held(
-        body, generation, status.FAILED, refusal.message, [*conditions, *refusal.also], now
-    )
+    return _held(body, generation, Phase.FAILED, refusal.message, [*conditions, *refusal.also], now)
 
 
 def unverified(verdict: Verdict) -> Refusal:
@@ -91,7 +90,7 @@ def verifying(body: Mapping[str, Any], generation: int, what: str, *, now: str) 
         status.Condition(RECONCILED, None, VERIFYING, "waiting for the verification"),
         status.Condition(VERIFIED, None, VERIFYING, what),
     ]
-    return _held(body, generation, status.PENDING, message, conditions, now)
+    return _held(body, generation, Phase.PENDING, message, conditions, now)
 
 
 def is_verifying(previous: Mapping[str, Any] | None) -> bool:
@@ -107,7 +106,7 @@ def verified(problems: Sequence[Mapping[str, Any]]) -> status.Condition:
 def _held(
     body: Mapping[str, Any],
     generation: int,
-    phase: str,
+    phase: Phase,
     message: str,
     conditions: Sequence[status.Condition],
     now: str,
@@ -115,7 +114,7 @@ def _held(
     previous = body.get("status") or {}
     new = {
         **previous,
-        "phase": phase,
+        "phase": phase.value,
         "message": message,
         "observedGeneration": generation,
         "conditions": status.merge_conditions(previous, conditions, now=now),

@@ -6,7 +6,8 @@ measuring lag and keeping the counts of autoscaled streamlets; ``daemon`` runs o
 supervisor per ``$STREAMFLOW_HOME`` behind ``streamflow deploy``, and
 ``control`` finds or starts it; ``target`` is the :class:`Target` the CLI
 speaks to; ``store``, ``logfiles``, ``locks`` and ``probe`` are the files,
-logs, locks and health endpoints they share.
+logs, locks and health endpoints they share, and ``pids`` the one way they
+tell whether a recorded process is alive and stop it.
 """
 
 from streamflow.operator.local.processes import ProcessGroup, ReplicaProcess, replica_command

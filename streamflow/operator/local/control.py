@@ -9,14 +9,13 @@ spec is written", and the daemon takes it (without waiting) to exit.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from streamflow.operator.local import locks, private, store
+from streamflow.operator.local import locks, pids, private, store
 
 __all__ = ["DaemonError", "daemon_info", "embedded_kafka", "ensure_daemon", "spec_lock"]
 
@@ -51,7 +50,7 @@ def ensure_daemon(home: store.Home, *, timeout: float = 30.0) -> int:
     while True:
         info = daemon_info(home)
         pid = info.get("pid") if info else None
-        if isinstance(pid, int) and _exists(pid):
+        if isinstance(pid, int) and pids.alive(pid):
             return pid
         if info is None and process is not None and process.poll() is not None:
             raise DaemonError(f"the supervisor daemon exited at start:\n{_log_tail(home)}")
@@ -71,16 +70,6 @@ def _spawn(home: store.Home) -> subprocess.Popen[bytes]:
             cwd=home.root,
             start_new_session=True,  # not ours to stop with Ctrl-C, nor to die with us
         )
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def embedded_kafka(home: store.Home, *, timeout: float = 180.0) -> str:

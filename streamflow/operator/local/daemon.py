@@ -34,13 +34,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from streamflow import devkit
 from streamflow.blueprint.model import Application
-from streamflow.operator.local import autoscaler, locks, private, store
+from streamflow.operator.local import autoscaler, locks, pids, private, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 
 __all__ = ["Daemon", "main"]
@@ -234,17 +233,14 @@ def _stop_strays(home: store.Home) -> None:
             if isinstance(pid, int) and _cmdline_has(pid, marker):
                 replicas.append(pid)
     brokers = _pids_mentioning(str(home.kafka / "server.properties"))
-    for kind, pids in (("replica", replicas), ("broker", brokers)):
-        if pids:
-            log.warning("stopping %s process(es) left by a previous daemon: %s", kind, pids)
-            _terminate(pids)
+    for kind, found in (("replica", replicas), ("broker", brokers)):
+        if found:
+            log.warning("stopping %s process(es) left by a previous daemon: %s", kind, found)
+            pids.terminate(found, grace=_STOP_GRACE_S)
 
 
 def _cmdline_has(pid: int, marker: str) -> bool:
-    try:
-        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return pids.mentions(pid, marker) is True  # no /proc: no stray is recognised
 
 
 def _pids_mentioning(marker: str) -> list[int]:
@@ -257,36 +253,6 @@ def _pids_mentioning(marker: str) -> list[int]:
         if entry.name.isdigit() and int(entry.name) != os.getpid()
         if _cmdline_has(int(entry.name), marker)
     ]
-
-
-def _terminate(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + _STOP_GRACE_S
-    for pid in _alive(pids, deadline):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pids: list[int], deadline: float) -> Iterator[int]:
-    """The pids still alive at the deadline (they are not our children: poll)."""
-    pending = list(pids)
-    while pending and time.monotonic() < deadline:
-        pending = [pid for pid in pending if _exists(pid)]
-        if pending:
-            time.sleep(0.1)
-    yield from (pid for pid in pending if _exists(pid))
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

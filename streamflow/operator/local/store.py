@@ -17,6 +17,9 @@ the CLI and the daemon talk only through them:
 * ``operator/``: the daemon's lock, pid record and log; ``kafka/``: the data
   of the daemon's embedded broker.
 
+The CLI's commands that read an application's files directly (``tail APP``,
+``model``, a foreground ``run``) find them through :func:`home` too.
+
 Every write goes to a temporary file first and is then renamed into place, so
 a reader never sees half a file. Directories are created 0700 and files 0600
 (:mod:`~streamflow.operator.local.private`).
@@ -32,9 +35,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamflow.operator.local import private
+from streamflow.operator.local import pids, private
 
-__all__ = ["AppDir", "Home", "digest", "read_json", "write_json"]
+__all__ = ["AppDir", "Home", "default_root", "digest", "home", "read_json", "write_json"]
+
+
+def default_root() -> Path:
+    """``$STREAMFLOW_HOME``, else ``~/.streamflow``: where the CLI keeps its state, unresolved."""
+    return Path(os.environ.get("STREAMFLOW_HOME") or Path.home() / ".streamflow")
+
+
+def home() -> Home:
+    """The user's home (:func:`default_root`), resolved and made private first.
+
+    Commands that read an application's files directly (``tail APP``, a
+    foreground ``run``) start here; an older version may have left the home
+    readable by others, so it is tightened before anything is read or written.
+    """
+    root = default_root().resolve()
+    private.tighten(root)
+    return Home(root)
 
 
 @dataclass(frozen=True)
@@ -131,15 +151,7 @@ class AppDir:
         if not isinstance(runtime, dict) or runtime.get("target") != "run":
             return None
         owner = runtime.get("owner_pid")
-        if not isinstance(owner, int) or owner <= 0:
-            return None
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return owner
-        return owner
+        return owner if isinstance(owner, int) and pids.alive(owner) else None
 
 
 def write_json(path: Path, data: Any, *, create_dirs: bool = True) -> str:

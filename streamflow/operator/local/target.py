@@ -4,7 +4,7 @@ Each operation edits the desired spec (``apps/<app>/app.json``) under the CLI
 lock and leaves the doing to the daemon, which reconciles with the planner;
 reading operations combine the spec, the daemon's ``status.json`` and what
 each replica says on its health port. Validation happens before any file is
-written (:mod:`streamflow.operator.targets`), so a rejected change leaves
+written (:mod:`streamflow.operator.targets.changes`), so a rejected change leaves
 everything as it was.
 """
 
@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,11 +22,11 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from streamflow.blueprint.model import Application
-from streamflow.operator import planner, targets
-from streamflow.operator.local import autoscaler, control, logfiles, private, probe, store
+from streamflow.operator import targets
+from streamflow.operator.local import autoscaler, control, logfiles, pids, private, probe, store
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients, application_config
-from streamflow.runtime.topics import TopicsError, all_topics, ensure_topics
+from streamflow.runtime.topics import TopicsError, ensure_topics
 
 __all__ = ["LocalTarget"]
 
@@ -65,7 +64,7 @@ class LocalTarget:
             finally:
                 if bootstrap is None:
                     control.release_kafka_request(self.home)
-        return _change(app, previous, warnings)
+        return targets.planned(app, previous, warnings)
 
     def scale(self, name: str, replicas: Mapping[str, int]) -> targets.Change:
         with self._lock():
@@ -74,7 +73,7 @@ class LocalTarget:
             store.write_json(self.home.app(name).spec, scaled.to_dict())
             self._ensure_daemon()
         counted = [s for s, n in replicas.items() if n > 0]
-        return _change(scaled, app, targets.idle_replica_warnings(scaled, counted))
+        return targets.planned(scaled, app, targets.idle_replica_warnings(scaled, counted))
 
     def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
         with self._lock():
@@ -82,19 +81,19 @@ class LocalTarget:
             configured = targets.reconfigured(app, settings)
             store.write_json(self.home.app(name).spec, configured.to_dict())
             self._ensure_daemon()
-        return _change(configured, app, [])
+        return targets.planned(configured, app, [])
 
     def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
         app = self._deployed(name)
         folder = self.home.app(name)
         runtime = store.read_json(folder.runtime) or {}
-        pids = _replica_pids(folder)
+        recorded = _replica_pids(folder)
         with self._lock():  # first every replica stops (each commits), the app still known
             digest = store.write_json(folder.spec, _stopped(app).to_dict())
             daemon_up = control.daemon_info(self.home) is not None
         if daemon_up:
-            _wait(lambda: _all_stopped(folder, digest), timeout=_STOP_TIMEOUT_S)
-        _stop_processes(pids, marker=str(folder.applied))
+            pids.wait_until(lambda: _all_stopped(folder, digest), timeout=_STOP_TIMEOUT_S)
+        _stop_processes(recorded, marker=str(folder.applied))
         deleted = _delete_topics(app, str(runtime.get("bootstrap"))) if delete_topics else []
         with self._lock():
             shutil.rmtree(folder.path, ignore_errors=True)
@@ -145,7 +144,7 @@ class LocalTarget:
         runtime = store.read_json(folder.runtime) or {}
         up_to_date = recorded.get("spec") == store.digest(store.read_json(folder.spec))
         rows = [r for r in recorded.get("replicas", ()) if r.get("streamlet") in app.streamlets]
-        alive = {r["name"]: bool(r.get("running")) and _exists(r.get("pid")) for r in rows}
+        alive = {r["name"]: bool(r.get("running")) and pids.alive(r.get("pid")) for r in rows}
         answers = probe.probe_all(r["health_port"] for r in rows if alive[r["name"]])
         recorded_streamlets = recorded.get("streamlets") or {}
         streamlets = tuple(
@@ -269,14 +268,6 @@ class LocalTarget:
             ) from None
 
 
-def _change(
-    app: Application, previous: Application | None, warnings: Sequence[str]
-) -> targets.Change:
-    before = planner.desired_state(previous) if previous is not None else {}
-    actions = planner.plan(planner.desired_state(app), before)
-    return targets.Change(app=app, actions=tuple(actions), warnings=tuple(warnings))
-
-
 def _refuse_foreground(folder: store.AppDir, *, hint: str = "") -> None:
     owner = folder.foreground_owner()
     if owner is not None:
@@ -311,20 +302,7 @@ def _create_topics(app: Application, bootstrap: str) -> list[str]:
 
 
 def _delete_topics(app: Application, bootstrap: str) -> list[str]:
-    names = [t.name for t in all_topics(app) if t.managed]
-    admin = _admin(app, bootstrap)
-    deleted, problems = [], []
-    for topic, future in admin.delete_topics(names, operation_timeout=30).items():
-        try:
-            future.result(timeout=30)
-            deleted.append(topic)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != error.UNKNOWN_TOPIC_OR_PART:
-                problems.append(f"{topic}: {error.str()}")
-    if problems:
-        raise targets.TargetError("some topics could not be deleted", problems=problems)
-    return deleted
+    return targets.delete_managed(_admin(app, bootstrap), app, bootstrap=bootstrap)
 
 
 def _stopped(app: Application) -> Application:
@@ -388,49 +366,17 @@ def _replica_pids(folder: store.AppDir) -> list[int]:
 def _all_stopped(folder: store.AppDir, digest: str) -> bool:
     status = store.read_json(folder.status) or {}
     return status.get("spec") == digest and not any(
-        r.get("running") and _exists(r.get("pid")) for r in status.get("replicas", ())
+        r.get("running") and pids.alive(r.get("pid")) for r in status.get("replicas", ())
     )
 
 
-def _stop_processes(pids: list[int], *, marker: str) -> None:
+def _stop_processes(recorded: list[int], *, marker: str) -> None:
     """SIGTERM the app's replicas that still run (no daemon, or a late one), then SIGKILL."""
-    mine = [pid for pid in pids if _cmdline_has(pid, marker)]
-    for pid in mine:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    if not _wait(lambda: not any(_cmdline_has(pid, marker) for pid in mine), timeout=30):
-        for pid in mine:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _wait(lambda: not any(_cmdline_has(pid, marker) for pid in mine), timeout=10)
+    mine = [pid for pid in recorded if _cmdline_has(pid, marker)]
+    pids.terminate(mine, grace=30, running=lambda pid: _cmdline_has(pid, marker))
 
 
 def _cmdline_has(pid: int, marker: str) -> bool:
-    """Whether ``pid`` is a live process whose command line mentions ``marker``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return _exists(pid) and not Path("/proc").is_dir()
-    return state != "Z" and marker.encode() in cmdline
-
-
-def _exists(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _wait(condition: Any, *, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)  # polling files and processes written by others
-    return True
+    """Whether ``pid`` is a live process of this app (any live one where there is no /proc)."""
+    found = pids.mentions(pid, marker)
+    return pids.alive(pid) if found is None else found

@@ -129,6 +129,7 @@ class DriftDetector(Streamlet):
         self._fields: dict[str, set[str]] = {}
         self._model: tuple[str, int] = ("", 0)
         self._client: remote.InferenceClient | None = None
+        self._retired: list[remote.InferenceClient] = []  # replaced, closed at the next batch
         self._pending: tuple[DriftSettings, concurrent.futures.Future[loading.Loaded]] | None = None
         self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drift-load")
         self._signals = SignalMonitor(adwin_delta=0.002, ph_threshold=50.0, ph_delta=0.005)
@@ -149,8 +150,7 @@ class DriftDetector(Streamlet):
         return tensor_inputs.config_problems(config, schemas=schemas)
 
     def setup(self, context: Context) -> None:
-        store = context.extras.get("schema_store")
-        store = store if isinstance(store, SchemaStore) else SchemaStore()
+        store = context.schema_store if context.schema_store is not None else SchemaStore()
         declared = {p.name: p.schema for p in describe(type(self)).inlets}
         if INPUTS not in declared and OUTPUTS not in declared:
             raise ValueError("declare an `in` inlet, an `outputs` inlet, or both, to watch")
@@ -171,11 +171,22 @@ class DriftDetector(Streamlet):
             raise ValueError("; ".join(problems))
         self._name = settings.name
         self._submit(settings)
+        context.on_close(self._close_clients)
 
     async def teardown(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
+
+    async def _close_clients(self) -> None:
+        """At shutdown (``on_close``): the hosted detector's client, and any retired one."""
+        await self._close_retired()
         if self._client is not None:
             await self._client.aclose()
+
+    async def _close_retired(self) -> None:
+        # clients replaced in (synchronous) between_batches, closed on the event loop
+        retired, self._retired = self._retired, []
+        for client in retired:
+            await client.aclose()
 
     def accepts_data(self) -> bool:
         return bool(self.sources)  # held only until the first settings are in place
@@ -256,7 +267,7 @@ class DriftDetector(Streamlet):
         self.context.count_skipped("drift-config-change", count=dropped)
         self._join = self._join.without_waiting()
         if self._client is not None:
-            self.context.extras.setdefault("closing", []).append(self._client)
+            self._retired.append(self._client)
         self.settings, self._client = settings, client
         self.sources = {}
         if INPUTS in self._fields:
@@ -281,8 +292,7 @@ class DriftDetector(Streamlet):
     # -- data ------------------------------------------------------------------
 
     async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
-        for client in self.context.extras.pop("closing", []):
-            await client.aclose()
+        await self._close_retired()
         planned = batch.plan(
             records,
             self.sources,

@@ -11,7 +11,7 @@ the float inputs together: all their attributions sum to ``f(x) - f(b)``, up
 to the quadrature error of the trapezoid rule over ``steps`` intervals.
 
 The model is any differentiable ``call(named tensors) -> named tensors``
-(``EmbeddedModel.call_named``): all records and all path steps of a chunk go
+(a predictor's ``gradients.call``): all records and all path steps of a chunk go
 through one ``tf.GradientTape`` pass. A chunk is bounded by the number of
 input elements on the path, not by records, so an explainer of large images
 takes fewer records per pass rather than more memory.
@@ -23,10 +23,12 @@ without it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from streamflow.streamlets.serving.predictor import NamedCall
 
 __all__ = [
     "NamedCall",
@@ -37,9 +39,6 @@ __all__ = [
     "no_gradient",
     "pick_output",
 ]
-
-#: A differentiable model: named input tensors to named output tensors.
-NamedCall = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 _MAX_PATH_ELEMENTS = 1 << 23  # input elements on the path per gradient pass: bounds the tape
 

@@ -30,7 +30,6 @@ import numpy as np
 
 from streamflow.api.streamlet import Record
 from streamflow.streamlets.explain import gradients, methods, scope
-from streamflow.streamlets.serving import remote
 from streamflow.streamlets.serving.follower import ActiveModel
 
 __all__ = ["Explain", "baselines", "build", "explanations", "predict_function"]
@@ -51,8 +50,10 @@ def build(
 ) -> Explain:
     """The explaining function for ``active`` (not for ``remote``, which is a call, not a model)."""
     layout = plan.layout
+    model = active.predictor.gradients
     if plan.method == "integrated-gradients":
-        call = active.predictor.call_named
+        assert model is not None, "the plan chose gradients for a model without them"
+        call = model.call
 
         def integrated(
             inputs: Mapping[str, np.ndarray], targets: np.ndarray
@@ -69,10 +70,9 @@ def build(
 
         return integrated
     if plan.method == "shap-gradient":
+        assert model is not None, "the plan chose gradients for a model without them"
         shape = next(iter(layout.specs.values())).shape
-        flat = methods.shap_gradient(
-            active.predictor.keras_model, background, shape=shape, samples=samples
-        )
+        flat = methods.shap_gradient(model.keras_model, background, shape=shape, samples=samples)
     else:
         flat = methods.kernel_explainer(
             predict_function(active, plan, loop),
@@ -120,11 +120,7 @@ def predict_function(
     predictor, layout = active.predictor, plan.layout
 
     def outputs(rows: np.ndarray) -> Mapping[str, np.ndarray]:
-        inputs = layout.split(np.asarray(rows, dtype=np.float32))
-        if isinstance(predictor, remote.InferenceClient):
-            return asyncio.run_coroutine_threadsafe(predictor.infer(inputs), loop).result()
-        result: Mapping[str, np.ndarray] = predictor.run(inputs)
-        return result
+        return predictor.infer_blocking(layout.split(np.asarray(rows, dtype=np.float32)), loop=loop)
 
     def predict(rows: np.ndarray) -> np.ndarray:
         chosen = np.asarray(gradients.pick_output(outputs(rows), plan.output))

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving import remote, tensors
+from streamflow.streamlets.serving import tensors
+from streamflow.streamlets.serving.predictor import Predictor
 
 __all__ = [
     "GRADIENT",
@@ -174,7 +174,7 @@ def plan(
     tag: str,
     fallback: str,
     layout: Layout,
-    predictor: Any,
+    predictor: Predictor,
     output: str,
     baseline: str,
     explicit_baseline: bool,
@@ -249,15 +249,14 @@ def _requirements(method: str, layout: Layout) -> str:
     return ""
 
 
-def _no_gradients(method: str, predictor: Any, probe: Callable[[], str]) -> str:
-    if isinstance(predictor, remote.InferenceClient):
+def _no_gradients(method: str, predictor: Predictor, probe: Callable[[], str]) -> str:
+    if predictor.remote:
         return "a remote model exposes no gradients"
-    if getattr(predictor, "call_named", None) is None or not getattr(
-        predictor, "differentiable", False
-    ):
-        return f"a {getattr(predictor, 'description', 'model')} model exposes no gradients"
+    model = predictor.gradients
+    if model is None:
+        return f"a {predictor.description} model exposes no gradients"
     if method == "shap-gradient":
-        keras_model = getattr(predictor, "keras_model", None)
+        keras_model = model.keras_model
         if keras_model is None:
             return "SHAP's GradientExplainer needs a Keras model"
         if len(keras_model.inputs) != 1 or len(keras_model.outputs) != 1:

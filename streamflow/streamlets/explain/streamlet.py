@@ -131,6 +131,7 @@ class ModelExplainer(ModelFollower):
                 model=self.explainer_model or "model",
                 settings=self.client_settings(),
             )
+            context.on_close(self._explainer.aclose)
         # integrated gradients from zeros need no background: don't fetch one for nothing
         uses = self.method.startswith("shap") or self.baseline in ("mean", "median")
         if self.background and (uses or (self.baseline == "auto" and layout.tabular)):
@@ -159,8 +160,6 @@ class ModelExplainer(ModelFollower):
 
     async def teardown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._explainer is not None:
-            await self._explainer.aclose()
         await super().teardown()
 
     # -- control ---------------------------------------------------------------
@@ -179,9 +178,12 @@ class ModelExplainer(ModelFollower):
             scope.explained_output(active.mapping, self.explained_output) if layout.specs else ""
         )
 
-        def probe() -> str:
+        def probe() -> str:  # asked only of a model that has gradients
+            model = active.predictor.gradients
+            if model is None:
+                return "it exposes no gradients"
             return gradients.no_gradient(
-                active.predictor.call_named,
+                model.call,
                 active.mapping.zeros(1),
                 explained=layout.explained,
                 output=output,

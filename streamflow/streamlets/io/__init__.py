@@ -26,7 +26,7 @@ which is how the verifier tells a user who forgot to bind one.
 
 At run time a built-in needs the schema itself (to synthesise, type CSV cells
 or validate JSON). The runtime passes its schema store as
-``context.extras["schema_store"]``; without it, the built-in schemas and the
+``context.schema_store``; without it, the built-in schemas and the
 project's ``schemas/`` directory are searched.
 
 The streamlets
@@ -38,7 +38,6 @@ The streamlets
 * :class:`ConsoleEgress`: records printed as JSON.
 """
 
-from streamflow.streamlets.io._binding import SCHEMA_STORE_EXTRA
 from streamflow.streamlets.io.console import ConsoleEgress
 from streamflow.streamlets.io.files import FileEgress, FileIngress
 from streamflow.streamlets.io.generator import Generator
@@ -46,7 +45,6 @@ from streamflow.streamlets.io.http import HttpIngress
 from streamflow.streamlets.io.synth import Synthesiser
 
 __all__ = [
-    "SCHEMA_STORE_EXTRA",
     "ConsoleEgress",
     "FileEgress",
     "FileIngress",

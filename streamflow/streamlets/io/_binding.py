@@ -9,7 +9,7 @@ subclass for them.
 At run time the streamlet needs the schema itself, not just its name: to
 synthesise records, coerce CSV cells and validate JSON. The runtime and the
 testkit hand over the application's :class:`~streamflow.schema.SchemaStore` as
-``context.extras["schema_store"]``; without one, the built-in schemas and the
+``context.schema_store``; without one, the built-in schemas and the
 project's ``schemas/`` directory (found from the working directory) are searched.
 """
 
@@ -25,10 +25,7 @@ from streamflow.api.streamlet import Context
 from streamflow.blueprint import paths
 from streamflow.schema.store import Schema, SchemaError, SchemaStore
 
-__all__ = ["SCHEMA_STORE_EXTRA", "SchemaBound", "check_key_field", "key_of", "schema_store"]
-
-#: The key of ``Context.extras`` under which the runtime passes its SchemaStore.
-SCHEMA_STORE_EXTRA = "schema_store"
+__all__ = ["SchemaBound", "check_key_field", "key_of", "schema_store"]
 
 
 class SchemaBound:
@@ -81,13 +78,10 @@ class SchemaBound:
 
 def schema_store(context: Context) -> SchemaStore:
     """The runtime's store, or one over the built-in and the project's schemas."""
-    store = context.extras.get(SCHEMA_STORE_EXTRA)
-    if isinstance(store, SchemaStore):
-        return store
-    project = paths.project_schema_dir(start=Path.cwd())
-    store = SchemaStore([project] if project is not None else [])
-    context.extras[SCHEMA_STORE_EXTRA] = store
-    return store
+    if context.schema_store is None:
+        project = paths.project_schema_dir(start=Path.cwd())
+        context.schema_store = SchemaStore([project] if project is not None else [])
+    return context.schema_store
 
 
 def check_key_field(schema: Schema, key_field: str) -> None:

@@ -17,6 +17,7 @@ operator domains and external data files are refused (:mod:`.onnx_model`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from streamflow.streamlets.serving import artifacts, graph_guard
+from streamflow.streamlets.serving.predictor import Gradients
 from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
 __all__ = ["EMBEDDED_KINDS", "SAVED_MODEL_OFF", "EmbeddedModel", "load_embedded"]
@@ -74,6 +76,14 @@ class EmbeddedModel:
     def signature(self) -> ModelSignature:
         return self._signature
 
+    @property
+    def remote(self) -> bool:
+        return False
+
+    @property
+    def gradients(self) -> Gradients | None:
+        return Gradients(self.call_named, self.keras_model) if self.differentiable else None
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model's outputs for one batch, as numpy arrays by output name."""
         tensors = {name: self._to_tensor(name, array) for name, array in inputs.items()}
@@ -81,6 +91,11 @@ class EmbeddedModel:
 
     async def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.run(inputs)
+
+    def infer_blocking(
+        self, inputs: Mapping[str, np.ndarray], *, loop: asyncio.AbstractEventLoop
+    ) -> dict[str, np.ndarray]:
+        return self.run(inputs)  # on the calling thread: the loop stays free
 
     def call_named(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The outputs as the framework returns them (tensors, for gradients)."""

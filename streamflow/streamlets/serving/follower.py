@@ -54,7 +54,7 @@ class ActiveModel:
     name: str
     version: int
     kind: str
-    predictor: Any  # a Predictor: EmbeddedModel or InferenceClient
+    predictor: Predictor
     description: str
     mapping: tensors.BoundMapping
     extra: Any = None  # what ``prepare`` built for this model
@@ -136,6 +136,7 @@ class ModelFollower(Streamlet):
         self._pending: _Pending | None = None
         # more than one worker: a superseded load may still be winding down
         self._workers = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="model-load")
+        self._retired: list[Predictor] = []  # replaced, closed at the start of the next batch
         self.tensors = tensors.TensorMapping({}, {})
 
     # -- lifecycle -----------------------------------------------------------
@@ -143,6 +144,7 @@ class ModelFollower(Streamlet):
     def setup(self, context: Context) -> None:
         self.tensors = self.tensor_mapping()
         self._report_loaded(context, loaded=False)
+        context.on_close(self._close_models)
 
     @classmethod
     def check_config(
@@ -180,6 +182,10 @@ class ModelFollower(Streamlet):
 
     async def teardown(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
+
+    async def _close_models(self) -> None:
+        """At shutdown (``on_close``): the current model, and any retired one not yet closed."""
+        await self.close_retired()
         if self.current is not None:
             await self.current.predictor.aclose()
 
@@ -248,7 +254,7 @@ class ModelFollower(Streamlet):
         self.context.set_state("model", loaded.tag)
         self._report_loaded(self.context, loaded=True)
         if previous is not None:
-            self.context.extras.setdefault("closing", []).append(previous.predictor)
+            self._retired.append(previous.predictor)
         return self._status(loaded.name, loaded.version, "serving", loaded.description)
 
     @staticmethod
@@ -262,8 +268,13 @@ class ModelFollower(Streamlet):
         )
 
     async def close_retired(self) -> None:
-        """Close the clients of replaced models; call it at the start of a batch."""
-        for predictor in self.context.extras.pop("closing", []):
+        """Close the clients of replaced models; call it at the start of a batch.
+
+        ``between_batches`` swaps models but is synchronous, so the old model's
+        connections are closed here, on the event loop, once no batch uses it.
+        """
+        retired, self._retired = self._retired, []
+        for predictor in retired:
             await predictor.aclose()
 
     def _load(
@@ -320,7 +331,9 @@ class ModelFollower(Streamlet):
         active.description = f"{what}, loaded in {took:.2f}s"
         return active
 
-    def _remote(self, descriptor: dict[str, Any], parameters: dict[str, str]) -> Any:
+    def _remote(
+        self, descriptor: dict[str, Any], parameters: dict[str, str]
+    ) -> remote.InferenceClient:
         location = descriptor.get("location")
         if not location:
             raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")

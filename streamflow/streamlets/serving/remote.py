@@ -30,6 +30,7 @@ import numpy as np
 
 from streamflow.api.streamlet import Backpressure
 from streamflow.streamlets.serving import tensors, wire
+from streamflow.streamlets.serving.predictor import Gradients
 
 __all__ = [
     "CircuitBreaker",
@@ -231,6 +232,19 @@ class InferenceClient:
     @property
     def signature(self) -> tensors.ModelSignature | None:
         return self._signature
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+    @property
+    def gradients(self) -> Gradients | None:
+        return None  # a server answers predictions, not gradients
+
+    def infer_blocking(
+        self, inputs: Mapping[str, np.ndarray], *, loop: asyncio.AbstractEventLoop
+    ) -> dict[str, np.ndarray]:
+        return asyncio.run_coroutine_threadsafe(self.infer(inputs), loop).result()
 
     def _http(self) -> httpx.AsyncClient:
         # created on first use, so it binds to the event loop that uses it

@@ -68,8 +68,7 @@ class ModelServing(ModelFollower):
 
     def setup(self, context: Context) -> None:
         super().setup(context)
-        store = context.extras.get("schema_store")
-        store = store if isinstance(store, SchemaStore) else SchemaStore()
+        store = context.schema_store if context.schema_store is not None else SchemaStore()
         schema = store.get(type(self).out.schema)
         self._output_fields = set(schema.field_names())
         self._scalar_fields = tensors.scalar_fields(schema.raw)

@@ -187,7 +187,7 @@ def test_records_the_mapping_cannot_read_are_counted_and_left_out() -> None:
     h.run()
     reports = d.reports(h)  # 100 reference, then 2 windows of 100 (each bad record in one)
     assert [r["drifted"] for r in reports] == [False, False] and not h.dead_letters
-    assert h.context.extras["skipped"]["drift-unreadable-input"] == 10
+    assert h.context.skipped["drift-unreadable-input"] == 10
 
 
 def test_inputs_that_cannot_be_tested_are_refused_at_setup() -> None:

@@ -176,7 +176,7 @@ def test_a_new_config_drops_the_inputs_awaiting_their_prediction_and_carries_on(
     h.run()  # they wait for their predictions
     h.control("control", {"name": "drift", "version": 1, "numeric": ["x"]})
     assert d.settle(h)["state"] == "serving"
-    assert h.context.extras["skipped"]["drift-config-change"] == 30
+    assert h.context.skipped["drift-config-change"] == 30
     keys = [f"p{i}" for i in range(30, 130)]
     h.feed("outputs", [_prediction(i, 1) for i in range(100)], keys=keys)
     h.feed("in", d.points(100, seed=2, start=30), keys=keys)

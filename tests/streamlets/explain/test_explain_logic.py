@@ -37,7 +37,7 @@ def test_a_sample_of_records_is_explained_the_same_way_every_time(tmp_path: Path
         chosen.append([key for key, _ in out])
         assert {v["reason"] for _, v in out} == {"SAMPLE"}
         assert all(v["key"] == key for key, v in out)
-        assert h.context.extras["skipped"]["sampled-out"] == 400 - len(out)
+        assert h.context.skipped["sampled-out"] == 400 - len(out)
     assert 70 <= len(chosen[0]) <= 130
     assert chosen[0] == chosen[1]  # a hash of the record's position, not a random draw
 
@@ -95,7 +95,7 @@ def test_a_slow_explainer_sheds_records_within_its_budget(tmp_path: Path) -> Non
     h.feed("in", rows)
     h.run()
     explained = len(h.values("out"))
-    skipped = h.context.extras["skipped"]
+    skipped = h.context.skipped
     assert 0 < explained < 300
     assert skipped["budget"] + explained == 600 - skipped.get("no-background-yet", 0)
     assert h.pending == 0 and not h.dead_letters  # every record consumed, none failed
@@ -225,4 +225,4 @@ def test_a_remote_explainer_explains_and_when_down_holds_the_batch(tmp_path: Pat
         with pytest.raises(Backpressure, match=r"the remote explainer .*:explain is unavailable"):
             loop.run_until_complete(fresh.streamlet.process_batch(_records(e.points(5, seed=1))))
         loop.close()
-        assert "skipped" not in fresh.context.extras  # nothing counted for a batch to retry
+        assert not fresh.context.skipped  # nothing counted for a batch to retry

@@ -9,15 +9,17 @@ import pytest
 
 from streamflow.streamlets.explain import scope
 from streamflow.streamlets.serving import tensors
+from streamflow.streamlets.serving.predictor import Gradients
 
 
 class _Model:
     """An embedded model as planning sees it: can it be differentiated, and how."""
 
+    remote = False
+
     def __init__(self, *, differentiable: bool = True, description: str = "onnx:m") -> None:
-        self.differentiable = differentiable
         self.description = description
-        self.keras_model = None
+        self.gradients = Gradients(self.call_named) if differentiable else None
 
     def call_named(self, inputs: Any) -> Any:
         raise AssertionError("planning never runs the model")

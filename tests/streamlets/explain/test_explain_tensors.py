@@ -144,7 +144,7 @@ def test_a_text_only_model_is_not_explained_and_says_so(
         h.feed("in", t.samples(ROWS, seed=10 + batch))
         h.run()
     assert h.values("out") == [] and not h.dead_letters and h.pending == 0
-    assert h.context.extras["skipped"]["not-applicable"] == 2 * ROWS
+    assert h.context.skipped["not-applicable"] == 2 * ROWS
     said = [r for r in caplog.records if "does not apply" in r.getMessage()]
     assert len(said) == 1  # once per model, not per batch
 
@@ -165,7 +165,7 @@ def test_text_is_held_fixed_while_the_vector_beside_it_is_explained(
     h.run()
     explained = h.values("out")
     assert [v["input"] for v in explained] == ["features"] * ROWS
-    assert h.context.extras["skipped"]["not-applicable"] == ROWS
+    assert h.context.skipped["not-applicable"] == ROWS
     for explanation, row in zip(explained, rows, strict=True):
         assert explanation["fixed_inputs"] == ["review"]
         target = explanation["target"]
@@ -292,7 +292,7 @@ def test_a_flat_feature_method_on_tensors_it_cannot_see_says_so_and_skips(
     h.feed("in", t.samples(ROWS, seed=6))
     h.run()
     assert h.values("out") == [] and not h.dead_letters
-    assert h.context.extras["skipped"]["not-applicable"] == ROWS
+    assert h.context.skipped["not-applicable"] == ROWS
     h.teardown()
 
 
@@ -305,5 +305,5 @@ def test_a_record_that_does_not_fit_is_skipped_and_the_rest_explained(
     h.feed("in", rows)
     h.run()
     assert sorted(v["offset"] for v in h.values("out")) == [0, 2, 3]
-    assert h.context.extras["skipped"]["invalid-input"] == 1
+    assert h.context.skipped["invalid-input"] == 1
     assert not h.dead_letters  # serving dead-letters it; the explainer only skips it

@@ -18,7 +18,6 @@ from streamflow.api import config as config_mod
 from streamflow.api import describe
 from streamflow.api.streamlet import Context, Streamlet
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.io import SCHEMA_STORE_EXTRA
 
 SCHEMAS = Path(__file__).parent / "schemas"
 
@@ -43,7 +42,7 @@ def build(cls: type[S], config: dict[str, Any] | None, store: SchemaStore, **kwa
         replica=0,
         config=parsed,
         logger=logging.getLogger("streamflow.streamlet.io"),
-        extras={SCHEMA_STORE_EXTRA: store},
+        schema_store=store,
     )
     streamlet.context = context
     streamlet.setup(context)

@@ -70,7 +70,7 @@ def test_for_schema_keeps_the_outlet_key_function() -> None:
 
 
 def test_the_schema_comes_from_the_context_store(store: SchemaStore) -> None:
-    context = Context(extras={io.SCHEMA_STORE_EXTRA: store})
+    context = Context(schema_store=store)
     assert WineFeed().bound_schema(context).name == "iotest.Reading"
 
 
@@ -84,11 +84,11 @@ def test_without_a_store_the_project_schemas_are_searched(
     monkeypatch.chdir(tmp_path)
     context = Context()
     assert WineFeed().bound_schema(context).name == "iotest.Reading"
-    assert isinstance(context.extras[io.SCHEMA_STORE_EXTRA], SchemaStore)
+    assert isinstance(context.schema_store, SchemaStore)
 
 
 def test_an_unknown_schema_is_a_clear_setup_error(store: SchemaStore) -> None:
-    context = Context(extras={io.SCHEMA_STORE_EXTRA: store})
+    context = Context(schema_store=store)
     with pytest.raises(ValueError, match=r"unknown schema 'iotest.Readin'.*did you mean"):
         io.Generator.for_schema("iotest.Readin")().bound_schema(context)
 

@@ -250,10 +250,8 @@ def test_egress_fsyncs_each_batch_when_asked(
 
 
 def test_egress_path_names_the_replica(tmp_path: Path, store: Any) -> None:
-    from streamflow.streamlets.io import SCHEMA_STORE_EXTRA
-
     sink = ReadingSink({"path": str(tmp_path / "{app}-{streamlet}-{replica}.jsonl")})
-    sink.setup(Context(app="shop", streamlet="sink", replica=2, extras={SCHEMA_STORE_EXTRA: store}))
+    sink.setup(Context(app="shop", streamlet="sink", replica=2, schema_store=store))
     sink.process_batch([record({"id": "a"})])
     sink.teardown()
     assert (tmp_path / "shop-sink-2.jsonl").exists()

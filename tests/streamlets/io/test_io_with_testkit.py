@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.io import SCHEMA_STORE_EXTRA, FileEgress, Generator
+from streamflow.streamlets.io import FileEgress, Generator
 from streamflow.testkit import StreamletHarness
 
 Feed = Generator.for_schema("iotest.Everything", name="Feed")
@@ -18,9 +18,7 @@ Sink = FileEgress.for_schema("iotest.Everything", name="Sink")
 
 
 def harness(cls: type, store: SchemaStore, config: dict[str, object]) -> StreamletHarness:
-    made = StreamletHarness(cls, store=store, config=config)
-    made.context.extras[SCHEMA_STORE_EXTRA] = store  # as the runtime passes its store
-    return made
+    return StreamletHarness(cls, store=store, config=config)  # the store, as the runtime's
 
 
 def test_generator_to_file_egress_through_avro(store: SchemaStore, tmp_path: Path) -> None:

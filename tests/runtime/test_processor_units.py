@@ -1,0 +1,421 @@
+"""The processing loop, one behaviour at a time, over Kafka in memory.
+
+The same rules the broker tests check end to end (``test_dead_letters.py``,
+``test_failures.py``): bad records go to the dead-letter topic while the rest
+of the batch flows, a batch that backs off is retried whole and exactly once,
+and offsets never move past an output that is not safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from streamflow import Inlet, Outlet, Record, Streamlet
+from streamflow.api.streamlet import Backpressure
+from streamflow.runtime.delivery import DeliveryError
+from tests.runtime import memory_support
+from tests.runtime.memory_support import GROUP, IN, Copy
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _ids(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"r{i}"} for i in range(start, start + n)]
+
+
+class _Flaky(Streamlet):
+    """Backs off while its dependency is down; counts how often it saw each record."""
+
+    inp = Inlet("in", "tests.runtime.Reading")
+    out = Outlet("out", "tests.runtime.Scaled")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.seen: dict[str, int] = {}
+
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        if self.down:
+            raise Backpressure("the model server is down", retry_after=5.0)
+        for r in records:
+            self.seen[r.value["id"]] = self.seen.get(r.value["id"], 0) + 1
+        return [{"id": r.value["id"]} for r in records]
+
+
+class _Gated(Copy):
+    """Takes data only once ``ready`` (a first model loaded, say)."""
+
+    ready = False
+
+    def accepts_data(self) -> bool:
+        return self.ready
+
+
+class _BatchCopy(Copy):
+    """A vectorised Copy that fails its whole batch on one poison record."""
+
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        if any(r.value.get("poison") for r in records):
+            raise ValueError("a poison record in the batch")
+        return [{"id": r.value["id"]} for r in records]
+
+
+class _Generating(Copy):
+    """Yields its outputs; the generator raises on poison after it was returned."""
+
+    def process(self, record: Record) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        yield {"id": record.value["id"]}
+        if record.value.get("poison"):
+            raise ValueError("poison, found while yielding")
+
+
+class _BatchOfGenerators(Copy):
+    """process_batch whose per-record results are generators; one raises."""
+
+    def process_batch(self, records: list[Record]) -> list[Iterator[dict[str, Any]]]:
+        return [self._one(r) for r in records]
+
+    @staticmethod
+    def _one(record: Record) -> Iterator[dict[str, Any]]:
+        if record.value.get("poison"):
+            raise ValueError("poison, found while yielding")
+        yield {"id": record.value["id"]}
+
+
+# -- the happy path ---------------------------------------------------------------
+
+
+def test_a_batch_is_output_and_its_offsets_stored_once_acknowledged(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.write(*_ids(3))
+    assert rig.processor.turn() == 3
+    assert rig.stored() is None  # outputs in flight: acknowledged on the next poll
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert rig.stored() == 3
+
+
+def test_held_acknowledgements_hold_the_offsets(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.producer.hold()
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.stored() is None
+    rig.producer.release()
+    rig.delivery.poll()
+    assert rig.stored() == 3
+
+
+def test_a_lost_output_stops_the_loop_with_nothing_stored(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, batch_size=2)
+    rig.write(*_ids(4))
+    rig.producer.fail_next()
+    rig.processor.turn()
+    with pytest.raises(DeliveryError):
+        rig.processor.turn()  # the poll of the next turn learns of the loss
+    assert rig.stored() is None
+
+
+# -- dead letters -------------------------------------------------------------------
+
+
+def test_bad_records_are_dead_lettered_and_the_rest_flows(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.write({"id": "r0"})
+    rig.write_raw("garbage", b"not json at all")
+    rig.write({"id": "r1"}, {"id": "poison", "poison": True})
+    rig.write({"id": "bogus", "bogus": True}, {"id": "r2"})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert sorted(rig.dead) == [
+        ("bogus", "encode", "EncodeError"),
+        ("garbage", "decode", "DecodeError"),
+        ("poison", "logic", "ValueError"),
+    ]
+    assert rig.stored() == 6  # nothing lost, nothing stuck
+
+
+def test_a_dead_letter_keeps_the_record_and_says_what_went_wrong(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True})
+    rig.processor.turn()
+    rig.delivery.poll()
+    [dead] = rig.broker.records(memory_support.DLQ)
+    assert dead.value() == b'{"id": "poison", "poison": true}'
+    headers = memory_support.headers_of(dead)
+    assert headers["streamflow-error"] == b"poison record poison"
+    assert headers["streamflow-error-type"] == b"ValueError"
+    assert headers["streamflow-source-topic"] == IN.encode()
+    assert headers["streamflow-source-partition"] == b"0"
+    assert headers["streamflow-source-offset"] == b"1"
+
+
+def test_a_tombstone_is_a_decode_dead_letter(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.broker.append(IN, None, b"gone")
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.dead == [("gone", "decode", "DecodeError")]
+    assert rig.stored() == 1
+
+
+def test_an_unacknowledged_dead_letter_holds_its_offset(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.producer.hold()
+    rig.write({"id": "poison", "poison": True})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.stored() is None
+    rig.producer.release()
+    rig.delivery.poll()
+    assert rig.stored() == 1
+
+
+def test_a_failing_process_batch_is_isolated_record_by_record(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_BatchCopy(), loop)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True}, {"id": "r1"})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1"]
+    assert rig.dead == [("poison", "logic", "ValueError")]
+    assert rig.stored() == 3
+
+
+def test_a_raising_generator_from_process_is_a_logic_dead_letter(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_Generating(), loop)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0"]  # the poison record's yielded output is not written
+    assert rig.dead == [("poison", "logic", "ValueError")]
+
+
+def test_a_raising_generator_from_process_batch_is_a_logic_dead_letter(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_BatchOfGenerators(), loop)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True}, {"id": "r1"})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1"]
+    assert rig.dead == [("poison", "logic", "ValueError")]
+    assert rig.stored() == 3
+
+
+class _ShortBatch(Copy):
+    """process_batch that breaks its contract: one result fewer than records."""
+
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        return [{"id": r.value["id"]} for r in records[1:]]
+
+
+def test_a_process_batch_of_the_wrong_length_dead_letters_the_whole_batch(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_ShortBatch(), loop)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == []
+    assert rig.dead == [(f"r{i}", "logic", "OutputError") for i in range(3)]
+    assert rig.stored() == 3
+
+
+# -- backpressure and gating ----------------------------------------------------
+
+
+def test_backpressure_writes_nothing_and_rewinds_to_the_batch_start(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Flaky()
+    streamlet.down = False
+    rig = memory_support.rig(streamlet, loop, batch_size=2)
+    rig.write(*_ids(4))
+    rig.processor.turn()
+    rig.delivery.poll()
+    streamlet.down = True
+    assert rig.processor.turn() == 2  # the second batch, r2 and r3, backs off
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1"]
+    assert rig.broker.records(memory_support.DLQ) == []
+    assert rig.consumer.position(IN) == 2
+    assert rig.stored() == 2
+
+
+def test_backpressure_rewinds_every_partition_of_the_batch(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_Flaky(), loop, partitions=2)
+    for partition in (0, 1):
+        for i in range(3):
+            rig.broker.append(IN, f'{{"id": "p{partition}.{i}"}}'.encode(), partition=partition)
+    assert rig.processor.turn() == 6
+    assert (rig.consumer.position(IN, 0), rig.consumer.position(IN, 1)) == (0, 0)
+
+
+def test_backpressure_pauses_until_the_clock_passes_retry_after(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Flaky()
+    rig = memory_support.rig(streamlet, loop)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    streamlet.down = False
+    rig.clock.now = 4.9
+    assert rig.processor.turn() == 0
+    assert rig.consumer.paused
+    assert rig.processor.backing_off == "the model server is down"
+
+
+def test_a_batch_that_backed_off_is_processed_exactly_once_later(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Flaky()
+    rig = memory_support.rig(streamlet, loop)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    streamlet.down = False
+    rig.clock.now = 5.0
+    assert rig.processor.turn() == 3
+    assert rig.processor.turn() == 0
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert streamlet.seen == {"r0": 1, "r1": 1, "r2": 1}
+    assert rig.stored() == 3
+
+
+def test_a_streamlet_not_accepting_data_is_paused_with_nothing_consumed(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_Gated(), loop)
+    rig.write(*_ids(3))
+    assert rig.processor.turn() == 0  # the first consume assigns, and is rewound
+    assert rig.processor.turn() == 0
+    assert rig.consumer.paused
+    assert rig.consumer.position(IN) == 0
+    assert rig.outputs() == []
+
+
+def test_a_streamlet_that_starts_accepting_data_gets_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Gated()
+    rig = memory_support.rig(streamlet, loop)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    rig.processor.turn()
+    streamlet.ready = True
+    assert rig.processor.turn() == 3
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert not rig.consumer.paused
+
+
+# -- revoke and shutdown ---------------------------------------------------------
+
+
+def test_revoke_mid_batch_commits_exactly_what_was_output(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, batch_size=3)
+    rig.write(*_ids(5))
+    rig.processor.turn()  # three outputs in flight, two records left unread
+    assert rig.stored() is None
+    rig.consumer.revoke()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert rig.committed() == 3
+
+
+def test_revoke_with_outputs_held_commits_nothing(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop, batch_size=3)
+    rig.producer.hold()
+    rig.write(*_ids(5))
+    rig.processor.turn()
+    rig.consumer.revoke()
+    assert rig.committed() is None
+    rig.producer.release()
+    rig.delivery.poll()  # acknowledged after the partition moved: not ours to store
+    assert rig.consumer.stored == {}
+
+
+def test_close_flushes_and_commits_the_last_batch(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.write(*_ids(4))
+    rig.processor.turn()
+    rig.delivery.close(0)
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"]
+    assert rig.committed() == 4
+
+
+# -- exactly-once ------------------------------------------------------------------
+
+
+def test_exactly_once_runs_one_transaction_per_batch(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(5))
+    while rig.processor.turn():
+        pass
+    assert rig.producer.transactions == {"committed": 3, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1", "r2", "r3", "r4"]
+    assert rig.committed() == 5
+
+
+def test_exactly_once_dead_letters_commit_with_their_batch(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True})
+    rig.processor.turn()
+    assert rig.producer.transactions["committed"] == 1
+    assert rig.outputs() == ["r0"]
+    assert list(rig.dead_letters()) == ["poison"]
+    assert rig.committed() == 2
+
+
+def test_exactly_once_commit_failure_shows_nothing(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True)
+    rig.write(*_ids(3))
+    rig.producer.fail_call(
+        "commit_transaction", KafkaException(KafkaError(KafkaError._FENCED, "fenced"))
+    )
+    with pytest.raises(DeliveryError, match="fenced"):
+        rig.processor.turn()
+    assert rig.producer.transactions == {"committed": 0, "aborted": 1}
+    assert rig.outputs() == []
+    assert GROUP not in rig.broker.committed
+
+
+def test_exactly_once_backpressure_opens_no_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(_Flaky(), loop, exactly_once=True)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    assert rig.producer.transactions == {"committed": 0, "aborted": 0}
+    assert not rig.producer.open_transaction
