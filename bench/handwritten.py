@@ -109,7 +109,7 @@ class Passthrough:
             common.JSON: self._json,
         }[args.format]
         self.pending: dict[tuple[Any, Any], int] = {}  # (topic, partition) -> next offset
-        self.seen = 0
+        self.seen = self.batches = 0
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -143,9 +143,9 @@ class Passthrough:
         if self.seen == 0:
             common.report("first")
         self.convert(messages)
-        before, self.seen = self.seen, self.seen + len(messages)
+        before, self.seen, self.batches = self.seen, self.seen + len(messages), self.batches + 1
         if before < self.args.records <= self.seen:
-            common.report("produced", records=self.seen)
+            common.report("produced", records=self.seen, batches=self.batches)
 
     def transaction(self, messages: list[Message]) -> None:
         """One batch as one transaction: its outputs and its offsets commit together."""

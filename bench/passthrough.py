@@ -216,6 +216,8 @@ def measure(
         "loadavg_1m_after": os.getloadavg()[0],
         "outputs": final,
         "duplicates": final - run.records,
+        # records per batch (a transaction each under exactly-once), as the child saw them
+        "mean_batch": produced["records"] / produced["batches"] if "batches" in produced else None,
     }
 
 
@@ -357,7 +359,8 @@ def _all_runs(
                     _say(
                         f"  round {round_} {competitor.name:<9} {fmt:<13} {short} "
                         f"{numbers['records_per_s']:>9,.0f} rec/s  "
-                        f"{numbers['cpu_s_per_M']:6.1f} CPU s/M"
+                        f"{numbers['cpu_s_per_M']:6.1f} CPU s/M  "
+                        f"{numbers['mean_batch'] or 0:5.0f} records/batch"
                     )
             for input_topic, _ in inputs.values():
                 topics.delete(input_topic)
