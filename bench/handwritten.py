@@ -17,6 +17,14 @@ callback runs: delivery reports are enabled only for errors
 (``delivery.report.only.error``), and an error ends the process without storing.
 The price is one flush stall every ``flush-every`` batches, which is cheap at 20.
 
+``--guarantee exactly-once``: what streamflow's exactly-once does, by hand. The
+producer is transactional (``transactional.id``, the runtime's 10 s transaction
+timeout), and every consumed batch is one transaction: ``begin_transaction``,
+the batch's outputs, ``send_offsets_to_transaction`` with the batch's offsets and
+``commit_transaction``. The consumer reads ``read_committed`` and never commits
+by itself (``enable.auto.commit`` false): its offsets move only inside a
+transaction.
+
 It reports (see :mod:`bench.common`) when the first batch arrives and when the
 batch holding the ``--records``-th input has been handed to the producer.
 
@@ -61,6 +69,7 @@ from fastavro.validation import validate
 from bench import common
 
 _HEADER_LEN = 10
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 
 
 class _Failed(Exception):
@@ -75,16 +84,22 @@ class Passthrough:
         self.stopping = False
         self.errors: list[str] = []
         client = {"bootstrap.servers": args.bootstrap, "client.id": f"{args.group}.0"}
-        self.consumer = Consumer({**client, "group.id": args.group, **common.CONSUMER_SETTINGS})
-        self.producer = Producer(
-            {
-                **client,
-                **common.PRODUCER_SETTINGS,
-                # Successful deliveries cost no Python call; failures land in on_delivery.
-                "delivery.report.only.error": True,
-                "on_delivery": self._on_delivery,
-            }
-        )
+        self.transactional = args.guarantee == EXACTLY_ONCE
+        consumer = {**client, "group.id": args.group, **common.CONSUMER_SETTINGS}
+        producer = {
+            **client,
+            **common.PRODUCER_SETTINGS,
+            # Successful deliveries cost no Python call; failures land in on_delivery.
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+        }
+        if self.transactional:
+            consumer |= {"enable.auto.commit": False, "isolation.level": "read_committed"}
+            producer |= {"transactional.id": args.group, "transaction.timeout.ms": 10_000}
+        self.consumer = Consumer(consumer)
+        self.producer = Producer(producer)
+        if self.transactional:
+            self.producer.init_transactions(60)
         wire = common.Wire(args.format, topic=args.output, registry=args.registry)
         self.parsed, self.header = wire.parsed, wire.header
         self.writers: dict[bytes, Any] = {}  # avro-registry: schema id bytes -> writer schema
@@ -94,7 +109,7 @@ class Passthrough:
             common.JSON: self._json,
         }[args.format]
         self.pending: dict[tuple[Any, Any], int] = {}  # (topic, partition) -> next offset
-        self.seen = 0
+        self.seen = self.batches = 0
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -109,14 +124,17 @@ class Passthrough:
         try:
             while not self.stopping:
                 messages = self.consumer.consume(self.args.batch_size, 0.1)
-                if messages:
+                if messages and self.transactional:
+                    self.transaction(messages)
+                elif messages:
                     self.passthrough(messages)
                     batches += 1
                     if batches % self.args.flush_every == 0:
                         self.flush_and_store()
                 self.producer.poll(0)
-            self.flush_and_store()
-            _commit(self.consumer)
+            if not self.transactional:
+                self.flush_and_store()
+                _commit(self.consumer)
         finally:
             self.consumer.close()
 
@@ -125,9 +143,20 @@ class Passthrough:
         if self.seen == 0:
             common.report("first")
         self.convert(messages)
-        before, self.seen = self.seen, self.seen + len(messages)
+        before, self.seen, self.batches = self.seen, self.seen + len(messages), self.batches + 1
         if before < self.args.records <= self.seen:
-            common.report("produced", records=self.seen)
+            common.report("produced", records=self.seen, batches=self.batches)
+
+    def transaction(self, messages: list[Message]) -> None:
+        """One batch as one transaction: its outputs and its offsets commit together."""
+        self.producer.begin_transaction()
+        self.passthrough(messages)
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self.pending.items()]
+        self.pending.clear()
+        self.producer.send_offsets_to_transaction(
+            offsets, self.consumer.consumer_group_metadata(), 30
+        )
+        self.producer.commit_transaction(60)  # raises when an output was not delivered
 
     def _avro(self, messages: list[Message]) -> None:
         producer, parsed, header = self.producer, self.parsed, self.header
@@ -211,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--flush-every", type=int, default=20)
+    parser.add_argument("--guarantee", default=AT_LEAST_ONCE, choices=(AT_LEAST_ONCE, EXACTLY_ONCE))
     parser.add_argument("--format", default=common.AVRO, choices=common.FORMATS)
     parser.add_argument("--registry", help="the schema registry's URL (avro-registry)")
     loop = Passthrough(parser.parse_args(argv))

@@ -1,7 +1,7 @@
 """Passthrough throughput: a streamflow processor against a hand-written loop.
 
 ``python -m bench.passthrough [--records N] [--size 100 1000] [--rounds R] [--bootstrap ...]
-[--formats avro avro-registry json] [--registry URL]``
+[--formats avro avro-registry json] [--registry URL] [--guarantees at-least-once exactly-once]``
 
 Why it is built this way:
 
@@ -28,6 +28,10 @@ Why it is built this way:
   that format over streamflow in ``avro``, paired by round (``format_costs``). The
   registry formats need a schema registry: ``--registry``,
   ``$STREAMFLOW_SCHEMA_REGISTRY_URL``, else the devkit's, started for the run.
+* Each delivery guarantee (``--guarantees``) is interleaved the same way: streamflow
+  with that guarantee in its spec, the hand-written loop with ``--guarantee`` (one
+  transaction per batch for exactly-once), each compared with the loop under the
+  same guarantee. The peers run at-least-once only.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from bench.child import Child
 from bench.report import BASELINE
 
 _WATCH_INTERVAL_S = 0.01
+GUARANTEES = (sfapp.AT_LEAST_ONCE, sfapp.EXACTLY_ONCE)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Run:
     workdir: Path
     format: str = common.AVRO
     registry: str | None = None
+    guarantee: str = sfapp.AT_LEAST_ONCE
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Competitor:
     command: Callable[[Run], list[str]]
     python: str = sys.executable  # the peers run from the bench virtualenv
     formats: tuple[str, ...] = common.FORMATS  # the topic formats it can run in
+    guarantees: tuple[str, ...] = GUARANTEES  # the delivery guarantees it can run under
 
 
 def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
@@ -88,6 +95,7 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
             class_name=class_name,
             topic_format=run.format,
             registry=run.registry,
+            guarantee=run.guarantee,
         )
         return sfapp.command(
             spec, bootstrap=run.bootstrap, records=run.records, batch_size=run.batch_size
@@ -96,8 +104,10 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
     return command
 
 
-def _plain(module: str, *, formats: bool = False) -> Callable[[Run], list[str]]:
-    """The command line of a child that takes the topics and group (and format) directly."""
+def _plain(
+    module: str, *, formats: bool = False, guarantees: bool = False
+) -> Callable[[Run], list[str]]:
+    """The command line of a child that takes the topics and group (format, guarantee) directly."""
 
     def command(run: Run) -> list[str]:
         registry = ["--registry", run.registry] if run.registry else []
@@ -106,6 +116,7 @@ def _plain(module: str, *, formats: bool = False) -> Callable[[Run], list[str]]:
             *("--input", run.input_topic, "--output", run.output_topic, "--group", run.group),
             *("--records", str(run.records), "--batch-size", str(run.batch_size)),
             *(["--format", run.format, *registry] if formats else []),
+            *(["--guarantee", run.guarantee] if guarantees else []),
         ]
 
     return command
@@ -126,7 +137,7 @@ COMPETITORS = {
             BASELINE,
             "hand-written confluent-kafka + fastavro loop (json: the json module + fastavro's "
             "validation)",
-            _plain("bench.handwritten", formats=True),
+            _plain("bench.handwritten", formats=True, guarantees=True),
         ),
         Competitor(
             "quix",
@@ -135,6 +146,7 @@ COMPETITORS = {
             _plain("bench.peers.quix_pass"),
             str(common.PEERS_PYTHON),
             (common.AVRO,),
+            (sfapp.AT_LEAST_ONCE,),
         ),
         Competitor(
             "faust",
@@ -142,6 +154,7 @@ COMPETITORS = {
             _plain("bench.peers.faust_pass"),
             str(common.PEERS_PYTHON),
             (common.AVRO,),
+            (sfapp.AT_LEAST_ONCE,),
         ),
     )
 }
@@ -203,6 +216,8 @@ def measure(
         "loadavg_1m_after": os.getloadavg()[0],
         "outputs": final,
         "duplicates": final - run.records,
+        # records per batch (a transaction each under exactly-once), as the child saw them
+        "mean_batch": produced["records"] / produced["batches"] if "batches" in produced else None,
     }
 
 
@@ -258,6 +273,7 @@ def run_scenario(args: argparse.Namespace, *, bootstrap: str, broker: str) -> di
             "records": args.records,
             "sizes": args.size,
             "formats": args.formats,
+            "guarantees": args.guarantees,
             "registry": registry_kind,
             "rounds": args.rounds,
             "batch_size": args.batch_size,
@@ -310,11 +326,18 @@ def _all_runs(
                     f"size {size}, {fmt}: {args.records:,} records of {encoded} B prefilled "
                     f"in {time.monotonic() - started:.1f} s"
                 )
-            pairs = [(f, c) for f in args.formats for c in competitors if f in c.formats]
+            pairs = [
+                (g, f, c)
+                for g in args.guarantees
+                for f in args.formats
+                for c in competitors
+                if f in c.formats and g in c.guarantees
+            ]
             for round_ in range(args.rounds):
-                for fmt, competitor in pairs if round_ % 2 == 0 else pairs[::-1]:
+                for guarantee, fmt, competitor in pairs if round_ % 2 == 0 else pairs[::-1]:
                     input_topic, encoded = inputs[fmt]
-                    group = f"bench-{run_id}-{competitor.name}-{fmt}-{size}-r{round_}"
+                    short = "eos" if guarantee == sfapp.EXACTLY_ONCE else "alo"
+                    group = f"bench-{run_id}-{competitor.name}-{fmt}-{short}-{size}-r{round_}"
                     run = Run(
                         bootstrap=bootstrap,
                         input_topic=input_topic,
@@ -325,16 +348,19 @@ def _all_runs(
                         workdir=workdir,
                         format=fmt,
                         registry=registry,
+                        guarantee=guarantee,
                     )
                     numbers = measure(topics, competitor, run, args.timeout)
                     runs.append(
                         {"competitor": competitor.name, "format": fmt, "size": size}
-                        | {"encoded_size": encoded, "round": round_, **numbers}
+                        | {"guarantee": guarantee, "encoded_size": encoded, "round": round_}
+                        | numbers
                     )
                     _say(
-                        f"  round {round_} {competitor.name:<9} {fmt:<13} "
+                        f"  round {round_} {competitor.name:<9} {fmt:<13} {short} "
                         f"{numbers['records_per_s']:>9,.0f} rec/s  "
-                        f"{numbers['cpu_s_per_M']:6.1f} CPU s/M"
+                        f"{numbers['cpu_s_per_M']:6.1f} CPU s/M  "
+                        f"{numbers['mean_batch'] or 0:5.0f} records/batch"
                     )
             for input_topic, _ in inputs.values():
                 topics.delete(input_topic)
@@ -366,6 +392,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=list(common.FORMATS),
         choices=common.FORMATS,
         help="topic formats (default: all); the peers run in avro only",
+    )
+    parser.add_argument(
+        "--guarantees",
+        nargs="+",
+        default=list(GUARANTEES),
+        choices=GUARANTEES,
+        help="delivery guarantees (default: both); the peers run at-least-once only",
     )
     parser.add_argument(
         "--registry",

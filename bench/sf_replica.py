@@ -23,16 +23,16 @@ from streamflow.runtime import processor
 def _time_batches(records: int) -> None:
     """Wrap the batch step so the driver learns when consumption starts and ends."""
     original = processor.Processor.process_batch
-    seen = 0
+    seen = batches = 0
 
     def timed(self: processor.Processor, messages: list[Message]) -> None:
-        nonlocal seen
+        nonlocal seen, batches
         if seen == 0:
             common.report("first")
         original(self, messages)
-        before, seen = seen, seen + len(messages)
+        before, seen, batches = seen, seen + len(messages), batches + 1
         if before < records <= seen:
-            common.report("produced", records=seen)
+            common.report("produced", records=seen, batches=batches)
 
     processor.Processor.process_batch = timed  # type: ignore[method-assign]
 

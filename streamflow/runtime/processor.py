@@ -1,11 +1,14 @@
 """The consume → decode → logic → encode → produce loop of a replica with inlets.
 
-One turn of the loop is one batch: ``consume(batch_size, timeout)`` returns up
-to a batch of records, and the batch is the unit of everything else. Control
-records are applied before a batch, never inside it. The logic sees only
-records that decoded; a record that does not decode, or whose logic raises, or
-whose outputs do not encode, goes to the dead-letter topic with the error,
-and the rest of the batch carries on. Offsets advance only through the
+One turn of the loop is one batch, and the batch is the unit of everything
+else. A batch is what is queued when the turn starts, up to ``batch_size``
+records (see :meth:`Processor._next_batch`): one record when the pipeline is
+idle, so it adds no wait, and full batches under load, because records queue
+up while the previous batch is processed. Control records are applied before
+a batch, never inside it. The logic sees only records that decoded; a record
+that does not decode, or whose logic raises, or whose outputs do not encode,
+goes to the dead-letter topic with the error, and the rest of the batch
+carries on. Offsets advance only through the
 :mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe.
 """
 
@@ -84,6 +87,7 @@ class Processor:
         self._skipped_exported: dict[str, int] = {}
         self._assigned_once = False
         self._backoff_until = 0.0
+        self._last_batch = 0.0  # when the latest batch was taken (time.monotonic)
         self._backoff_reason = ""
         self._logic = self._choose_logic()
         self._router = outputs_mod.OutputRouter(descriptor)
@@ -124,7 +128,7 @@ class Processor:
             self.control.poll(apply=self.apply_control, reject=self.reject_control)
         self.between_batches()
         self._gate()
-        messages = self.consumer.consume(self.batch_size, self.batch_timeout)
+        messages = self._next_batch()
         self.delivery.poll()
         if not messages:
             return 0
@@ -138,9 +142,36 @@ class Processor:
         """Run the streamlet's between-batches hook (a model swap, say) and write its outputs."""
         self._side_outputs(self.streamlet.between_batches(), input_key=None)
 
+    def _next_batch(self) -> list[Message]:
+        """What is queued now; when nothing is, wait for the first record and take it
+        with whatever arrived alongside it. ``batch_timeout`` is the longest wait.
+
+        librdkafka's ``consume(n, timeout)`` returns only once it holds ``n`` records or
+        the timeout has passed, so asking for a full batch at a low rate added up to the
+        whole timeout to every record's latency (p50 38 ms at 10% of the maximum rate).
+        """
+        consume, size = self.consumer.consume, self.batch_size
+        messages = consume(size, 0)
+        if not messages:
+            messages = consume(1, self.batch_timeout)
+            if not messages:
+                return messages
+            if size > 1:
+                messages += consume(size - 1, 0)
+        # A guarantee with a cost per batch (a transaction) spaces batches that are not
+        # full; under load they are full, and after a pause the first one goes at once.
+        interval = self.delivery.batch_interval_s
+        if interval and len(messages) < size:
+            wait = self._last_batch + interval - time.monotonic()
+            if wait > 0:
+                messages += consume(size - len(messages), wait)
+        self._last_batch = time.monotonic()
+        return messages
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned_once = True
         log.info("assigned %s", _names(partitions))
+        self.delivery.on_assign(partitions)
         if not self._accepting and partitions:
             self._pending_pause = True
         self._update_ready()
@@ -190,7 +221,10 @@ class Processor:
         started = time.perf_counter()
         offsets: Offsets = {}
         dead: list[_Dead] = []
-        good: list[tuple[Message, Record]] = []
+        # the records that decoded, and their messages (two lists: no tuple per record)
+        records: list[Record] = []
+        decoded: list[Message] = []
+        keep, keep_message = records.append, decoded.append
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
         for msg in messages:
@@ -220,28 +254,27 @@ class Processor:
                 return
             key = msg.key()
             headers = msg.headers()
-            good.append(
-                (
-                    msg,
-                    Record(
-                        value,
-                        key.decode("utf-8", "replace") if key is not None else None,
-                        inlet,
-                        topic,
-                        partition,
-                        offset,
-                        msg.timestamp()[1],
-                        _headers(headers) if headers else _NO_HEADERS,
-                    ),
+            keep(
+                Record(
+                    value,
+                    key.decode("utf-8", "replace") if key is not None else None,
+                    inlet,
+                    topic,
+                    partition,
+                    offset,
+                    msg.timestamp()[1],
+                    _as_dict(headers) if headers else _NO_HEADERS,
                 )
             )
+            keep_message(msg)
         try:
-            results = self._logic([record for _, record in good]) if good else []
+            # a copy: logic that sorts or empties its list must not misalign our pairing
+            results = self._logic(records.copy()) if records else []
         except Backpressure as exc:
             self._back_off(messages, exc)
             return
         self.delivery.begin_batch()
-        produced = self._produce_results(good, results, dead)
+        produced = self._produce_results(decoded, records, results, dead)
         for msg, inlet, failure, kind in dead:
             self._dead_letter(msg, inlet, failure, kind)
         self.delivery.end_batch(offsets)
@@ -256,7 +289,11 @@ class Processor:
         log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
 
     def _produce_results(
-        self, good: list[tuple[Message, Record]], results: Sequence[Any], dead: list[_Dead]
+        self,
+        messages: list[Message],
+        records: list[Record],
+        results: Sequence[Any],
+        dead: list[_Dead],
     ) -> dict[str, int]:
         produced: dict[str, int] = {}
         outlets = self.bindings.outlets
@@ -264,7 +301,7 @@ class Processor:
         extra_headers = _HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
-        for (msg, record), result in zip(good, results, strict=True):
+        for msg, record, result in zip(messages, records, results, strict=True):
             if fast is not None and type(result) is dict:
                 # The common case: one record for the only outlet, the input's key kept.
                 try:
@@ -498,8 +535,8 @@ def _where(msg: Message) -> tuple[str, int]:
     return cast(str, msg.topic()), cast(int, msg.partition())
 
 
-def _headers(raw: Any) -> dict[str, bytes]:
-    return dict(raw)
+# Message headers as the Record's mapping: a plain dict() call, typed for the hot path.
+_as_dict: Callable[[Any], dict[str, bytes]] = dict
 
 
 def _names(partitions: list[TopicPartition]) -> str:

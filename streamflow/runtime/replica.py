@@ -186,7 +186,11 @@ def _delivery(
     app: Application, name: str, clients: KafkaClients, client_id: str, consumer: Any
 ) -> Delivery:
     if app.streamlets[name].guarantee == EXACTLY_ONCE:
-        producer = clients.producer(client_id=client_id, transactional_id=client_id)
+        # A failed output fails the transaction's commit, so successful deliveries need
+        # no report: librdkafka then queues none, and poll() has none to serve.
+        producer = clients.producer(
+            client_id=client_id, transactional_id=client_id, **{"delivery.report.only.error": True}
+        )
         return ExactlyOnce(producer, consumer)
     return AtLeastOnce(clients.producer(client_id=client_id), consumer)
 

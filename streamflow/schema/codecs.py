@@ -87,35 +87,28 @@ class SingleObjectCodec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        if data[:2] != MAGIC:
+        header = self._header
+        if data.startswith(header):
+            # The common case, checked in one comparison: our own schema wrote it.
+            writer, reader = self.schema.parsed, None
+        elif data[:2] != MAGIC:
             raise DecodeError(
                 "not Avro single-object encoded (expected marker C3 01, "
                 f"got {data[:2].hex(' ') or 'empty'})"
             )
-        if len(data) < _HEADER_LEN:
+        elif len(data) < _HEADER_LEN:
             raise DecodeError(
                 f"truncated Avro single-object header: {len(data)} bytes, "
                 f"the marker and fingerprint alone take {_HEADER_LEN}"
             )
+        else:
+            writer, reader = self._writer_for(data[2:_HEADER_LEN]), self.schema.parsed
         buf = io.BytesIO(data)
         buf.seek(_HEADER_LEN)
-        if data[2:_HEADER_LEN] == self._header[2:]:
-            writer = self.schema.parsed
-            reader = None
-        else:
-            writer = self._writer_for(data[2:_HEADER_LEN])
-            reader = self.schema.parsed
         try:
             record = schemaless_reader(buf, writer, reader)
-        except EOFError:
-            raise DecodeError(
-                f"cannot decode {self.schema.name}: the record is truncated "
-                f"({len(data)} bytes end in the middle of a value)"
-            ) from None
         except Exception as exc:  # fastavro raises ValueError, IndexError, SchemaResolutionError...
-            raise DecodeError(
-                f"cannot decode {self.schema.name}: {type(exc).__name__}: {exc}"
-            ) from None
+            raise self._unreadable(data, exc) from None
         if buf.tell() != len(data):
             raise DecodeError(
                 f"{len(data) - buf.tell()} trailing bytes after the {self.schema.name} record"
@@ -123,6 +116,14 @@ class SingleObjectCodec:
         if not isinstance(record, dict):  # pragma: no cover - named schemas are records
             raise DecodeError(f"{self.schema.name} did not decode to a record")
         return record
+
+    def _unreadable(self, data: bytes, exc: Exception) -> DecodeError:
+        if isinstance(exc, EOFError):
+            return DecodeError(
+                f"cannot decode {self.schema.name}: the record is truncated "
+                f"({len(data)} bytes end in the middle of a value)"
+            )
+        return DecodeError(f"cannot decode {self.schema.name}: {type(exc).__name__}: {exc}")
 
     def _writer_for(self, fingerprint: bytes) -> Any:
         cached = self._writers.get(fingerprint)
