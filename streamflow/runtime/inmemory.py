@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -267,9 +267,20 @@ class _Sent:
 class MemoryProducer:
     """A producer whose acknowledgements a test controls; transactional when asked."""
 
-    def __init__(self, broker: MemoryBroker, *, queue_limit: int = 100_000) -> None:
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        *,
+        queue_limit: int = 100_000,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``config`` may hold ``on_delivery`` (for records produced without a callback of
+        their own) and ``delivery.report.only.error``, as confluent-kafka's does."""
         self.broker = broker
         self.queue_limit = queue_limit
+        config = config or {}
+        self._default_callback: _Callback | None = config.get("on_delivery")
+        self._only_errors = bool(config.get("delivery.report.only.error", False))
         self._in_flight: deque[_Sent] = deque()
         self._held = False
         self._failures: deque[KafkaError] = deque()
@@ -391,7 +402,8 @@ class MemoryProducer:
                     self._txn.append(sent)
                 else:
                     msg = self.broker.append(sent.topic, sent.value, sent.key, sent.headers)
-            if sent.callback is not None:
-                sent.callback(error, msg)
+            callback = sent.callback or self._default_callback
+            if callback is not None and (error is not None or not self._only_errors):
+                callback(error, msg)
             delivered += 1
         return delivered

@@ -39,7 +39,6 @@ __all__ = ["DeadLetterHook", "Processor"]
 
 log = logging.getLogger("streamflow.runtime")
 
-_NO_HEADERS: dict[str, bytes] = {}
 _REGISTRY_RETRY_S = 2.0  # how long a batch waits for an unreachable schema registry
 _Dead = tuple[Message, str, BaseException, str]
 #: Told of every dead letter as it is written: the record, its inlet, the error, the kind
@@ -225,6 +224,7 @@ class Processor:
         records: list[Record] = []
         decoded: list[Message] = []
         keep, keep_message = records.append, decoded.append
+        consumed = Record.consumed
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
         for msg in messages:
@@ -252,20 +252,7 @@ class Processor:
                 # never a dead letter: the record is fine, the registry (or access to it) is not
                 self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
                 return
-            key = msg.key()
-            headers = msg.headers()
-            keep(
-                Record(
-                    value,
-                    key.decode("utf-8", "replace") if key is not None else None,
-                    inlet,
-                    topic,
-                    partition,
-                    offset,
-                    msg.timestamp()[1],
-                    _as_dict(headers) if headers else _NO_HEADERS,
-                )
-            )
+            keep(consumed(msg, value, inlet, topic, partition, offset))
             keep_message(msg)
         try:
             # a copy: logic that sorts or empties its list must not misalign our pairing
@@ -533,10 +520,6 @@ def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletB
 
 def _where(msg: Message) -> tuple[str, int]:
     return cast(str, msg.topic()), cast(int, msg.partition())
-
-
-# Message headers as the Record's mapping: a plain dict() call, typed for the hot path.
-_as_dict: Callable[[Any], dict[str, bytes]] = dict
 
 
 def _names(partitions: list[TopicPartition]) -> str:

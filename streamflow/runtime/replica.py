@@ -23,7 +23,7 @@ from streamflow.blueprint.model import EXACTLY_ONCE, Application
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
-from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce
+from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
 from streamflow.runtime.health import HealthServer, HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, bind
@@ -192,7 +192,9 @@ def _delivery(
             client_id=client_id, transactional_id=client_id, **{"delivery.report.only.error": True}
         )
         return ExactlyOnce(producer, consumer)
-    return AtLeastOnce(clients.producer(client_id=client_id), consumer)
+    failures = FailedOutputs()
+    producer = clients.producer(client_id=client_id, **failures.producer_config())
+    return AtLeastOnce(producer, consumer, failures)
 
 
 def _control_reader(

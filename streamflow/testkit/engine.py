@@ -25,7 +25,7 @@ from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.outputs import RoutedOutput
 from streamflow.api.streamlet import Streamlet
 from streamflow.runtime.control import ControlInletBinding, ControlReader
-from streamflow.runtime.delivery import AtLeastOnce
+from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
 from streamflow.runtime.metrics import Metrics
@@ -91,10 +91,13 @@ class Engine:
         self.codecs = codecs
         self.broker = MemoryBroker()
         self.consumer = MemoryConsumer(self.broker, group="testkit")
-        self.producer = MemoryProducer(self.broker)
+        failures = FailedOutputs()
+        self.producer = MemoryProducer(self.broker, config=failures.producer_config())
         # The in-memory clients speak the part of confluent-kafka's API the runtime calls;
         # they are not subclasses (those would open librdkafka handles), hence the casts.
-        self.delivery = AtLeastOnce(cast(Producer, self.producer), cast(Consumer, self.consumer))
+        self.delivery = AtLeastOnce(
+            cast(Producer, self.producer), cast(Consumer, self.consumer), failures
+        )
         self.clock = ManualClock()
         self._streamlet = streamlet
         self._descriptor = descriptor
@@ -222,7 +225,8 @@ class Engine:
             streamlet=self._streamlet,
             descriptor=self._descriptor,
             bindings=self.bindings,
-            producer=cast(Producer, self.producer),
+            # its own producer, as in a replica: one that reports every delivery
+            producer=cast(Producer, MemoryProducer(self.broker)),
             metrics=self.metrics,
             health=self._health,
             loop=self._loop,

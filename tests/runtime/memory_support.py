@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from streamflow import Inlet, Outlet, Record, Streamlet
 from streamflow.api.descriptor import describe
-from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce
+from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
 from streamflow.runtime.metrics import Metrics
@@ -163,13 +163,14 @@ def rig(
     broker = MemoryBroker()
     broker.create_topic(IN, partitions)
     consumer = MemoryConsumer(broker, group=GROUP)
-    producer = MemoryProducer(broker, queue_limit=queue_limit)
+    failures = FailedOutputs()
+    producer = MemoryProducer(broker, queue_limit=queue_limit, config=failures.producer_config())
     # Not subclasses of confluent-kafka's clients (those would open librdkafka handles).
     as_consumer, as_producer = cast(Consumer, consumer), cast(Producer, producer)
     delivery: Delivery = (
         ExactlyOnce(as_producer, as_consumer)
         if exactly_once
-        else AtLeastOnce(as_producer, as_consumer)
+        else AtLeastOnce(as_producer, as_consumer, failures)
     )
     clock = ManualClock()
     dead: list[tuple[str, str, str]] = []

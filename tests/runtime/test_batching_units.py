@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from streamflow.runtime.delivery import AtLeastOnce
+from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
 from streamflow.runtime.processor import Processor
 
 
@@ -97,8 +97,11 @@ def test_exactly_once_after_a_pause_takes_the_first_record_at_once() -> None:
 
 
 class FakeProducer:
-    def produce(self, *args: Any, on_delivery: Any = None, **kwargs: Any) -> None:
-        on_delivery(None, None)  # acknowledged at once
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        pass  # acknowledged at once: nothing is ever queued
+
+    def __len__(self) -> int:
+        return 0
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -109,7 +112,7 @@ class FakeProducer:
 
 def test_at_least_once_stores_only_owned_partitions_without_asking_the_consumer() -> None:
     consumer = FakeConsumer()
-    delivery = AtLeastOnce(FakeProducer(), consumer)  # type: ignore[arg-type]
+    delivery = AtLeastOnce(FakeProducer(), consumer, FailedOutputs())  # type: ignore[arg-type]
     delivery.on_assign([TopicPartition("in", 0), TopicPartition("in", 1)])
     delivery.begin_batch()
     delivery.produce("out", b"v", None, [])
@@ -124,7 +127,7 @@ def test_at_least_once_stores_only_owned_partitions_without_asking_the_consumer(
 
 def test_at_least_once_asks_the_consumer_before_any_assignment_callback() -> None:
     consumer = FakeConsumer()
-    delivery = AtLeastOnce(FakeProducer(), consumer)  # type: ignore[arg-type]
+    delivery = AtLeastOnce(FakeProducer(), consumer, FailedOutputs())  # type: ignore[arg-type]
     delivery.begin_batch()
     delivery.end_batch({("in", 0): 3, ("in", 2): 4})
     assert [(tp.partition, tp.offset) for tp in consumer.stored[0]] == [(0, 3)]

@@ -1,8 +1,9 @@
 """Delivery guarantees, one rule at a time, over Kafka in memory.
 
-At-least-once stores a batch's offsets only once every output of the batch is
-acknowledged, and never past an earlier batch that is not; exactly-once makes
-a batch's outputs and offsets visible together, or neither.
+At-least-once stores a batch's offsets only once every output produced before
+them is acknowledged (the producer reports only failures, so "the queue is
+empty" is the sign), flushing at most every store interval under load;
+exactly-once makes a batch's outputs and offsets visible together, or neither.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import cast
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from streamflow.runtime.delivery import AtLeastOnce, DeliveryError, ExactlyOnce
+from streamflow.runtime.delivery import AtLeastOnce, DeliveryError, ExactlyOnce, FailedOutputs
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
 from tests.runtime.memory_support import GROUP, IN, OUT
 
@@ -27,13 +28,24 @@ def _consuming(broker: MemoryBroker, records: int) -> MemoryConsumer:
     return consumer
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def _at_least_once(
-    records: int = 10, *, queue_limit: int = 100_000
+    records: int = 10, *, queue_limit: int = 100_000, clock: _Clock | None = None
 ) -> tuple[AtLeastOnce, MemoryProducer, MemoryConsumer]:
     broker = MemoryBroker()
     consumer = _consuming(broker, records)
-    producer = MemoryProducer(broker, queue_limit=queue_limit)
-    delivery = AtLeastOnce(cast(Producer, producer), cast(Consumer, consumer))
+    failures = FailedOutputs()
+    producer = MemoryProducer(broker, queue_limit=queue_limit, config=failures.producer_config())
+    delivery = AtLeastOnce(
+        cast(Producer, producer), cast(Consumer, consumer), failures, clock=clock or _Clock()
+    )
     return delivery, producer, consumer
 
 
@@ -45,7 +57,7 @@ def _batch(delivery: AtLeastOnce | ExactlyOnce, outputs: int, next_offset: int) 
     delivery.end_batch({(IN, 0): next_offset})
 
 
-# -- at-least-once: tickets ----------------------------------------------------
+# -- at-least-once: the offset gate --------------------------------------------
 
 
 def test_an_unacknowledged_output_keeps_its_batch_offsets_unstored() -> None:
@@ -89,6 +101,27 @@ def test_batches_are_stored_in_order_as_they_are_acknowledged() -> None:
     assert consumer.stored == {(IN, 0): 3}
 
 
+def test_under_load_the_offsets_wait_for_the_store_interval_then_a_flush() -> None:
+    clock = _Clock()
+    delivery, producer, consumer = _at_least_once(clock=clock)
+    delivery.poll()  # nothing finished yet: nothing to store
+    producer.hold()  # the queue never drains by itself, as under load
+    _batch(delivery, outputs=2, next_offset=3)
+    clock.now = 0.9
+    delivery.poll()
+    assert consumer.stored == {} and delivery.waiting == {(IN, 0): 3}
+    producer.release()  # the next flush succeeds
+    _batch(delivery, outputs=1, next_offset=5)
+    clock.now = 1.0  # a store interval after the last store: flush, then store
+    producer.hold()
+    delivery.poll()  # held: the flush times out and nothing is stored
+    assert consumer.stored == {}
+    producer.release()
+    delivery.poll()
+    assert consumer.stored == {(IN, 0): 5} and delivery.waiting == {}
+    assert len(producer) == 0
+
+
 def test_a_failed_delivery_raises_and_stores_nothing_past_it() -> None:
     delivery, producer, consumer = _at_least_once()
     _batch(delivery, outputs=1, next_offset=2)
@@ -102,8 +135,8 @@ def test_a_failed_delivery_raises_and_stores_nothing_past_it() -> None:
 
 
 def test_after_a_failed_delivery_shutdown_commits_nothing_past_it() -> None:
-    # BUG: the replica's shutdown (``finally: delivery.close()``) still stores the
-    # later batches' offsets, so the restarted replica skips the lost output.
+    # The replica's shutdown (``finally: delivery.close()``) must not store the later
+    # batches' offsets either, or the restarted replica would skip the lost output.
     delivery, producer, consumer = _at_least_once()
     _batch(delivery, outputs=1, next_offset=2)
     delivery.poll()

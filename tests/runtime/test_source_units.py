@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from streamflow import Emit, Outlet, Streamlet
 from streamflow.api.descriptor import describe
-from streamflow.runtime.delivery import AtLeastOnce
+from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryProducer
 from streamflow.runtime.metrics import Metrics
@@ -40,12 +40,13 @@ def _runner(
     loop: asyncio.AbstractEventLoop, *, queue_limit: int = 100_000
 ) -> tuple[SourceRunner, MemoryBroker]:
     broker = MemoryBroker()
-    producer = MemoryProducer(broker, queue_limit=queue_limit)
+    failures = FailedOutputs()
+    producer = MemoryProducer(broker, queue_limit=queue_limit, config=failures.producer_config())
     runner = SourceRunner(
         streamlet=_Ticks(),
         descriptor=describe(_Ticks),
         bindings=memory_support.bindings(),
-        delivery=AtLeastOnce(cast(Producer, producer), None),
+        delivery=AtLeastOnce(cast(Producer, producer), None, failures),
         metrics=Metrics(app="app", streamlet="unit", replica=0),
         health=HealthState(),
         loop=loop,
