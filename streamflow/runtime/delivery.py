@@ -100,6 +100,13 @@ class Delivery:
 
     def end_batch(self, offsets: Offsets) -> None: ...
 
+    def direct_produce(self) -> Callable[..., None] | None:
+        """The producer's own ``produce(topic, value, key, headers=...)``, when the
+        guarantee needs nothing per record, for the hot path to call without a wrapper;
+        on ``BufferError`` (a full queue) the caller falls back to :meth:`produce`.
+        None: always call :meth:`produce`."""
+        return None
+
     def produce_unbatched(
         self, topic: str, value: bytes, key: bytes | None, headers: Headers
     ) -> None:
@@ -159,6 +166,9 @@ class AtLeastOnce(Delivery):
             self.producer.produce(topic, value, key, headers=headers)
         except BufferError:
             _produce(self.producer, topic, value, key, headers, None)
+
+    def direct_produce(self) -> Callable[..., None] | None:
+        return self.producer.produce
 
     def end_batch(self, offsets: Offsets) -> None:
         self._open = False
@@ -265,6 +275,9 @@ class ExactlyOnce(Delivery):
             self.producer.produce(topic, value, key, headers=headers)
         except BufferError:
             _produce(self.producer, topic, value, key, headers, None)
+
+    def direct_produce(self) -> Callable[..., None] | None:
+        return self.producer.produce
 
     def end_batch(self, offsets: Offsets) -> None:
         try:

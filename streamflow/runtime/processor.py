@@ -227,6 +227,10 @@ class Processor:
         consumed = Record.consumed
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
+        # Records come in runs from one partition: what is per partition (its inlet, its
+        # next offset, the count) is looked up and stored once per run, not per record.
+        topic, partition, offset, run = "", -1, -1, 0
+        inlet, codec = "", None
         for msg in messages:
             error = msg.error()
             if error is not None:
@@ -234,17 +238,21 @@ class Processor:
                 continue
             # Without an error, librdkafka always sets topic, partition and offset
             # (the stubs say Optional; a cast per field would cost on the hot path).
-            topic: str = msg.topic()  # type: ignore[assignment]
-            partition: int = msg.partition()  # type: ignore[assignment]
-            offset: int = msg.offset()  # type: ignore[assignment]
-            offsets[(topic, partition)] = offset + 1
-            inlet, codec = inlets[topic]
-            counts[inlet] = counts.get(inlet, 0) + 1
+            this_topic: str = msg.topic()  # type: ignore[assignment]
+            this_partition: int = msg.partition()  # type: ignore[assignment]
+            if this_partition != partition or this_topic != topic:
+                if run:
+                    offsets[(topic, partition)] = offset + 1
+                    counts[inlet] = counts.get(inlet, 0) + run
+                topic, partition, run = this_topic, this_partition, 0
+                inlet, codec = inlets[topic]
+            offset = msg.offset()  # type: ignore[assignment]
+            run += 1
             raw = msg.value()
             try:
                 if raw is None:
                     raise DecodeError("record has no value (a tombstone)")
-                value = codec.decode(raw)
+                value = codec.decode(raw)  # type: ignore[union-attr]
             except DecodeError as exc:
                 dead.append((msg, inlet, exc, "decode"))
                 continue
@@ -254,6 +262,9 @@ class Processor:
                 return
             keep(consumed(msg, value, inlet, topic, partition, offset))
             keep_message(msg)
+        if run:
+            offsets[(topic, partition)] = offset + 1
+            counts[inlet] = counts.get(inlet, 0) + run
         try:
             # a copy: logic that sorts or empties its list must not misalign our pairing
             results = self._logic(records.copy()) if records else []
@@ -288,17 +299,28 @@ class Processor:
         extra_headers = _HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
+        if fast is not None:
+            fast_encode, fast_topic = fast.codec.encode, fast.topic
+            fast_headers = self._fast_headers
+            # the producer's own produce, without the delivery's wrapper call per record
+            direct = self.delivery.direct_produce()
         for msg, record, result in zip(messages, records, results, strict=True):
             if fast is not None and type(result) is dict:
                 # The common case: one record for the only outlet, the input's key kept.
                 try:
-                    data = fast.codec.encode(result)
+                    data = fast_encode(result)
                 except Exception as exc:
                     dead.append((msg, record.inlet, exc, "encode"))
                     continue
                 fast_count += 1
-                if fast.topic is not None:
-                    produce(fast.topic, data, msg.key(), self._fast_headers)
+                if fast_topic is not None:
+                    if direct is None:
+                        produce(fast_topic, data, msg.key(), fast_headers)
+                        continue
+                    try:
+                        direct(fast_topic, data, msg.key(), headers=fast_headers)
+                    except BufferError:  # the queue is full: the delivery waits for room
+                        produce(fast_topic, data, msg.key(), fast_headers)
                 continue
             if isinstance(result, BaseException):
                 dead.append((msg, record.inlet, result, "logic"))

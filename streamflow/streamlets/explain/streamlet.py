@@ -238,9 +238,12 @@ class ModelExplainer(ModelFollower):
             "sampled-out": len(batch) - len(chosen),
             "invalid-input": len(records) - len(kept),
         }
-        if plan.needs_background and len(background) < self.backdrop.size:
-            self._commit(x, {**skipped, "no-background-yet": len(chosen)})
-            return results
+        if plan.needs_background:
+            # A record is explained once the background, filled in record order up to and
+            # including it, is full: the same records whatever the batch sizes were.
+            ready_from = self._background_full_from(x)
+            skipped["no-background-yet"] = sum(c.index < ready_from for c in chosen)
+            chosen = [c for c in chosen if c.index >= ready_from]
         taken = chosen[: self.budget_clock.affordable(len(chosen))]
         done = 0
         if taken:
@@ -304,6 +307,14 @@ class ModelExplainer(ModelFollower):
             return self.backdrop.rows
         finite = x[np.isfinite(x).all(axis=1)]
         return np.concatenate([self.backdrop.rows, finite])[: self.backdrop.size]
+
+    def _background_full_from(self, x: np.ndarray) -> int:
+        """The first row of this batch from which the staged background is full."""
+        missing = self.backdrop.size - len(self.backdrop.rows)
+        if missing <= 0:
+            return 0
+        filled = np.cumsum(np.isfinite(x).all(axis=1))
+        return int(np.searchsorted(filled, missing)) if len(filled) else 0
 
     def _commit(self, x: np.ndarray, skipped: dict[str, int]) -> None:
         """Only once the batch cannot be retried: a retried batch must not count twice."""

@@ -37,7 +37,8 @@ def test_a_sample_of_records_is_explained_the_same_way_every_time(tmp_path: Path
         chosen.append([key for key, _ in out])
         assert {v["reason"] for _, v in out} == {"SAMPLE"}
         assert all(v["key"] == key for key, v in out)
-        assert h.context.skipped["sampled-out"] == 400 - len(out)
+        skipped = h.context.skipped  # the first 49 wait for the background (50 rows)
+        assert skipped["sampled-out"] + skipped["no-background-yet"] == 400 - len(out)
     assert 70 <= len(chosen[0]) <= 130
     assert chosen[0] == chosen[1]  # a hash of the record's position, not a random draw
 
@@ -54,7 +55,7 @@ def test_interesting_records_are_always_explained(tmp_path: Path) -> None:
     expected = {
         i: "PREDICATE" if r["x"] > 1.5 else "LOW_CONFIDENCE"
         for i, r in enumerate(rows)
-        if r["x"] > 1.5 or top[i] < 0.6
+        if (r["x"] > 1.5 or top[i] < 0.6) and i >= 49  # the background is full from row 49
     }
     assert reasons == expected and expected
 
@@ -119,7 +120,8 @@ def test_with_fallback_none_a_model_it_cannot_explain_is_refused(tmp_path: Path)
     assert "still serving points:1" in status["message"]
     h.feed("in", e.points(80, seed=8))
     h.run()
-    assert {v["model_version"] for v in h.values("out")} == {1} and len(h.values("out")) == 80
+    # every record from the 50th on (the background holds the first 50)
+    assert {v["model_version"] for v in h.values("out")} == {1} and len(h.values("out")) == 31
 
 
 def test_a_new_model_changes_the_version_in_the_explanations_and_loses_nothing(
@@ -226,3 +228,34 @@ def test_a_remote_explainer_explains_and_when_down_holds_the_batch(tmp_path: Pat
             loop.run_until_complete(fresh.streamlet.process_batch(_records(e.points(5, seed=1))))
         loop.close()
         assert not fresh.context.skipped  # nothing counted for a batch to retry
+
+
+def test_what_is_explained_does_not_depend_on_the_batch_size(tmp_path: Path) -> None:
+    """The runtime takes what is queued (one record when idle, full batches under load):
+    the background fills across batches, and the same records are explained either way."""
+    rows = e.points(240, seed=4)
+    runs = []
+    for size in (1, 7, 100):
+        h = StreamletHarness(
+            e.PointExplainer,
+            config={
+                "input_fields": e.FEATURES,
+                "cache_dir": str(tmp_path / f"cache-{size}"),
+                "sample_rate": 0.5,
+                "background_size": 50,
+                "budget": "10m",  # no shedding: only the batch size differs
+            },
+            schema_paths=[e.SCHEMAS],
+            name="explain",
+            batch_size=size,
+        )
+        h.control("model", e.descriptor(1, e.linear_model(tmp_path / f"linear-{size}.keras")))
+        assert e.settle(h, 1)["state"] == "serving"
+        h.feed("in", rows, keys=[r["id"] for r in rows])
+        h.run()
+        runs.append(([key for key, _ in h.outputs("out")], dict(h.context.skipped)))
+        h.teardown()
+    assert runs[0] == runs[1] == runs[2]
+    explained, skipped = runs[0]
+    assert explained and min(int(key[1:]) for key in explained) >= 49  # p49: 50 rows seen
+    assert skipped["no-background-yet"] > 0
