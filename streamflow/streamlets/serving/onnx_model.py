@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from streamflow.streamlets.serving import artifacts
-from streamflow.streamlets.serving.embedded import EmbeddedModel
+from streamflow.streamlets.serving.embedded_model import EmbeddedModel
 from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
 __all__ = ["STANDARD_DOMAINS", "load"]

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from streamflow.streamlets.serving.tensor_specs import ONLY, TensorInput, TensorOutput
-
-if TYPE_CHECKING:
-    from streamflow.streamlets.serving.tensors import TensorMapping
 
 __all__ = ["SchemaProblem", "check_schemas", "scalar_fields"]
 
@@ -120,8 +117,18 @@ def _output_fits(spec: TensorOutput, avro: Any) -> str | None:
     return "top_k writes array<record {label: string, score: double}>"
 
 
+class MappedTensors(Protocol):
+    """What the checks read of a :class:`~.tensors.TensorMapping` (which imports this)."""
+
+    @property
+    def inputs(self) -> Mapping[str, TensorInput]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, TensorOutput]: ...
+
+
 def check_schemas(
-    mapping: TensorMapping,
+    mapping: MappedTensors,
     *,
     input_schema: Mapping[str, Any] | None,
     output_schema: Mapping[str, Any] | None,
