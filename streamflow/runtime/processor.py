@@ -497,10 +497,14 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
     return results
 
 
+_PLAIN = {dict, type(None)}
+
+
 def _materialised(results: Sequence[Any]) -> Sequence[Any]:
     """Results with every iterator (a generator, say) run to a list; one that raises
     becomes that record's exception, as when ``process`` itself raises."""
-    if all(type(r) is dict or not isinstance(r, Iterator) for r in results):
+    kinds = set(map(type, results))  # at C speed: the per-record check is per type
+    if kinds <= _PLAIN or not any(issubclass(kind, Iterator) for kind in kinds):
         return results
     out: list[Any] = []
     for result in results:
