@@ -49,17 +49,12 @@ class DeliveryError(Exception):
 
 
 def _produce(
-    producer: Producer,
-    topic: str,
-    value: bytes,
-    key: bytes | None,
-    headers: Headers,
-    on_delivery: Callable[[Any, Any], None] | None,
+    producer: Producer, topic: str, value: bytes, key: bytes | None, headers: Headers
 ) -> None:
     """Produce, waiting for queue space instead of failing or growing memory."""
     while True:
         try:
-            producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+            producer.produce(topic, value, key, headers=headers)
             return
         except BufferError:
             producer.poll(0.05)
@@ -96,16 +91,19 @@ class Delivery:
     def begin_batch(self) -> None: ...
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
-        raise NotImplementedError
+        """Neither guarantee needs anything per record (failures are reported apart)."""
+        try:  # the common case, without a wrapper call per record
+            self.producer.produce(topic, value, key, headers=headers)
+        except BufferError:
+            _produce(self.producer, topic, value, key, headers)
 
     def end_batch(self, offsets: Offsets) -> None: ...
 
-    def direct_produce(self) -> Callable[..., None] | None:
-        """The producer's own ``produce(topic, value, key, headers=...)``, when the
-        guarantee needs nothing per record, for the hot path to call without a wrapper;
-        on ``BufferError`` (a full queue) the caller falls back to :meth:`produce`.
-        None: always call :meth:`produce`."""
-        return None
+    def direct_produce(self) -> Callable[..., None]:
+        """The producer's own ``produce(topic, value, key, headers=...)``, for the hot path
+        to call without a wrapper; on ``BufferError`` (a full queue) the caller falls back
+        to :meth:`produce`, which waits for room."""
+        return self.producer.produce
 
     def produce_unbatched(
         self, topic: str, value: bytes, key: bytes | None, headers: Headers
@@ -160,15 +158,6 @@ class AtLeastOnce(Delivery):
 
     def begin_batch(self) -> None:
         self._open = True
-
-    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
-        try:  # the common case, without a wrapper call per record
-            self.producer.produce(topic, value, key, headers=headers)
-        except BufferError:
-            _produce(self.producer, topic, value, key, headers, None)
-
-    def direct_produce(self) -> Callable[..., None] | None:
-        return self.producer.produce
 
     def end_batch(self, offsets: Offsets) -> None:
         self._open = False
@@ -269,15 +258,6 @@ class ExactlyOnce(Delivery):
     def begin_batch(self) -> None:
         self.producer.begin_transaction()
         self._open = True
-
-    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Headers) -> None:
-        try:  # the common case, without a wrapper call per record
-            self.producer.produce(topic, value, key, headers=headers)
-        except BufferError:
-            _produce(self.producer, topic, value, key, headers, None)
-
-    def direct_produce(self) -> Callable[..., None] | None:
-        return self.producer.produce
 
     def end_batch(self, offsets: Offsets) -> None:
         try:

@@ -314,9 +314,6 @@ class Processor:
                     continue
                 fast_count += 1
                 if fast_topic is not None:
-                    if direct is None:
-                        produce(fast_topic, data, msg.key(), fast_headers)
-                        continue
                     try:
                         direct(fast_topic, data, msg.key(), headers=fast_headers)
                     except BufferError:  # the queue is full: the delivery waits for room
