@@ -87,6 +87,7 @@ class Processor:
         self._assigned_once = False
         self._backoff_until = 0.0
         self._last_batch = 0.0  # when the latest batch was taken (time.monotonic)
+        self._produced_since_idle = False  # a batch ran since the loop last found no input
         self._backoff_reason = ""
         self._logic = self._choose_logic()
         self._router = outputs_mod.OutputRouter(descriptor)
@@ -135,6 +136,7 @@ class Processor:
             self._rewind(messages)
             return 0
         self.process_batch(messages)
+        self._produced_since_idle = True
         return len(messages)
 
     def between_batches(self) -> None:
@@ -152,6 +154,10 @@ class Processor:
         consume, size = self.consumer.consume, self.batch_size
         messages = consume(size, 0)
         if not messages:
+            if self._produced_since_idle:
+                # nothing more is coming yet: what the last batch produced goes now
+                self._produced_since_idle = False
+                self.delivery.idle()
             messages = consume(1, self.batch_timeout)
             if not messages:
                 return messages

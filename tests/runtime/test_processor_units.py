@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from streamflow import Inlet, Outlet, Record, Streamlet
 from streamflow.api.streamlet import Backpressure
-from streamflow.runtime.delivery import DeliveryError
+from streamflow.runtime.delivery import IDLE_FLUSH_S, DeliveryError
 from tests.runtime import memory_support
 from tests.runtime.memory_support import GROUP, IN, Copy
 
@@ -335,6 +335,54 @@ def test_a_streamlet_that_starts_accepting_data_gets_it(
     rig.delivery.poll()
     assert rig.outputs() == ["r0", "r1", "r2"]
     assert not rig.consumer.paused
+
+
+# -- adaptive batching: linger only under load --------------------------------------
+
+
+def _recorded_flushes(rig: memory_support.Rig) -> list[float]:
+    """The timeout of every ``flush`` the loop asks of the producer, from now on."""
+    flushes: list[float] = []
+    flush = rig.producer.flush
+
+    def recording(timeout: float = -1) -> int:
+        flushes.append(timeout)
+        return flush(timeout)
+
+    rig.producer.flush = recording  # type: ignore[method-assign]
+    return flushes
+
+
+def test_finding_no_input_sends_what_the_last_batch_produced_at_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    rig.producer.hold()  # in flight until released, as outputs lingering in librdkafka are
+    flushes = _recorded_flushes(rig)
+    rig.write(*_ids(3))
+    rig.processor.turn()
+    assert flushes == []
+    assert rig.processor.turn() == 0  # nothing to read: the outputs need not linger
+    assert flushes == [IDLE_FLUSH_S]
+    rig.processor.turn()
+    assert flushes == [IDLE_FLUSH_S]  # once per batch, not once per idle turn
+    rig.producer.release()
+    rig.write(*_ids(2, start=3))
+    rig.processor.turn()
+    rig.processor.turn()
+    assert flushes == [IDLE_FLUSH_S, IDLE_FLUSH_S]
+    assert rig.outputs() == ["r0", "r1", "r2", "r3", "r4"]
+    assert rig.stored() == 5  # stored on the idle turn, once the flush drained the queue
+
+
+def test_under_load_the_loop_never_waits_on_the_producer(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, batch_size=2)
+    flushes = _recorded_flushes(rig)
+    rig.write(*_ids(6))
+    assert [rig.processor.turn() for _ in range(3)] == [2, 2, 2]
+    assert flushes == []  # input was always waiting: the producer gathers it into requests
 
 
 # -- revoke and shutdown ---------------------------------------------------------
