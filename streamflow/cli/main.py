@@ -26,6 +26,7 @@ from streamflow.cli import (
     operator_cmds,
     output,
     run_cmds,
+    score_cmds,
     streamlet_cmds,
     tail_cmds,
     ui_cmds,
@@ -46,6 +47,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[ModuleType, ...] = (
     inspect_cmds,
     run_cmds,
+    score_cmds,
     streamlet_cmds,
     tail_cmds,
     model_cmds,

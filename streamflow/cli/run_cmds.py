@@ -13,6 +13,7 @@ with a coloured prefix (and kept in its log file). Ctrl-C stops the replicas
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import signal
@@ -39,7 +40,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import TopicsError, ensure_topics
 from streamflow.schema.formats import RegisterPolicy
 
-__all__ = ["register"]
+__all__ = ["Started", "refuse_deployed", "register", "running"]
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 _COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan"]
@@ -91,11 +92,36 @@ def run(
     if result.application is None:
         console.print(format_problems(result.problems), markup=False)
         raise typer.Exit(1)
-    _refuse_deployed(result.application)
-    with (
-        _kafka(result.application, bootstrap_servers) as bootstrap,
-        _registry(result.application) as app,
-    ):
+    refuse_deployed(result.application)
+    with running(result.application, bootstrap_servers, log_format=log_format) as started:
+        console.print(_panel(started.app, started.bootstrap, started.replicas))
+        _supervise(started.supervisor, duration)
+    console.print("[bold]streamflow[/]: stopped")
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """An application running on this machine: its replicas, and the Kafka they use."""
+
+    app: Application
+    bootstrap: str
+    supervisor: LocalSupervisor
+    replicas: list[ReplicaProcess]
+
+
+@contextlib.contextmanager
+def running(
+    app: Application,
+    bootstrap_servers: str | None,
+    *,
+    log_format: str = "text",
+    on_line: Callable[[ReplicaProcess, str], None] | None = None,
+) -> Iterator[Started]:
+    """Run ``app`` here until the block ends: Kafka (an embedded broker unless one is
+    named), its registry, its topics, and every replica on an in-process supervisor,
+    which the block must ``tick()``. The replicas stop (each finishing its batch and
+    committing) when the block ends, then whatever was started for them."""
+    with _kafka(app, bootstrap_servers) as bootstrap, _registry(app) as app:
         _create_topics(app, bootstrap)
         home = store.home()
         folder = home.app(app.name)
@@ -104,7 +130,7 @@ def run(
         store.write_json(folder.spec, app.to_dict())  # a deploy daemon must never adopt it
         supervisor = LocalSupervisor(
             home=home,
-            on_line=_printer(app),
+            on_line=on_line or _printer(app),
             on_event=lambda _app, m: console.print(f"[bold]streamflow[/]: {m}"),
             log_format=log_format,
         )
@@ -121,17 +147,15 @@ def run(
                     ],
                 },
             )
-            console.print(_panel(app, bootstrap, replicas))
-            _supervise(supervisor, duration)
+            yield Started(app, bootstrap, supervisor, replicas)
         finally:
             console.print(
                 "[bold]streamflow[/]: stopping replicas (each finishes its batch and commits)"
             )
             supervisor.stop()
-    console.print("[bold]streamflow[/]: stopped")
 
 
-def _refuse_deployed(app: Application) -> None:
+def refuse_deployed(app: Application) -> None:
     folder = store.home().app(app.name)
     if folder.is_local() and folder.spec.exists():
         console.print(

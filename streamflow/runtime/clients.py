@@ -58,13 +58,19 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 
+# Variables under the prefix that are not librdkafka settings: Kafka's address, and
+# where the devkit finds Kafka's jars (a broker on a laptop, not a client setting).
+_NOT_CLIENT_SETTINGS = frozenset((ENV_PREFIX + "BOOTSTRAP", ENV_PREFIX + "LIB"))
+
+
 def config_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     """Kafka client settings from ``STREAMFLOW_KAFKA_*`` variables.
 
     This is how credentials reach a pod: the operator mounts the application's
     Secret with that prefix (``STREAMFLOW_KAFKA_SASL_PASSWORD`` becomes
     ``sasl.password``), so they never appear in a spec or a ConfigMap.
-    ``STREAMFLOW_KAFKA_BOOTSTRAP`` is the bootstrap servers, read separately;
+    ``STREAMFLOW_KAFKA_BOOTSTRAP`` is the bootstrap servers, read separately, and
+    ``STREAMFLOW_KAFKA_LIB`` the devkit's Kafka jars;
     ``STREAMFLOW_KAFKA_SCHEMA_REGISTRY_*`` (the same Secret's registry
     credentials) are the registry client's, not librdkafka's.
     """
@@ -72,7 +78,7 @@ def config_from_env(environ: Mapping[str, str]) -> dict[str, str]:
         name[len(ENV_PREFIX) :].lower().replace("_", "."): value
         for name, value in environ.items()
         if name.startswith(ENV_PREFIX)
-        and name != ENV_PREFIX + "BOOTSTRAP"
+        and name not in _NOT_CLIENT_SETTINGS
         and not name.startswith(ENV_PREFIX + "SCHEMA_REGISTRY_")
         and value
     }

@@ -30,6 +30,7 @@ from streamflow.runtime import dlq
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
+from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError
@@ -320,10 +321,13 @@ class Processor:
                     continue
                 fast_count += 1
                 if fast_topic is not None:
+                    # a scored record's run and row go with its output (runtime/lineage.py)
+                    lineage = carried(msg.headers())
+                    headers = fast_headers if lineage is None else fast_headers + lineage
                     try:
-                        direct(fast_topic, data, msg.key(), headers=fast_headers)
+                        direct(fast_topic, data, msg.key(), headers=headers)
                     except BufferError:  # the queue is full: the delivery waits for room
-                        produce(fast_topic, data, msg.key(), fast_headers)
+                        produce(fast_topic, data, msg.key(), headers)
                 continue
             if isinstance(result, BaseException):
                 dead.append((msg, record.inlet, result, "logic"))
@@ -336,13 +340,16 @@ class Processor:
             except Exception as exc:
                 dead.append((msg, record.inlet, exc, "encode"))
                 continue
+            lineage = carried(msg.headers()) if encoded else None
             for binding, key, data, out in encoded:
                 produced[binding.outlet] = produced.get(binding.outlet, 0) + 1
                 if binding.topic is None:
                     continue
-                headers: Headers = [("streamflow-schema", binding.schema_header)]
+                headers = [("streamflow-schema", binding.schema_header)]
                 if out.headers:
                     headers += extra_headers.encoded(out.headers)
+                if lineage is not None:
+                    headers += lineage
                 produce(binding.topic, data, key.encode() if key is not None else None, headers)
         if fast_count:
             assert fast is not None

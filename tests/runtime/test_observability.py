@@ -71,6 +71,7 @@ def test_kafka_settings_come_from_prefixed_environment_variables() -> None:
         "STREAMFLOW_KAFKA_SASL_PASSWORD": "s3cret",
         "STREAMFLOW_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "STREAMFLOW_KAFKA_EMPTY": "",
+        "STREAMFLOW_KAFKA_LIB": "/opt/kafka/libs",  # the devkit's jars, not a client setting
         "OTHER": "x",
     }
     assert config_from_env(env) == {"sasl.password": "s3cret", "security.protocol": "SASL_SSL"}

@@ -1,0 +1,388 @@
+"""Feeding a data set through an application and collecting exactly its results.
+
+One loop does both. It writes each row to the input topic with the run's id and
+the row's number in headers (:mod:`streamflow.runtime.lineage`); every replica
+copies them onto what it makes of the row, and a dead letter keeps them. So the
+loop, reading the output topic and the dead-letter topics from where they ended
+when the run began, can tell its own results from live traffic sharing the
+application, and stop when every row is accounted for: an output, a dead letter,
+or a row the input schema refused. It counts; it never stops on a timer. Only
+when nothing has moved for ``stall_timeout_s`` does it give up, saying how many
+rows are still out and where they may be stuck.
+
+At most ``max_in_flight`` rows are sent and not yet accounted for, so a slow
+model or a stopped replica holds the feed back instead of filling the topic.
+
+A run can be resumed. Its :class:`RunState` (the run id, the offsets the
+collection started from, and how many rows in file order Kafka acknowledged) is
+saved as it goes; a new run with the same state reads the results again from
+those offsets, sends only the rows after the acknowledged ones, and keeps the
+first result of a row it sees twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from streamflow.runtime import lineage
+from streamflow.schema.codecs import Codec, DecodeError
+from streamflow.score.inputs import InputRow
+
+__all__ = [
+    "DeadRow",
+    "Outcome",
+    "Progress",
+    "RunState",
+    "ScoreError",
+    "ScoreStalled",
+    "Scorer",
+    "end_offsets",
+]
+
+_ERROR, _ERROR_TYPE = "streamflow-error", "streamflow-error-type"
+_SAVE_EVERY_S = 1.0
+_COLLECT_BATCH = 1000
+
+
+class ScoreError(RuntimeError):
+    """The run cannot go on (a row that Kafka would not take, say)."""
+
+
+class ScoreStalled(ScoreError):
+    """Rows are out and nothing has come back for a long time."""
+
+
+@dataclass(frozen=True)
+class DeadRow:
+    """A row that came out as a dead letter, or that never went in."""
+
+    row: int
+    stage: str  # the streamlet that dead-lettered it, or "input" for a refused row
+    error: str
+    error_type: str
+    doc: Any = None  # the row as read, for a refused row
+
+
+@dataclass
+class Progress:
+    total: int
+    sent: int = 0
+    results: int = 0
+    dead: int = 0
+    rejected: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def accounted(self) -> int:
+        return self.results + self.dead + self.rejected
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.results - self.dead
+
+    def to_json(self) -> dict[str, Any]:
+        rate = self.accounted / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return {
+            "event": "progress",
+            "total": self.total,
+            "sent": self.sent,
+            "results": self.results,
+            "dead_letters": self.dead,
+            "rejected": self.rejected,
+            "records_per_s": round(rate, 1),
+            "elapsed_s": round(self.elapsed_s, 1),
+        }
+
+
+@dataclass
+class Outcome:
+    """What a run collected: the first result of each row, and the rows that did not make it."""
+
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    dead: dict[int, DeadRow] = field(default_factory=dict)
+    #: results beyond the first for a row (a streamlet that writes several, or a replay)
+    extra_results: int = 0
+
+
+@dataclass
+class RunState:
+    """What a resumed run needs; saved as JSON next to the results file."""
+
+    run: str
+    input: dict[str, Any]
+    total: int
+    #: where collection started: topic -> partition (as text, for JSON) -> offset
+    offsets: dict[str, dict[str, int]]
+    #: rows 0..acknowledged-1 (in file order) are on the input topic
+    acknowledged: int = 0
+
+    def save(self, path: Path) -> None:
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(self.__dict__, indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+
+    @classmethod
+    def load(cls, path: Path) -> RunState:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ScoreError(f"{path} is not a scoring run's state ({exc}): delete it") from None
+
+
+class Scorer:
+    """One run: feed ``rows`` into ``input_topic``, collect from the output and dead letters."""
+
+    def __init__(
+        self,
+        *,
+        producer: Producer,
+        consumer: Consumer,
+        input_topic: str,
+        input_codec: Codec,
+        input_schema: str,
+        output_topic: str,
+        output_codec: Codec,
+        dead_letter_topics: dict[str, str],
+        run_id: str,
+        max_in_flight: int = 10_000,
+        stall_timeout_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.producer, self.consumer = producer, consumer
+        self.input_topic, self.input_codec = input_topic, input_codec
+        self.output_topic, self.output_codec = output_topic, output_codec
+        self.stage_of = {topic: streamlet for streamlet, topic in dead_letter_topics.items()}
+        self.run_id, self._run_bytes = run_id, run_id.encode()
+        self.max_in_flight = max(1, max_in_flight)
+        self.stall_timeout_s = stall_timeout_s
+        self.clock = clock
+        self._schema_header = input_schema.encode()
+        self.outcome = Outcome()
+        self._accounted: set[int] = set()  # rows with a result or a dead letter
+        self._acked = bytearray()
+        self._acked_prefix = 0
+        self._failed: str | None = None
+
+    # -- the run -------------------------------------------------------------------
+
+    def run(
+        self,
+        rows: Iterable[InputRow],
+        state: RunState,
+        *,
+        state_path: Path | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """Until every row is accounted for; ``state`` says where to start (and is updated)."""
+        started = last_save = last_move = self.clock()
+        progress = Progress(total=state.total)
+        self._acked = bytearray(state.total)
+        self._acked_prefix = resumed = state.acknowledged
+        self._acked[:resumed] = b"\x01" * resumed
+        self.consumer.assign(
+            [
+                TopicPartition(topic, int(p), offset)
+                for topic, partitions in state.offsets.items()
+                for p, offset in partitions.items()
+            ]
+        )
+        progress.sent = resumed  # on the topic already, from the run being resumed
+        rows_iter = iter(rows)
+        reading, read = True, 0
+
+        def turn(wait: float) -> None:
+            nonlocal last_save, last_move
+            if tick is not None:
+                tick()
+            self.producer.poll(0)
+            if self._failed:
+                raise ScoreError(self._failed)
+            before = len(self._accounted)
+            self._collect(wait)
+            now = self.clock()
+            progress.results, progress.dead = len(self.outcome.results), self._dead_count()
+            progress.elapsed_s = now - started
+            if len(self._accounted) != before or not progress.in_flight:
+                last_move = now
+            elif now - last_move > self.stall_timeout_s:
+                raise ScoreStalled(self._stalled_message(progress))
+            if now - last_save >= _SAVE_EVERY_S:
+                last_save = now
+                self._save(state, state_path)
+                if on_progress is not None:
+                    on_progress(progress)
+
+        try:
+            while reading or progress.accounted < progress.total:
+                if reading and progress.in_flight < self.max_in_flight:
+                    row = next(rows_iter, None)
+                    if row is None:
+                        reading = False
+                        progress.total = read  # what the file holds now, whatever was counted
+                        self.producer.flush(30)
+                        continue
+                    read += 1
+                    if row.value is None:
+                        self._reject(row)
+                        progress.rejected += 1
+                    elif row.row >= resumed:
+                        self._send(row)
+                        progress.sent += 1
+                    if read % 500 == 0:
+                        turn(0)
+                    continue
+                turn(0.2)
+        finally:
+            self._save(state, state_path)  # interrupted too: a resume starts from here
+        if on_progress is not None:
+            progress.elapsed_s = self.clock() - started
+            on_progress(progress)
+        return self.outcome
+
+    # -- feeding -------------------------------------------------------------------
+
+    def _send(self, row: InputRow) -> None:
+        assert row.value is not None
+        data = self.input_codec.encode(row.value)
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("streamflow-schema", self._schema_header),
+            (lineage.RUN, self._run_bytes),
+            (lineage.ROW, str(row.row).encode()),
+        ]
+        number = row.row
+
+        def acknowledged(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                self._failed = self._failed or f"Kafka did not take row {number}: {err.str()}"
+            else:
+                self._ack(number)
+
+        while True:
+            try:
+                self.producer.produce(
+                    self.input_topic, data, None, headers=headers, on_delivery=acknowledged
+                )
+                return
+            except BufferError:  # librdkafka's queue is full: let it drain
+                self.producer.poll(0.05)
+
+    def _reject(self, row: InputRow) -> None:
+        self.outcome.dead[row.row] = DeadRow(
+            row.row, "input", row.problem, "InvalidRow", doc=row.doc
+        )
+        self._ack(row.row)
+
+    def _ack(self, row: int) -> None:
+        if row < len(self._acked):
+            self._acked[row] = 1
+        while self._acked_prefix < len(self._acked) and self._acked[self._acked_prefix]:
+            self._acked_prefix += 1
+
+    # -- collecting ----------------------------------------------------------------
+
+    def _collect(self, wait: float) -> None:
+        for msg in self.consumer.consume(_COLLECT_BATCH, wait):
+            if msg.error() is not None:
+                continue
+            headers = cast(list[tuple[str, Any]] | None, msg.headers())
+            if not headers:
+                continue
+            mine, row = False, -1
+            for name, value in headers:
+                if name == lineage.RUN:
+                    mine = value == self._run_bytes
+                elif name == lineage.ROW and value is not None:
+                    try:
+                        row = int(value)
+                    except ValueError:
+                        row = -1
+            if not mine or row < 0:
+                continue
+            topic = msg.topic()
+            if topic == self.output_topic:
+                self._result(row, msg)
+            elif topic in self.stage_of:
+                self._dead_letter(row, self.stage_of[topic], dict(headers))
+
+    def _result(self, row: int, msg: Message) -> None:
+        if row in self.outcome.results:
+            self.outcome.extra_results += 1
+            return
+        try:
+            value = self.output_codec.decode(msg.value() or b"")
+        except DecodeError as exc:
+            self._dead_letter(
+                row, "collect", {_ERROR: str(exc).encode(), _ERROR_TYPE: b"DecodeError"}
+            )
+            return
+        self.outcome.results[row] = value
+        self._accounted.add(row)
+
+    def _dead_letter(self, row: int, stage: str, headers: dict[str, Any]) -> None:
+        if row not in self.outcome.dead:
+            self.outcome.dead[row] = DeadRow(
+                row, stage, _text(headers.get(_ERROR)), _text(headers.get(_ERROR_TYPE))
+            )
+        self._accounted.add(row)
+
+    def _dead_count(self) -> int:
+        """Dead letters that came back from the application (refused rows are counted apart)."""
+        return sum(
+            1
+            for row, dead in self.outcome.dead.items()
+            if dead.stage != "input" and row not in self.outcome.results
+        )
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def _save(self, state: RunState, path: Path | None) -> None:
+        state.acknowledged = max(state.acknowledged, self._acked_prefix)
+        if path is not None:
+            state.save(path)
+
+    def _stalled_message(self, progress: Progress) -> str:
+        return (
+            f"{progress.in_flight} of {progress.total} rows went into {self.input_topic!r} and "
+            f"nothing has come back for {self.stall_timeout_s:.0f}s "
+            f"({progress.results} results, {progress.dead} dead letters so far). Is the "
+            "application running, with a model loaded? `streamflow status` shows its "
+            "replicas; run again with the same --run-id to resume"
+        )
+
+
+def end_offsets(
+    consumer: Consumer, topics: list[str], timeout: float = 30.0
+) -> dict[str, dict[str, int]]:
+    """Where each of ``topics`` ends now: where a new run starts collecting.
+
+    The first topic (the output) must exist; a dead-letter topic that does not
+    exist yet holds nothing of the run's, and is left out.
+    """
+    offsets: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            continue
+        offsets[topic] = {
+            str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+            for p in meta.partitions
+        }
+    if topics[0] not in offsets:
+        raise ScoreError(f"the output topic {topics[0]!r} does not exist")
+    return offsets
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)

@@ -1,0 +1,121 @@
+"""Reading the data set to score: Parquet, CSV or JSON lines, row by row.
+
+Every row becomes a record of the input schema, or a reason it cannot: a CSV or
+JSON line that does not parse, a value the schema refuses. A bad row is never
+dropped quietly: it is reported with the row's number and goes to the
+dead-letters file, so the rows written, the rows dead-lettered and the rows
+rejected always add up to the rows read.
+
+Rows are numbered from 0 in file order (blank JSON lines do not count); that
+number is the ``row`` column of the results, and the ``streamflow-row`` header
+that carries it through the application.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamflow.schema.codecs import DecodeError
+from streamflow.schema.store import Schema
+from streamflow.streamlets.io import _datasets, _records
+
+__all__ = ["FORMATS", "InputError", "InputRow", "count_rows", "data_format", "read_rows"]
+
+FORMATS = ("parquet", "csv", "jsonl")
+_EXTENSIONS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+}
+_PARQUET_BATCH = 8192
+
+
+class InputError(ValueError):
+    """The data set cannot be read at all (not a row of it: the file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputRow:
+    """One row: the record to send, or why there is none (``problem``)."""
+
+    row: int
+    value: dict[str, Any] | None
+    #: the row as read (a JSON-like document), kept for the dead-letters file
+    doc: Any = None
+    problem: str = ""
+
+
+def data_format(path: Path, declared: str | None = None) -> str:
+    """``parquet``, ``csv`` or ``jsonl``: as declared, else from the file's extension."""
+    if declared:
+        if declared not in FORMATS:
+            raise InputError(f"unknown format {declared!r}: use one of {', '.join(FORMATS)}")
+        return declared
+    found = _EXTENSIONS.get(path.suffix.lower())
+    if found is None:
+        known = ", ".join(sorted(_EXTENSIONS))
+        raise InputError(
+            f"cannot tell the format of {str(path)!r} from its extension ({known}): "
+            "pass --format parquet, csv or jsonl"
+        )
+    return found
+
+
+def count_rows(path: Path, fmt: str) -> int:
+    """How many rows ``read_rows`` will yield, read cheaply (Parquet's footer, lines)."""
+    if fmt == "parquet":
+        return int(_parquet_file(path).metadata.num_rows)
+    with open(path, encoding="utf-8", newline="") as lines:
+        if fmt == "csv":
+            try:
+                return max(sum(1 for _ in csv.reader(lines)) - 1, 0)  # less the header
+            except csv.Error:
+                return 0  # read_rows reports where the file stops being CSV
+        return sum(1 for line in lines if line.strip())
+
+
+def read_rows(path: Path, fmt: str, schema: Schema) -> Iterator[InputRow]:
+    """Every row of the data set, as a record of ``schema`` or with its problem."""
+    converter = _records.RecordConverter(schema, outlet="")
+    for number, doc, problem in _documents(path, fmt, schema):
+        if problem:
+            yield InputRow(number, None, doc, problem)
+            continue
+        try:
+            yield InputRow(number, converter.convert(doc), doc)
+        except DecodeError as exc:
+            yield InputRow(number, None, doc, str(exc))
+
+
+def _documents(path: Path, fmt: str, schema: Schema) -> Iterator[tuple[int, Any, str]]:
+    if fmt == "parquet":
+        number = 0
+        for batch in _parquet_file(path).iter_batches(batch_size=_PARQUET_BATCH):
+            for doc in batch.to_pylist():
+                yield number, doc, ""
+                number += 1
+        return
+    with open(path, encoding="utf-8", newline="") as lines:
+        for number, row in enumerate(_datasets.rows(lines, fmt=fmt, schema=schema)):
+            where = f"line {row.line}: " if row.error else ""
+            yield number, row.doc, where + row.error
+
+
+def _parquet_file(path: Path) -> Any:
+    try:
+        # pyarrow comes with the drift extra; only Parquet needs it here
+        parquet = importlib.import_module("pyarrow.parquet")
+    except ImportError:
+        raise InputError("reading Parquet needs pyarrow: pip install pyarrow") from None
+    try:
+        return parquet.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError...
+        raise InputError(f"{path} is not a readable Parquet file: {exc}") from None
