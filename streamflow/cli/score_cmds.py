@@ -320,7 +320,7 @@ def _score(
     else:
         line = f"{written:,} results in {output_path}"
         if dead:
-            line += f"; {dead:,} rows dead-lettered, in {dead_path}"
+            line += f"; {output.plural(dead, 'row')} dead-lettered, in {dead_path}"
         console.print(f"[bold]streamflow[/]: run {state.run} done: {line}")
 
 

@@ -11,12 +11,10 @@ the same row in memory.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,64 +22,14 @@ import numpy as np
 import pytest
 
 from tests.model_fixtures import WineModels
+from tests.score.support import FEATURES, blueprint, cli_env
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
 
-ROOT = Path(__file__).resolve().parents[2]
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
-FEATURES = [
-    "alcohol", "malic_acid", "ash", "alcalinity_of_ash", "magnesium", "total_phenols",
-    "flavanoids", "nonflavanoid_phenols", "proanthocyanins", "color_intensity", "hue",
-    "od280_od315_of_diluted_wines", "proline",
-]  # fmt: skip
 ROWS = 100_000
 BAD_ROWS = (7, 50_001, 99_999)  # a feature missing: the input schema refuses them
-
-
-def _blueprint(tmp_path: Path, models: WineModels) -> Path:
-    tag = uuid.uuid4().hex[:8]
-    config = {
-        "name": f"wine-score-{tag}",
-        "python_paths": [str(ROOT / "blueprints" / "wine")],
-        "schemas": [str(ROOT / "schemas")],
-        "streamlets": {
-            "samples": {
-                "class": "classifier_app:WineFeed",
-                "config": {"dataset": str(models.samples), "rate": 50, "loop": True},
-            },
-            "models": {
-                "class": "streamflow.streamlets.serving:ModelPublisher",
-                "config": {"name": "wine", "version": 1, "keras": str(models.v1.keras_file)},
-            },
-            "classifier": {
-                "class": "classifier_app:WineClassifier",
-                "replicas": 2,
-                "config": {
-                    "input_fields": FEATURES,
-                    "output_field": "probabilities",
-                    "class_field": "predicted",
-                },
-            },
-        },
-        "topics": {
-            f"features-{tag}": {
-                "producers": ["samples.out"],
-                "consumers": ["classifier.in"],
-                "partitions": 4,
-            },
-            f"models-{tag}": {
-                "producers": ["models.out"],
-                "consumers": ["classifier.model"],
-                "config": {"cleanup.policy": "compact"},
-            },
-            f"predictions-{tag}": {"producers": ["classifier.out"], "partitions": 4},
-            f"status-{tag}": {"producers": ["classifier.status"]},
-        },
-    }
-    path = tmp_path / "wine-score.yaml"
-    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-    return path
 
 
 def _data_set(tmp_path: Path, models: WineModels) -> tuple[Path, np.ndarray]:
@@ -102,12 +50,6 @@ def _data_set(tmp_path: Path, models: WineModels) -> tuple[Path, np.ndarray]:
     return path, features
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "STREAMFLOW_KAFKA_BOOTSTRAP"}
-    env.update(STREAMFLOW_HOME=str(tmp_path / "home"), NO_COLOR="1", TF_CPP_MIN_LOG_LEVEL="2")
-    return env
-
-
 def _progress(log: Path) -> list[dict[str, Any]]:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return [json.loads(line) for line in lines if line.startswith('{"event": "progress"')]
@@ -125,19 +67,19 @@ def _wait_for(condition: Any, what: str, timeout: float) -> None:
 def test_a_parquet_data_set_is_scored_killed_half_way_resumed_and_every_row_accounted_for(
     kafka_bootstrap: str, wine_models: WineModels, tmp_path: Path
 ) -> None:
-    blueprint = _blueprint(tmp_path, wine_models)
+    app_file = blueprint(tmp_path, wine_models)
     data, features = _data_set(tmp_path, wine_models)
     results = tmp_path / "scores.parquet"
-    env = _env(tmp_path)
+    env = cli_env(tmp_path)
     app_log = open(tmp_path / "app.log", "w")  # noqa: SIM115 - closed in finally
     app = subprocess.Popen(
-        [str(STREAMFLOW), "run", str(blueprint), "-b", kafka_bootstrap],
+        [str(STREAMFLOW), "run", str(app_file), "-b", kafka_bootstrap],
         env=env,
         stdout=app_log,
         stderr=subprocess.STDOUT,
     )
     command = [
-        str(STREAMFLOW), "score", str(blueprint), "-b", kafka_bootstrap,
+        str(STREAMFLOW), "score", str(app_file), "-b", kafka_bootstrap,
         "--input", str(data), "--output", str(results), "--progress", "json",
     ]  # fmt: skip
     try:
