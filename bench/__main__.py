@@ -42,7 +42,7 @@ from typing import Any
 from bench import common, latency, passthrough, report, scaleout, summary
 from streamflow.cli import progress
 
-SCENARIOS = ("passthrough", "latency", "scaleout", "serving")
+SCENARIOS = ("passthrough", "latency", "scaleout", "serving", "score")
 ALIASES = {"inference": "serving", "remote": "serving", "switch": "serving"}
 STEPS = {  # every step a run may take, in order, and what it says while it runs
     "peers": "the peers' virtualenv (bench/setup-peers)",
@@ -52,6 +52,7 @@ STEPS = {  # every step a run may take, in order, and what it says while it runs
     "models": "training the wine models and the wide MLP",
     "scaleout": "scale-out (1 and 2 replicas)",
     "serving": "serving (embedded vs remote, the model switch, digits)",
+    "score": "batch through streaming (streamflow score vs a hand-written loop)",
     "report": "the report (JSON, Markdown, plots)",
 }
 
@@ -96,6 +97,7 @@ def sizes(args: argparse.Namespace) -> dict[str, int]:
         "serving": 300_000 if full else 100_000,
         "scaleout": 1_000_000 if full else 200_000,
         "scaleout_inference": 200_000 if full else 60_000,
+        "score": 1_000_000 if full else 100_000,
     }
 
 
@@ -176,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                     scenarios["serving"] = serving.run_scenario(
                         bootstrap, workdir, models, url, n["serving"]
                     )
+        if "score" in args.scenarios:
+            with steps.step("score"):
+                from bench import scoring
+
+                scenarios["score"] = scoring.run_scenario(
+                    bootstrap, workdir, rows=n["score"], rounds=n["rounds"]
+                )
     result: dict[str, Any] = {
         "benchmark": "streamflow",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

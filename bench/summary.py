@@ -116,6 +116,8 @@ def headline(result: dict[str, Any]) -> list[dict[str, Any]]:
                     goal,
                     p99 <= 50 if at_least_once else None,
                 )
+    if score := scenarios.get("score"):
+        add("streamflow score / hand-written loop: rows/s", score["summary"]["ratio"], "-", None)
     return rows
 
 
@@ -151,6 +153,8 @@ def markdown(result: dict[str, Any], *, plots: list[str] | None = None) -> str:
         lines += ["", *_latency(scenarios["latency"])]
     if "scaleout" in scenarios:
         lines += ["", *_scaleout(scenarios["scaleout"])]
+    if "score" in scenarios:
+        lines += ["", *_score(scenarios["score"])]
     if plots:
         lines += ["", "## Plots", "", *(f"![{Path(p).stem}]({Path(p).name})" for p in plots)]
     lines += ["", "Versions: " + json.dumps(result["versions"])]
@@ -275,6 +279,21 @@ def _scaleout(scaleout: dict[str, Any]) -> list[str]:
             cpu = statistics.median(r["cpu_s_per_M"] for r in mine)
             lines.append(f"| {workload} | {replicas} | {rate:,.0f} | {cpu:.1f} |")
     return lines
+
+
+def _score(score: dict[str, Any]) -> list[str]:
+    summary = score["summary"]
+    return [
+        f"## 7. Batch through streaming ({score['rows']:,} rows of Parquet, "
+        f"{score['rounds']} rounds; from start to exit)",
+        "",
+        "| scorer | rows/s (median) |",
+        "|---|---:|",
+        f"| `streamflow score` | {summary['score_rows_per_s']:,.0f} |",
+        f"| hand-written loop | {summary['hand_rows_per_s']:,.0f} |",
+        "",
+        f"Ratio, paired by round: {summary['ratio']:.2f}.",
+    ]
 
 
 def main(argv: list[str]) -> int:

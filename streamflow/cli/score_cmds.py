@@ -246,7 +246,8 @@ def _score(
     fingerprint = _fingerprint(input_path)
     with apps.kafka_errors(bootstrap):
         clients = apps.kafka_clients(app, bootstrap)
-        producer = clients.producer(client_id="streamflow-score")
+        failures = engine.FailedRows()
+        producer = clients.producer(client_id="streamflow-score", **failures.producer_config())
         consumer = clients.reader(client_id="streamflow-score")
         try:
             state = _state(
@@ -267,6 +268,7 @@ def _score(
             )
         scorer = engine.Scorer(
             producer=producer,
+            failures=failures,
             consumer=consumer,
             input_topic=chosen.input_topic.name,
             input_codec=input_codec,
@@ -277,6 +279,7 @@ def _score(
             run_id=state.run,
             max_in_flight=max_in_flight,
             stall_timeout_s=stall_timeout,
+            convert=inputs.converter(store.get(chosen.input_schema)),
         )
         _say(
             f"run {state.run}: {total:,} rows of {input_path.name} into "

@@ -395,9 +395,20 @@ class MemoryProducer:
             sent = self._in_flight.popleft()
             error = self._failures.popleft() if self._failures else None
             msg: Message | None = None
-            if error is not None and self._txn is not None:
-                self._txn_lost = error
-            elif error is None:
+            if error is not None:
+                # as librdkafka's: the record that failed, with the error, at no offset
+                msg = Message(
+                    topic=sent.topic,
+                    partition=-1,
+                    offset=-1001,
+                    key=sent.key,
+                    value=sent.value,
+                    headers=list(sent.headers) if sent.headers else None,
+                    error=error,
+                )
+                if self._txn is not None:
+                    self._txn_lost = error
+            else:
                 if self._txn is not None:
                     self._txn.append(sent)
                 else:

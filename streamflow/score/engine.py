@@ -33,11 +33,12 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from streamflow.runtime import lineage
-from streamflow.schema.codecs import Codec, DecodeError
+from streamflow.schema.codecs import Codec, DecodeError, EncodeError
 from streamflow.score.inputs import InputRow
 
 __all__ = [
     "DeadRow",
+    "FailedRows",
     "Outcome",
     "Progress",
     "RunState",
@@ -50,6 +51,7 @@ __all__ = [
 _ERROR, _ERROR_TYPE = "streamflow-error", "streamflow-error-type"
 _SAVE_EVERY_S = 1.0
 _COLLECT_BATCH = 1000
+_SAVE_FLUSH_S = 10.0
 
 
 class ScoreError(RuntimeError):
@@ -58,6 +60,27 @@ class ScoreError(RuntimeError):
 
 class ScoreStalled(ScoreError):
     """Rows are out and nothing has come back for a long time."""
+
+
+class FailedRows:
+    """The scorer's producer's ``on_delivery``: librdkafka reports only failures.
+
+    A report per row would cost a Python call per row; success is learnt in bulk
+    instead, from a flush when the state is saved.
+    """
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and self.first is None:
+            headers = dict(cast(list[tuple[str, Any]], msg.headers() or []))
+            row = _text(headers.get(lineage.ROW)) or "?"
+            self.first = f"Kafka did not take row {row}: {err.str()}"
+
+    def producer_config(self) -> dict[str, Any]:
+        """What the scorer's producer must be created with."""
+        return {"delivery.report.only.error": True, "on_delivery": self}
 
 
 @dataclass(frozen=True)
@@ -145,6 +168,7 @@ class Scorer:
         self,
         *,
         producer: Producer,
+        failures: FailedRows,
         consumer: Consumer,
         input_topic: str,
         input_codec: Codec,
@@ -155,9 +179,11 @@ class Scorer:
         run_id: str,
         max_in_flight: int = 10_000,
         stall_timeout_s: float = 300.0,
+        convert: Callable[[Any], dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.producer, self.consumer = producer, consumer
+        """``convert`` checks and coerces a row the encoder refused (see ``InputRow.checked``)."""
+        self.producer, self.failures, self.consumer = producer, failures, consumer
         self.input_topic, self.input_codec = input_topic, input_codec
         self.output_topic, self.output_codec = output_topic, output_codec
         self.stage_of = {topic: streamlet for streamlet, topic in dead_letter_topics.items()}
@@ -165,12 +191,11 @@ class Scorer:
         self.max_in_flight = max(1, max_in_flight)
         self.stall_timeout_s = stall_timeout_s
         self.clock = clock
+        self.convert = convert
         self._schema_header = input_schema.encode()
         self.outcome = Outcome()
         self._accounted: set[int] = set()  # rows with a result or a dead letter
-        self._acked = bytearray()
-        self._acked_prefix = 0
-        self._failed: str | None = None
+        self._passed = 0  # rows 0.._passed-1 were produced or refused, in file order
 
     # -- the run -------------------------------------------------------------------
 
@@ -186,9 +211,7 @@ class Scorer:
         """Until every row is accounted for; ``state`` says where to start (and is updated)."""
         started = last_save = last_move = self.clock()
         progress = Progress(total=state.total)
-        self._acked = bytearray(state.total)
-        self._acked_prefix = resumed = state.acknowledged
-        self._acked[:resumed] = b"\x01" * resumed
+        self._passed = resumed = state.acknowledged
         self.consumer.assign(
             [
                 TopicPartition(topic, int(p), offset)
@@ -196,7 +219,6 @@ class Scorer:
                 for p, offset in partitions.items()
             ]
         )
-        progress.sent = resumed  # on the topic already, from the run being resumed
         rows_iter = iter(rows)
         reading, read = True, 0
 
@@ -205,8 +227,8 @@ class Scorer:
             if tick is not None:
                 tick()
             self.producer.poll(0)
-            if self._failed:
-                raise ScoreError(self._failed)
+            if self.failures.first:
+                raise ScoreError(self.failures.first)
             before = len(self._accounted)
             self._collect(wait)
             now = self.clock()
@@ -232,12 +254,14 @@ class Scorer:
                         self.producer.flush(30)
                         continue
                     read += 1
-                    if row.value is None:
-                        self._reject(row)
+                    data = self._encoded(row)
+                    if data is None:
                         progress.rejected += 1
-                    elif row.row >= resumed:
-                        self._send(row)
+                    else:
+                        if row.row >= resumed:  # before: on the topic from the run resumed
+                            self._produce(row, data)
                         progress.sent += 1
+                    self._passed = max(self._passed, row.row + 1)
                     if read % 500 == 0:
                         turn(0)
                     continue
@@ -251,42 +275,40 @@ class Scorer:
 
     # -- feeding -------------------------------------------------------------------
 
-    def _send(self, row: InputRow) -> None:
-        assert row.value is not None
-        data = self.input_codec.encode(row.value)
+    def _encoded(self, row: InputRow) -> bytes | None:
+        """The row as the input topic's bytes, or None: refused, and recorded as such."""
+        if row.value is None:
+            self._reject(row)
+            return None
+        try:
+            return self.input_codec.encode(row.value)
+        except EncodeError as exc:
+            if row.checked or self.convert is None:
+                self._reject(row, str(exc))
+                return None
+        try:  # coerced by the schema, or refused with every reason
+            return self.input_codec.encode(self.convert(row.doc))
+        except (DecodeError, EncodeError) as exc:
+            self._reject(row, str(exc))
+            return None
+
+    def _produce(self, row: InputRow, data: bytes) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
             ("streamflow-schema", self._schema_header),
             (lineage.RUN, self._run_bytes),
             (lineage.ROW, str(row.row).encode()),
         ]
-        number = row.row
-
-        def acknowledged(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                self._failed = self._failed or f"Kafka did not take row {number}: {err.str()}"
-            else:
-                self._ack(number)
-
         while True:
             try:
-                self.producer.produce(
-                    self.input_topic, data, None, headers=headers, on_delivery=acknowledged
-                )
+                self.producer.produce(self.input_topic, data, None, headers=headers)
                 return
             except BufferError:  # librdkafka's queue is full: let it drain
                 self.producer.poll(0.05)
 
-    def _reject(self, row: InputRow) -> None:
+    def _reject(self, row: InputRow, problem: str = "") -> None:
         self.outcome.dead[row.row] = DeadRow(
-            row.row, "input", row.problem, "InvalidRow", doc=row.doc
+            row.row, "input", problem or row.problem, "InvalidRow", doc=row.doc
         )
-        self._ack(row.row)
-
-    def _ack(self, row: int) -> None:
-        if row < len(self._acked):
-            self._acked[row] = 1
-        while self._acked_prefix < len(self._acked) and self._acked[self._acked_prefix]:
-            self._acked_prefix += 1
 
     # -- collecting ----------------------------------------------------------------
 
@@ -346,7 +368,11 @@ class Scorer:
     # -- bookkeeping ---------------------------------------------------------------
 
     def _save(self, state: RunState, path: Path | None) -> None:
-        state.acknowledged = max(state.acknowledged, self._acked_prefix)
+        """Record how far Kafka has the rows: once a flush leaves nothing in flight, every
+        row passed so far is on the topic (a failure is never counted: it ends the run)."""
+        passed = self._passed
+        if self.producer.flush(_SAVE_FLUSH_S) == 0 and not self.failures.first:
+            state.acknowledged = max(state.acknowledged, passed)
         if path is not None:
             state.save(path)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,15 @@ from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import Schema
 from streamflow.streamlets.io import _datasets, _records
 
-__all__ = ["FORMATS", "InputError", "InputRow", "count_rows", "data_format", "read_rows"]
+__all__ = [
+    "FORMATS",
+    "InputError",
+    "InputRow",
+    "converter",
+    "count_rows",
+    "data_format",
+    "read_rows",
+]
 
 FORMATS = ("parquet", "csv", "jsonl")
 _EXTENSIONS = {
@@ -51,6 +59,10 @@ class InputRow:
     #: the row as read (a JSON-like document), kept for the dead-letters file
     doc: Any = None
     problem: str = ""
+    #: False: ``value`` is the row as read, typed by its file (Parquet), and not yet
+    #: checked against the schema; the encoder checks it, and ``converter`` explains
+    #: why it fails or coerces it (an int in a string field, say)
+    checked: bool = True
 
 
 def data_format(path: Path, declared: str | None = None) -> str:
@@ -83,16 +95,31 @@ def count_rows(path: Path, fmt: str) -> int:
 
 
 def read_rows(path: Path, fmt: str, schema: Schema) -> Iterator[InputRow]:
-    """Every row of the data set, as a record of ``schema`` or with its problem."""
-    converter = _records.RecordConverter(schema, outlet="")
+    """Every row of the data set, as a record of ``schema`` or with its problem.
+
+    JSON lines and CSV rows are converted here: their values are text and JSON
+    types (bytes as base64, timestamps as ISO 8601), which only the schema can
+    turn into Avro values. Parquet columns are typed already, so a Parquet row is
+    passed on as read, unchecked: encoding it is the check, and only a row that
+    fails it goes through :func:`converter` (which says why, or fixes it).
+    """
+    convert = converter(schema)
+    typed = fmt == "parquet"
     for number, doc, problem in _documents(path, fmt, schema):
         if problem:
             yield InputRow(number, None, doc, problem)
-            continue
-        try:
-            yield InputRow(number, converter.convert(doc), doc)
-        except DecodeError as exc:
-            yield InputRow(number, None, doc, str(exc))
+        elif typed and isinstance(doc, dict):
+            yield InputRow(number, doc, doc, checked=False)
+        else:
+            try:
+                yield InputRow(number, convert(doc), doc)
+            except DecodeError as exc:
+                yield InputRow(number, None, doc, str(exc))
+
+
+def converter(schema: Schema) -> Callable[[Any], dict[str, Any]]:
+    """A document to a record of ``schema`` (coerced, cut to its fields), or DecodeError."""
+    return _records.RecordConverter(schema, outlet="").convert
 
 
 def _documents(path: Path, fmt: str, schema: Schema) -> Iterator[tuple[int, Any, str]]:

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer
 
 from streamflow.runtime import lineage
 from streamflow.runtime.inmemory import MemoryConsumer, MemoryProducer
+from streamflow.schema.codecs import DecodeError
 from streamflow.score import engine
 from streamflow.score.inputs import InputRow
 from tests.runtime import memory_support
@@ -56,8 +57,11 @@ class _Clock:
 
 
 def _scorer(rig: memory_support.Rig, *, run: str = "run-1", **options: Any) -> engine.Scorer:
+    failures = engine.FailedRows()
+    producer = MemoryProducer(rig.broker, config=failures.producer_config())
     return engine.Scorer(
-        producer=cast(Producer, MemoryProducer(rig.broker)),
+        producer=cast(Producer, producer),
+        failures=failures,
         consumer=cast(Consumer, MemoryConsumer(rig.broker, group="scorer")),
         input_topic=IN,
         input_codec=JsonCodec("tests.runtime.Reading"),
@@ -162,19 +166,25 @@ def test_an_interrupted_run_resumes_and_sends_only_what_kafka_did_not_have(
             raise KeyboardInterrupt
         rig.processor.turn()
 
+    # row 2 is refused by the encoder (an unknown field), as a null in a Parquet column is
+    rows = _rows(30)
+    bad = {"id": "r2", "seq": 2, "value": 2.0, "bogus": 1}
+    rows[2] = InputRow(2, bad, bad, checked=False)
     with pytest.raises(KeyboardInterrupt):
-        first.run(_rows(30), state, state_path=path, tick=interrupted)
+        first.run(rows, state, state_path=path, tick=interrupted)
     saved = engine.RunState.load(path)  # saved on the way out
     acknowledged = saved.acknowledged
     assert 0 < acknowledged < 30
     sent_before = len(rig.broker.records(IN))
 
     second = _scorer(rig, max_in_flight=8)
-    outcome = second.run(_rows(30), saved, state_path=path, tick=rig.processor.turn)
-    assert sorted(outcome.results) == list(range(30))
+    outcome = second.run(rows, saved, state_path=path, tick=rig.processor.turn)
+    assert sorted(outcome.results) == [r for r in range(30) if r != 2]
+    assert outcome.dead[2].stage == "input"  # refused again, not waited for
     resent = len(rig.broker.records(IN)) - sent_before
     assert resent == 30 - acknowledged  # the acknowledged rows were not sent again
-    assert outcome.extra_results == sent_before - acknowledged  # replays, kept once
+    # what went out after the last save came again, and was kept once (row 2 never went)
+    assert outcome.extra_results == sent_before - (acknowledged - 1)
 
 
 def test_an_application_that_returns_nothing_is_reported_not_waited_on(
@@ -194,3 +204,26 @@ def test_a_row_kafka_refuses_stops_the_run_with_its_number(
     cast(MemoryProducer, scorer.producer).fail_next(reason="Broker: Message size too large")
     with pytest.raises(engine.ScoreError, match=r"row 0: .*Message size too large"):
         scorer.run(_rows(3), _state(scorer, 3), tick=rig.processor.turn)
+
+
+def test_an_unchecked_row_the_encoder_refuses_is_coerced_or_refused_with_the_reason(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    converted: list[Any] = []
+
+    def convert(doc: Any) -> dict[str, Any]:
+        converted.append(doc)
+        if doc.get("seq") == "two":
+            raise DecodeError("seq: expected a long, got 'two'")
+        return {k: v for k, v in doc.items() if k != "bogus"}
+
+    scorer = _scorer(rig, convert=convert)
+    fine = {"id": "r0", "seq": 0, "value": 0.0}
+    fixable = {"id": "r1", "seq": 1, "value": 1.0, "bogus": 1}  # the codec refuses unknown fields
+    broken = {"id": "r2", "seq": "two", "value": 2.0, "bogus": 1}
+    rows = [InputRow(i, doc, doc, checked=False) for i, doc in enumerate((fine, fixable, broken))]
+    outcome = scorer.run(rows, _state(scorer, 3), tick=rig.processor.turn)
+    assert converted == [fixable, broken]  # the row the encoder took was not converted
+    assert sorted(outcome.results) == [0, 1]
+    assert outcome.dead[2].stage == "input" and "expected a long" in outcome.dead[2].error
