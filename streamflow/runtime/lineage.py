@@ -23,10 +23,10 @@ def carried(headers: Any) -> list[tuple[str, Any]] | None:
     """The lineage headers among a consumed record's ``headers`` (a list of pairs, as
     ``Message.headers()`` gives them), or None if it has none.
 
-    A record written by a replica carries one header (its schema), so the loop
-    over the list is short; it runs once per record that has more than that.
+    The two always travel together, so a record with fewer than two headers (one
+    written by a replica has its schema's) has none; the hot path checks that first.
     """
-    if not headers or (len(headers) == 1 and headers[0][0] not in _CARRIED):
+    if not headers or len(headers) < 2:
         return None
     found = [(name, value) for name, value in headers if name in _CARRIED]
     return found or None

@@ -321,8 +321,14 @@ class Processor:
                     continue
                 fast_count += 1
                 if fast_topic is not None:
-                    # a scored record's run and row go with its output (runtime/lineage.py)
-                    lineage = carried(msg.headers())
+                    # a scored record's run and row go with its output (runtime/lineage.py);
+                    # they are two headers, so a record with fewer has none to carry
+                    consumed_headers = msg.headers()
+                    lineage = (
+                        carried(consumed_headers)
+                        if consumed_headers is not None and len(consumed_headers) > 1
+                        else None
+                    )
                     headers = fast_headers if lineage is None else fast_headers + lineage
                     try:
                         direct(fast_topic, data, msg.key(), headers=headers)
