@@ -16,13 +16,15 @@ replica process has exited.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Protocol, runtime_checkable
 
 import typer
 
 from streamflow.cli import output, progress, rollout
 from streamflow.operator import targets
-from streamflow.operator.kubernetes.leftovers import Leftovers
+
+if TYPE_CHECKING:  # the kubernetes client takes half a second to import: not for every command
+    from streamflow.operator.kubernetes.leftovers import Leftovers
 
 __all__ = ["Lingering", "UndeployTimeoutOpt", "UndeployWaitOpt", "wait_gone"]
 
