@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import validate as fastavro_validate
 
-from streamflow.schema import validate
+from streamflow.schema import compat, validate
 from streamflow.schema.store import Schema, SchemaStore
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "JsonTopicCodec",
     "SingleObjectCodec",
     "describe_encode_error",
+    "error_line",
 ]
 
 MAGIC = b"\xc3\x01"
@@ -72,6 +73,7 @@ class SingleObjectCodec:
         self._store = store
         self._header = MAGIC + schema.fingerprint.to_bytes(8, "little")
         self._writers: dict[bytes, Any] = {}
+        self._writer_schemas: dict[bytes, Schema] = {}
 
     @property
     def header(self) -> bytes:
@@ -108,6 +110,8 @@ class SingleObjectCodec:
         try:
             record = schemaless_reader(buf, writer, reader)
         except Exception as exc:  # fastavro raises ValueError, IndexError, SchemaResolutionError...
+            if reader is not None:
+                raise self._unresolvable(data[2:_HEADER_LEN], exc) from None
             raise self._unreadable(data, exc) from None
         if buf.tell() != len(data):
             raise DecodeError(
@@ -123,7 +127,22 @@ class SingleObjectCodec:
                 f"cannot decode {self.schema.name}: the record is truncated "
                 f"({len(data)} bytes end in the middle of a value)"
             )
-        return DecodeError(f"cannot decode {self.schema.name}: {type(exc).__name__}: {exc}")
+        return DecodeError(f"cannot decode {self.schema.name}: {error_line(exc)}")
+
+    def _unresolvable(self, fingerprint: bytes, exc: Exception) -> DecodeError:
+        """One line: which schema wrote the record, and why ours cannot read it.
+
+        fastavro's own message prints both parsed schemas whole (2,000 characters in
+        a dead letter's header); the compatibility checker says what differs.
+        """
+        writer = self._writer_schemas[fingerprint]
+        problems = compat.compatibility_problems(reader=self.schema, writer=writer)
+        why = problems[0] if problems else error_line(exc)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return DecodeError(
+            f"a {writer.name} record ({writer.fingerprint_hex}) cannot be read as "
+            f"{self.schema.name} ({self.schema.fingerprint_hex}): {why}{more}"
+        )
 
     def _writer_for(self, fingerprint: bytes) -> Any:
         cached = self._writers.get(fingerprint)
@@ -138,7 +157,17 @@ class SingleObjectCodec:
                 "version, put that version under a history/ directory on the schema paths"
             )
         self._writers[fingerprint] = writer.parsed
+        self._writer_schemas[fingerprint] = writer
         return writer.parsed
+
+
+def error_line(exc: Exception, limit: int = 200) -> str:
+    """An exception as one short line: its type and the start of its first line."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class JsonCodec:
@@ -199,7 +228,7 @@ def describe_encode_error(schema: Schema, value: Any, exc: Exception) -> str:
     reasons = validate.validation_problems(schema, value)
     if reasons:
         return f"value does not match {schema.name}: " + "; ".join(reasons)
-    return f"value does not match {schema.name}: {type(exc).__name__}: {exc}"
+    return f"value does not match {schema.name}: {error_line(exc)}"
 
 
 def _json_default(value: Any) -> Any:

@@ -38,7 +38,13 @@ import fastavro
 from fastavro import schemaless_reader, schemaless_writer
 
 from streamflow.schema import compat, jsonschema
-from streamflow.schema.codecs import DecodeError, EncodeError, JsonTopicCodec, describe_encode_error
+from streamflow.schema.codecs import (
+    DecodeError,
+    EncodeError,
+    JsonTopicCodec,
+    describe_encode_error,
+    error_line,
+)
 from streamflow.schema.store import Schema, SchemaError, SchemaStore
 
 __all__ = [
@@ -265,8 +271,7 @@ class RegistryAvroCodec(_Framed):
             ) from None
         except Exception as exc:  # fastavro raises several types
             raise DecodeError(
-                f"cannot decode {self.schema.name} (schema id {schema_id}): "
-                f"{type(exc).__name__}: {exc}"
+                f"cannot decode {self.schema.name} (schema id {schema_id}): {error_line(exc)}"
             ) from None
         if buf.tell() != len(data):
             raise DecodeError(

@@ -91,6 +91,33 @@ def test_versions_added_in_code_are_found_too() -> None:
     assert store.names() == ["iot.Kind", "iot.Reading"]  # a version is not a current type
 
 
+def test_a_record_of_another_schema_is_one_readable_line(versions: Path) -> None:
+    """A dead letter's error says which schema wrote it and what differs (issue 17).
+
+    fastavro's own message printed both parsed schemas whole: 2,000 characters.
+    """
+    other = {
+        "type": "record",
+        "name": "Alarm",
+        "namespace": "iot",
+        "fields": [{"name": "sensor", "type": "string"}, {"name": "level", "type": "int"}],
+    }
+    store = SchemaStore([versions], include_builtin=False)
+    store.add_schema(other)
+    alarm = store.get("iot.Alarm")
+    data = SingleObjectCodec(alarm).encode({"sensor": "s-1", "level": 3})
+    reader = SingleObjectCodec(store.get("iot.Reading"), store=store)
+    with pytest.raises(DecodeError) as error:
+        reader.decode(data)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 300, message
+    assert message.startswith(
+        f"a iot.Alarm record ({alarm.fingerprint_hex}) cannot be read as iot.Reading ("
+    ), message
+    assert "iot.Alarm" in message.split(": ", 1)[1]  # what differs, not the schemas' text
+    assert "__fastavro_parsed" not in message
+
+
 def test_an_unknown_fingerprint_is_a_decode_error_naming_both(versions: Path) -> None:
     store = SchemaStore([versions], include_builtin=False)
     reader = SingleObjectCodec(store.get("iot.Reading"), store=store)
@@ -121,7 +148,10 @@ def test_an_unreadable_writer_version_is_a_decode_error(make_schema: Any) -> Non
     store.add_version(incompatible)
     writer = make_schema(incompatible)
     data = SingleObjectCodec(writer).encode({"sensor": 5})
-    with pytest.raises(DecodeError, match=re.escape("cannot decode iot.Reading")):
+    with pytest.raises(
+        DecodeError,
+        match=r"cannot be read as iot\.Reading .*: sensor: the reader expects string, the writer",
+    ):
         SingleObjectCodec(store.get("iot.Reading"), store=store).decode(data)
 
 
