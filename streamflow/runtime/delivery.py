@@ -21,9 +21,12 @@ consumer offsets (``send_offsets_to_transaction``). Consumers downstream read
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -31,12 +34,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 __all__ = [
     "IDLE_FLUSH_S",
     "AtLeastOnce",
+    "CallWatchdog",
     "Delivery",
     "DeliveryError",
     "ExactlyOnce",
     "FailedOutputs",
     "Headers",
     "Offsets",
+    "TransactionAborted",
 ]
 
 log = logging.getLogger("streamflow.runtime")
@@ -259,44 +264,161 @@ class AtLeastOnce(Delivery):
                     log.warning("final commit failed: %s", exc.args[0].str())
 
 
+class TransactionAborted(Exception):
+    """The batch's transaction was aborted and the batch must be processed again.
+
+    A rebalance while the transaction was open (``ILLEGAL_GENERATION``), a broker
+    restart, a request that timed out: none of this is fatal to an exactly-once
+    replica. Nothing of the batch became visible to ``read_committed`` readers and
+    its offsets did not move, so the loop rewinds and retries it after
+    ``retry_after`` seconds.
+    """
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class CallWatchdog:
+    """Ends the process when a client call outlives its own timeout by ``grace_s``.
+
+    librdkafka bounds its transactional calls with the timeout it is given, but a
+    broker restart has left ``send_offsets_to_transaction`` blocked for minutes past
+    it (librdkafka 2.16). A replica stuck in C cannot be unstuck from Python, so a
+    thread watches the call in progress and, past the deadline, logs what was stuck
+    and exits with ``EXIT_STUCK``: the supervisor or Kubernetes starts a fresh one,
+    which resumes from the committed offsets.
+    """
+
+    EXIT_STUCK = 70
+
+    def __init__(
+        self,
+        *,
+        grace_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+        exit: Callable[[int], Any] = os._exit,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.grace_s = grace_s
+        self._clock, self._exit, self._poll_s = clock, exit, poll_s
+        self._call: tuple[str, float, float] | None = None  # (what, started, deadline)
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def bounded(self, what: str, timeout_s: float) -> Iterator[None]:
+        """Watch one call that librdkafka should end within ``timeout_s``."""
+        if self._thread is None and self._exit is os._exit:
+            self._thread = threading.Thread(target=self._watch, name="call-watchdog", daemon=True)
+            self._thread.start()
+        now = self._clock()
+        self._call = (what, now, now + timeout_s + self.grace_s)
+        try:
+            yield
+        finally:
+            self._call = None
+
+    def check(self) -> None:
+        """Exit if the call in progress is past its deadline (the thread calls this)."""
+        call = self._call
+        if call is not None and self._clock() > call[2]:
+            what, started, _ = call
+            log.critical(
+                "%s has not returned after %.0fs, past its own timeout: the Kafka client "
+                "is stuck; exiting so that a fresh replica resumes from the committed offsets",
+                what,
+                self._clock() - started,
+            )
+            logging.shutdown()
+            self._exit(self.EXIT_STUCK)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._poll_s)
+            self.check()
+
+
 class ExactlyOnce(Delivery):
     """One transaction per batch; offsets commit atomically with the outputs.
 
     A transaction costs the same few broker round trips whatever its size, so at a
     moderate rate batches are spaced ``batch_interval_s`` apart rather than taken
     one record at a time; a record that arrives after a pause goes out at once.
+
+    When a transaction fails, librdkafka says how bad it is. A *fatal* error (this
+    producer was fenced by a newer one with its transactional id) ends the replica
+    with :class:`DeliveryError`. Anything else is aborted and raised as
+    :class:`TransactionAborted`, so the batch is retried; after
+    ``max_aborts`` aborts in a row with nothing committed in between, the replica
+    gives up (``DeliveryError``) and is restarted. Every transactional call is
+    watched by a :class:`CallWatchdog`.
     """
 
     batch_interval_s = 0.05
+    max_aborts = 8
 
-    def __init__(self, producer: Producer, consumer: Consumer | None) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        consumer: Consumer | None,
+        *,
+        watchdog: CallWatchdog | None = None,
+    ) -> None:
         super().__init__(producer)
         self.consumer = consumer
+        self.watchdog = watchdog or CallWatchdog()
         self._open = False
-        producer.init_transactions(60)
+        self._aborts = 0  # transactions aborted in a row
+        with self.watchdog.bounded("init_transactions", 60):
+            producer.init_transactions(60)
 
     def begin_batch(self) -> None:
-        self.producer.begin_transaction()
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            self._failed(exc, "begin_transaction")
         self._open = True
 
     def end_batch(self, offsets: Offsets) -> None:
+        call = "send_offsets_to_transaction"
         try:
             if offsets and self.consumer is not None:
-                self.producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                    self.consumer.consumer_group_metadata(),
-                    30,
-                )
-            self.producer.commit_transaction(60)
+                with self.watchdog.bounded(call, 30):
+                    self.producer.send_offsets_to_transaction(
+                        [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                        self.consumer.consumer_group_metadata(),
+                        30,
+                    )
+            call = "commit_transaction"
+            with self.watchdog.bounded(call, 60):
+                self.producer.commit_transaction(60)
         except KafkaException as exc:
-            self.abort()
-            raise DeliveryError(f"transaction failed: {exc.args[0].str()}") from None
+            self._failed(exc, call)
         finally:
             self._open = False
+        self._aborts = 0
+
+    def _failed(self, exc: KafkaException, call: str) -> None:
+        error = exc.args[0] if exc.args else None
+        reason = error.str() if isinstance(error, KafkaError) else str(exc)
+        fatal = isinstance(error, KafkaError) and error.fatal()
+        self.abort()
+        if fatal:
+            raise DeliveryError(f"transaction failed in {call}: {reason}") from None
+        self._aborts += 1
+        if self._aborts > self.max_aborts:
+            raise DeliveryError(
+                f"{self._aborts} transactions aborted in a row, the last in {call}: {reason}"
+            ) from None
+        raise TransactionAborted(
+            f"transaction aborted in {call}, the batch will be retried: {reason}",
+            retry_after=min(0.1 * 2 ** (self._aborts - 1), 5.0),
+        ) from None
 
     def abort(self) -> None:
         try:
-            self.producer.abort_transaction(30)
+            with self.watchdog.bounded("abort_transaction", 30):
+                self.producer.abort_transaction(30)
         except KafkaException as exc:
             log.warning("abort failed: %s", exc.args[0].str())
         self._open = False

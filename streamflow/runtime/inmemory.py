@@ -167,7 +167,12 @@ class MemoryConsumer:
         self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def seek(self, partition: TopicPartition) -> None:
-        self._position[(partition.topic, partition.partition)] = partition.offset
+        where = (partition.topic, partition.partition)
+        if where not in self._assigned:  # as librdkafka: only an assigned partition
+            raise KafkaException(
+                KafkaError(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
+            )
+        self._position[where] = partition.offset
 
     def store_offsets(self, offsets: list[TopicPartition]) -> None:
         for tp in offsets:

@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Logic, Record, Streamlet
 from streamflow.runtime import dlq
 from streamflow.runtime.control import ControlReader
-from streamflow.runtime.delivery import Delivery, Headers, Offsets
+from streamflow.runtime.delivery import Delivery, Headers, Offsets, TransactionAborted
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
@@ -206,7 +206,12 @@ class Processor:
             if msg.error() is None:
                 first.setdefault(_where(msg), cast(int, msg.offset()))
         for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # revoked meanwhile (a rebalance aborted the transaction, say): its new
+                # owner starts from the committed offset, which this batch never moved
+                log.info("not rewinding %s[%d]: %s", topic, partition, exc.args[0].str())
         self._pending_pause = True
 
     def _update_ready(self) -> None:
@@ -278,19 +283,27 @@ class Processor:
         except Backpressure as exc:
             self._back_off(messages, exc)
             return
-        self.delivery.begin_batch()
-        produced = self._produce_results(decoded, records, results, dead)
-        for msg, inlet, failure, kind in dead:
-            self._dead_letter(msg, inlet, failure, kind)
-        self.delivery.end_batch(offsets)
+        try:
+            self.delivery.begin_batch()
+            produced = self._produce_results(decoded, records, results, dead)
+            for msg, inlet, failure, kind in dead:
+                self._dead_letter(msg, inlet, failure, kind)
+            self.delivery.end_batch(offsets)
+        except TransactionAborted as aborted:
+            # exactly-once: nothing of the batch is visible and its offsets did not move
+            retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
+            self._back_off(messages, retry, kind="transaction-aborted")
+            return
         self._count(counts, produced, started, len(messages))
 
-    def _back_off(self, messages: list[Message], exc: Backpressure) -> None:
+    def _back_off(
+        self, messages: list[Message], exc: Backpressure, *, kind: str = "backpressure"
+    ) -> None:
         """Retry the whole batch later: nothing of it was written, nothing is committed."""
         self._rewind(messages)
         self._backoff_until = self.clock() + exc.retry_after
         self._backoff_reason = str(exc)
-        self.metrics.port(self.metrics.errors, "*", kind="backpressure").inc()
+        self.metrics.port(self.metrics.errors, "*", kind=kind).inc()
         log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
 
     def _produce_results(

@@ -22,7 +22,13 @@ from confluent_kafka import Consumer, Message, Producer
 
 from streamflow import Inlet, Outlet, Record, Streamlet
 from streamflow.api.descriptor import describe
-from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
+from streamflow.runtime.delivery import (
+    AtLeastOnce,
+    CallWatchdog,
+    Delivery,
+    ExactlyOnce,
+    FailedOutputs,
+)
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
 from streamflow.runtime.metrics import Metrics
@@ -146,6 +152,10 @@ class Rig:
         return self.broker.committed.get(GROUP, {}).get((IN, 0))
 
 
+def _never_exits(code: int) -> None:
+    raise AssertionError(f"the call watchdog would have ended the replica ({code})")
+
+
 def headers_of(msg: Message) -> dict[str, bytes]:
     return dict(cast(list[tuple[str, bytes]], msg.headers() or []))
 
@@ -168,7 +178,7 @@ def rig(
     # Not subclasses of confluent-kafka's clients (those would open librdkafka handles).
     as_consumer, as_producer = cast(Consumer, consumer), cast(Producer, producer)
     delivery: Delivery = (
-        ExactlyOnce(as_producer, as_consumer)
+        ExactlyOnce(as_producer, as_consumer, watchdog=CallWatchdog(exit=_never_exits))
         if exactly_once
         else AtLeastOnce(as_producer, as_consumer, failures)
     )

@@ -8,14 +8,21 @@ exactly-once makes a batch's outputs and offsets visible together, or neither.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from streamflow.runtime.delivery import AtLeastOnce, DeliveryError, ExactlyOnce, FailedOutputs
+from streamflow.runtime.delivery import (
+    AtLeastOnce,
+    CallWatchdog,
+    DeliveryError,
+    ExactlyOnce,
+    FailedOutputs,
+    TransactionAborted,
+)
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
-from tests.runtime.memory_support import GROUP, IN, OUT
+from tests.runtime.memory_support import GROUP, IN, OUT, ManualClock
 
 
 def _consuming(broker: MemoryBroker, records: int) -> MemoryConsumer:
@@ -201,7 +208,9 @@ def _exactly_once(records: int = 10) -> tuple[ExactlyOnce, MemoryProducer, Memor
     broker = MemoryBroker()
     consumer = _consuming(broker, records)
     producer = MemoryProducer(broker)
-    delivery = ExactlyOnce(cast(Producer, producer), cast(Consumer, consumer))
+    delivery = ExactlyOnce(
+        cast(Producer, producer), cast(Consumer, consumer), watchdog=CallWatchdog(exit=_Exits())
+    )
     return delivery, producer, broker
 
 
@@ -228,7 +237,7 @@ def test_a_transaction_shows_outputs_and_offsets_together_on_commit() -> None:
 def test_a_failed_transaction_aborts_and_shows_nothing(call: str) -> None:
     delivery, producer, broker = _exactly_once()
     producer.fail_call(call, KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out")))
-    with pytest.raises(DeliveryError, match="transaction failed: timed out"):
+    with pytest.raises(TransactionAborted, match=f"aborted in {call}, .* retried: timed out"):
         _batch(delivery, outputs=2, next_offset=3)
     assert producer.transactions == {"committed": 0, "aborted": 1}
     assert not producer.open_transaction
@@ -236,10 +245,20 @@ def test_a_failed_transaction_aborts_and_shows_nothing(call: str) -> None:
     assert GROUP not in broker.committed
 
 
-def test_a_lost_output_fails_its_transaction() -> None:
+def test_a_fatal_error_ends_the_replica() -> None:
+    delivery, producer, broker = _exactly_once()
+    fenced = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+    producer.fail_call("commit_transaction", KafkaException(fenced))
+    with pytest.raises(DeliveryError, match="transaction failed in commit_transaction: fenced"):
+        _batch(delivery, outputs=2, next_offset=3)
+    assert producer.transactions == {"committed": 0, "aborted": 1}
+    assert broker.records(OUT) == []
+
+
+def test_a_lost_output_aborts_its_transaction_for_a_retry() -> None:
     delivery, producer, broker = _exactly_once()
     producer.fail_next()
-    with pytest.raises(DeliveryError):
+    with pytest.raises(TransactionAborted):
         _batch(delivery, outputs=2, next_offset=3)
     assert producer.transactions["aborted"] == 1
     assert broker.records(OUT) == []
@@ -253,3 +272,65 @@ def test_close_aborts_an_open_transaction() -> None:
     delivery.close(0)
     assert producer.transactions == {"committed": 0, "aborted": 1}
     assert broker.records(OUT) == []
+
+
+# -- the call watchdog (issue 17: send_offsets_to_transaction blocked for minutes) ------
+
+
+class _Exits:
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+
+
+def test_a_call_that_outlives_its_timeout_ends_the_replica() -> None:
+    clock, exits = ManualClock(), _Exits()
+    watchdog = CallWatchdog(grace_s=15, clock=clock, exit=exits)
+    with watchdog.bounded("send_offsets_to_transaction", 30):
+        clock.now = 44.0
+        watchdog.check()
+        assert exits.codes == []  # within its timeout and the grace
+        clock.now = 46.0
+        watchdog.check()
+        assert exits.codes == [CallWatchdog.EXIT_STUCK]
+
+
+def test_a_call_that_returned_is_not_watched() -> None:
+    clock, exits = ManualClock(), _Exits()
+    watchdog = CallWatchdog(grace_s=15, clock=clock, exit=exits)
+    with watchdog.bounded("commit_transaction", 60):
+        clock.now = 10.0
+    clock.now = 1000.0
+    watchdog.check()
+    assert exits.codes == []
+
+
+def test_every_transactional_call_is_watched() -> None:
+    clock, exits = ManualClock(), _Exits()
+    watched: list[str] = []
+    watchdog = CallWatchdog(clock=clock, exit=exits)
+    bounded = watchdog.bounded
+
+    def recording(what: str, timeout_s: float) -> Any:
+        watched.append(what)
+        return bounded(what, timeout_s)
+
+    watchdog.bounded = recording  # type: ignore[method-assign]
+    broker = MemoryBroker()
+    consumer = MemoryConsumer(broker)
+    consumer.subscribe(["in"])
+    delivery = ExactlyOnce(
+        cast(Producer, MemoryProducer(broker)), cast(Consumer, consumer), watchdog=watchdog
+    )
+    delivery.begin_batch()
+    delivery.end_batch({("in", 0): 1})
+    delivery.begin_batch()
+    delivery.close(0)
+    assert watched == [
+        "init_transactions",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+        "abort_transaction",
+    ]

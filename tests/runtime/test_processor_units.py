@@ -9,6 +9,7 @@ and offsets never move past an output that is not safe.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -446,17 +447,89 @@ def test_exactly_once_dead_letters_commit_with_their_batch(
     assert rig.committed() == 2
 
 
-def test_exactly_once_commit_failure_shows_nothing(loop: asyncio.AbstractEventLoop) -> None:
+def test_exactly_once_a_fatal_error_ends_the_replica_with_nothing_shown(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
     rig = memory_support.rig(Copy(), loop, exactly_once=True)
     rig.write(*_ids(3))
-    rig.producer.fail_call(
-        "commit_transaction", KafkaException(KafkaError(KafkaError._FENCED, "fenced"))
-    )
+    fenced = KafkaError(KafkaError._FENCED, "fenced by a newer producer", fatal=True)
+    rig.producer.fail_call("commit_transaction", KafkaException(fenced))
     with pytest.raises(DeliveryError, match="fenced"):
         rig.processor.turn()
     assert rig.producer.transactions == {"committed": 0, "aborted": 1}
     assert rig.outputs() == []
     assert GROUP not in rig.broker.committed
+
+
+def _rebalanced() -> KafkaException:
+    """What librdkafka raises when the group rebalanced while the transaction was open."""
+    return KafkaException(
+        KafkaError(
+            KafkaError.ILLEGAL_GENERATION,
+            "Broker: Specified group generation id is not valid",
+            txn_requires_abort=True,
+        )
+    )
+
+
+def test_exactly_once_a_rebalance_in_the_transaction_aborts_and_retries_the_batch(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Issue 17: ILLEGAL_GENERATION while sending the offsets crashed the replica."""
+    rig = memory_support.rig(Copy(), loop, exactly_once=True)
+    rig.write(*_ids(3))
+    rig.producer.fail_call("send_offsets_to_transaction", _rebalanced())
+    assert rig.processor.turn() == 3  # no exception: the batch is handed back
+    assert rig.producer.transactions == {"committed": 0, "aborted": 1}
+    assert rig.outputs() == [] and rig.committed() is None
+    assert "generation id is not valid" in (rig.processor.backing_off or "")
+    assert rig.processor.turn() == 0  # waits out retry_after on the clock, no sleeping
+    rig.clock.now = rig.processor.backoff_until
+    rig.processor.turn()
+    assert rig.producer.transactions == {"committed": 1, "aborted": 1}
+    assert rig.outputs() == ["r0", "r1", "r2"]  # once each
+    assert rig.committed() == 3
+
+
+def test_exactly_once_gives_up_after_aborts_in_a_row(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True)
+    rig.write(*_ids(2))
+    with pytest.raises(DeliveryError, match="9 transactions aborted in a row"):
+        for _ in range(20):
+            rig.producer.fail_call("commit_transaction", _rebalanced())
+            rig.clock.now = rig.processor.backoff_until
+            rig.processor.turn()
+    assert rig.outputs() == []
+
+
+class _RevokedMidBatch(Copy):
+    """Loses partition 1 to a rebalance while its batch is being processed."""
+
+    def __init__(self, consumer: Any) -> None:
+        super().__init__()
+        self.consumer = consumer
+
+    def process(self, record: Record) -> dict[str, Any]:
+        if self.consumer.assignment() and len(self.consumer.assignment()) == 2:
+            self.consumer.revoke([(memory_support.IN, 1)])
+        return super().process(record)
+
+
+def test_exactly_once_a_partition_revoked_mid_batch_is_left_to_its_new_owner(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _RevokedMidBatch(consumer=None)
+    rig = memory_support.rig(streamlet, loop, exactly_once=True, partitions=2)
+    streamlet.consumer = rig.consumer
+    for i in range(4):
+        rig.broker.append(memory_support.IN, json.dumps({"id": f"r{i}"}).encode(), partition=i % 2)
+    rig.producer.fail_call("send_offsets_to_transaction", _rebalanced())
+    rig.processor.turn()  # partition 1 cannot be rewound: not an error
+    rig.clock.now = rig.processor.backoff_until
+    while rig.processor.turn():
+        pass
+    assert sorted(rig.outputs()) == ["r0", "r2"]  # partition 0's, once each
+    assert rig.broker.committed.get(GROUP, {}) == {(memory_support.IN, 0): 2}
 
 
 def test_exactly_once_backpressure_opens_no_transaction(
