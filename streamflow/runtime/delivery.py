@@ -363,10 +363,13 @@ class ExactlyOnce(Delivery):
         consumer: Consumer | None,
         *,
         watchdog: CallWatchdog | None = None,
+        on_committed: Callable[[Offsets], None] | None = None,
     ) -> None:
+        """``on_committed`` hears the offsets of each committed transaction (for the lag)."""
         super().__init__(producer)
         self.consumer = consumer
         self.watchdog = watchdog or CallWatchdog()
+        self.on_committed = on_committed
         self._open = False
         self._aborts = 0  # transactions aborted in a row
         with self.watchdog.bounded("init_transactions", 60):
@@ -397,6 +400,8 @@ class ExactlyOnce(Delivery):
         finally:
             self._open = False
         self._aborts = 0
+        if offsets and self.on_committed is not None:
+            self.on_committed(offsets)
 
     def _failed(self, exc: KafkaException, call: str) -> None:
         error = exc.args[0] if exc.args else None

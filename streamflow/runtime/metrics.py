@@ -31,6 +31,7 @@ _BATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class Metrics:
     def __init__(self, *, app: str, streamlet: str, replica: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._transaction_offsets: dict[tuple[str, int], int] = {}
         self.labels = {"app": app, "streamlet": streamlet, "replica": str(replica)}
         names = ["app", "streamlet", "replica"]
         self.records_in = Counter(
@@ -138,14 +139,38 @@ class Metrics:
     def forget_partitions(self, partitions: list[tuple[str, int]]) -> None:
         """Drop the lag of partitions this replica no longer owns, so sums stay true."""
         for topic, partition in partitions:
+            self._transaction_offsets.pop((topic, partition), None)
             with contextlib.suppress(KeyError):
                 self.lag.remove(*self.labels.values(), topic, str(partition))
 
+    def committed_in_transaction(self, offsets: dict[tuple[str, int], int]) -> None:
+        """Offsets an exactly-once replica committed inside a transaction.
+
+        The consumer never commits them itself, so librdkafka's own view of what
+        is committed (and the ``consumer_lag`` it derives) stays where it was at
+        assignment: 30,000 behind while the group was in fact caught up.
+        """
+        self._transaction_offsets.update(offsets)
+
     def on_stats(self, stats_json: str) -> None:
-        """librdkafka's statistics callback: per-partition consumer lag."""
+        """librdkafka's statistics callback: per-partition consumer lag.
+
+        The lag is the end of the partition a ``read_committed`` reader sees (the
+        last stable offset) less the group's committed offset, whether the consumer
+        committed it or a transaction did.
+        """
         stats = json.loads(stats_json)
         for topic, tstats in stats.get("topics", {}).items():
             for partition, pstats in tstats.get("partitions", {}).items():
+                if partition == "-1":
+                    continue
                 lag = pstats.get("consumer_lag", -1)
-                if partition != "-1" and lag >= 0:
+                in_transaction = self._transaction_offsets.get((topic, int(partition)), -1)
+                committed = max(pstats.get("committed_offset", -1), in_transaction)
+                end = pstats.get("ls_offset", -1)
+                if end < 0:
+                    end = pstats.get("hi_offset", -1)
+                if committed >= 0 and end >= 0:
+                    lag = max(end - committed, 0)
+                if lag >= 0:
                     self.lag.labels(**self.labels, topic=topic, partition=partition).set(lag)

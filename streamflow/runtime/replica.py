@@ -183,7 +183,12 @@ def _bind(
 
 
 def _delivery(
-    app: Application, name: str, clients: KafkaClients, client_id: str, consumer: Any
+    app: Application,
+    name: str,
+    clients: KafkaClients,
+    client_id: str,
+    consumer: Any,
+    metrics: Metrics | None = None,
 ) -> Delivery:
     if app.streamlets[name].guarantee == EXACTLY_ONCE:
         # A failed output fails the transaction's commit, so successful deliveries need
@@ -191,7 +196,8 @@ def _delivery(
         producer = clients.producer(
             client_id=client_id, transactional_id=client_id, **{"delivery.report.only.error": True}
         )
-        return ExactlyOnce(producer, consumer)
+        on_committed = metrics.committed_in_transaction if metrics is not None else None
+        return ExactlyOnce(producer, consumer, on_committed=on_committed)
     failures = FailedOutputs()
     producer = clients.producer(client_id=client_id, **failures.producer_config())
     return AtLeastOnce(producer, consumer, failures)
@@ -231,7 +237,7 @@ def _run_processor(
         # Offsets travel inside each transaction; nothing may be committed beside it.
         settings["enable.auto.commit"] = False
     consumer = clients.consumer(group=app.consumer_group(name), client_id=client_id, **settings)
-    delivery = _delivery(app, name, clients, client_id, consumer)
+    delivery = _delivery(app, name, clients, client_id, consumer, metrics)
     control = _control_reader(bindings, clients, client_id)
     processor = Processor(
         streamlet=streamlet,
