@@ -300,6 +300,16 @@ def _score(
                 f"interrupted; run the same command again to resume run {state.run}",
                 exit_code=130,
             )
+        except engine.ScoreStalled as exc:
+            # what came back is kept; the state stays, so the same command resumes
+            got = results.write_results(output_path, scorer.outcome)
+            results.write_dead_letters(results.dead_letters_path(output_path), scorer.outcome)
+            output.fail(
+                f"{exc} ({got:,} results so far written to {output_path})",
+                hint="a streamlet that filters rows (returns nothing for them) never answers "
+                "for them: score through an application whose every row gives an output or a "
+                "dead letter",
+            )
         except engine.ScoreError as exc:
             output.fail(str(exc))
         finally:

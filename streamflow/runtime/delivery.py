@@ -386,15 +386,15 @@ class ExactlyOnce(Delivery):
         call = "send_offsets_to_transaction"
         try:
             if offsets and self.consumer is not None:
-                with self.watchdog.bounded(call, 30):
-                    self.producer.send_offsets_to_transaction(
-                        [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                        self.consumer.consumer_group_metadata(),
-                        30,
-                    )
+                positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+                metadata = self.consumer.consumer_group_metadata()
+                self._retrying(
+                    call,
+                    30,
+                    lambda: self.producer.send_offsets_to_transaction(positions, metadata, 30),
+                )
             call = "commit_transaction"
-            with self.watchdog.bounded(call, 60):
-                self.producer.commit_transaction(60)
+            self._retrying(call, 60, lambda: self.producer.commit_transaction(60))
         except KafkaException as exc:
             self._failed(exc, call)
         finally:
@@ -402,6 +402,38 @@ class ExactlyOnce(Delivery):
         self._aborts = 0
         if offsets and self.on_committed is not None:
             self.on_committed(offsets)
+
+    def _retrying(self, call: str, timeout_s: float, attempt: Callable[[], None]) -> None:
+        """Call again what timed out: librdkafka wants a retriable transactional call
+        repeated (another call in between fails with a conflict), up to three times."""
+        for tries in range(3):
+            try:
+                with self.watchdog.bounded(call, timeout_s):
+                    attempt()
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if (
+                    tries == 2
+                    or not isinstance(error, KafkaError)
+                    or not error.retriable()
+                    or error.txn_requires_abort()
+                    or error.fatal()
+                ):
+                    raise
+                log.warning("%s: %s; calling it again", call, error.str())
+
+    def produce_unbatched(
+        self, topic: str, value: bytes, key: bytes | None, headers: Headers
+    ) -> None:
+        """Its own transaction, retried after an abort: no loop is there to rewind it."""
+        while True:
+            try:
+                super().produce_unbatched(topic, value, key, headers)
+                return
+            except TransactionAborted as aborted:  # DeliveryError after max_aborts
+                log.warning("%s", aborted)
+                time.sleep(aborted.retry_after)
 
     def _failed(self, exc: KafkaException, call: str) -> None:
         error = exc.args[0] if exc.args else None

@@ -111,7 +111,10 @@ class SingleObjectCodec:
             record = schemaless_reader(buf, writer, reader)
         except Exception as exc:  # fastavro raises ValueError, IndexError, SchemaResolutionError...
             if reader is not None:
-                raise self._unresolvable(data[2:_HEADER_LEN], exc) from None
+                writer_schema = self._writer_schemas[data[2:_HEADER_LEN]]
+                problems = compat.compatibility_problems(reader=self.schema, writer=writer_schema)
+                if problems:  # else a corrupt record of a compatible writer: say that
+                    raise self._unresolvable(writer_schema, problems) from None
             raise self._unreadable(data, exc) from None
         if buf.tell() != len(data):
             raise DecodeError(
@@ -129,19 +132,16 @@ class SingleObjectCodec:
             )
         return DecodeError(f"cannot decode {self.schema.name}: {error_line(exc)}")
 
-    def _unresolvable(self, fingerprint: bytes, exc: Exception) -> DecodeError:
+    def _unresolvable(self, writer: Schema, problems: list[str]) -> DecodeError:
         """One line: which schema wrote the record, and why ours cannot read it.
 
         fastavro's own message prints both parsed schemas whole (2,000 characters in
         a dead letter's header); the compatibility checker says what differs.
         """
-        writer = self._writer_schemas[fingerprint]
-        problems = compat.compatibility_problems(reader=self.schema, writer=writer)
-        why = problems[0] if problems else error_line(exc)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return DecodeError(
             f"a {writer.name} record ({writer.fingerprint_hex}) cannot be read as "
-            f"{self.schema.name} ({self.schema.fingerprint_hex}): {why}{more}"
+            f"{self.schema.name} ({self.schema.fingerprint_hex}): {problems[0]}{more}"
         )
 
     def _writer_for(self, fingerprint: bytes) -> Any:

@@ -334,3 +334,28 @@ def test_every_transactional_call_is_watched() -> None:
         "commit_transaction",
         "abort_transaction",
     ]
+
+
+def test_a_retriable_timeout_calls_the_same_method_again_without_aborting() -> None:
+    """librdkafka wants a timed-out transactional call repeated; an abort in between
+    fails with a conflict, and every later transaction with it."""
+    delivery, producer, broker = _exactly_once()
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True)
+    producer.fail_call("commit_transaction", KafkaException(timed_out))
+    _batch(delivery, outputs=2, next_offset=3)
+    assert producer.transactions == {"committed": 1, "aborted": 0}
+    assert len(broker.records(OUT)) == 2
+
+
+def test_an_output_outside_a_batch_is_retried_after_an_abort() -> None:
+    delivery, producer, broker = _exactly_once()
+    producer.fail_call("commit_transaction", _aborting())
+    delivery.produce_unbatched(OUT, b"status", None, [])  # a model status, say
+    assert producer.transactions == {"committed": 1, "aborted": 1}
+    assert [m.value() for m in broker.records(OUT)] == [b"status"]
+
+
+def _aborting() -> KafkaException:
+    return KafkaException(
+        KafkaError(KafkaError.ILLEGAL_GENERATION, "generation", txn_requires_abort=True)
+    )
