@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -386,7 +387,7 @@ def _fingerprint(path: Path) -> dict[str, object]:
 
 def _say(message: str, progress_format: str) -> None:
     if progress_format != "none":
-        console.print(f"[bold]streamflow[/]: {message}", markup=True)
+        console.print(f"[bold]streamflow[/]: {escape(message)}")  # names are not markup
 
 
 @contextlib.contextmanager
