@@ -14,6 +14,7 @@ from streamflow.api.descriptor import (
     load_streamlet_class,
 )
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet, Port, PortKind
+from streamflow.api.state import State, StateError, Store
 from streamflow.api.streamlet import (
     Backpressure,
     CloseCallback,
@@ -46,6 +47,9 @@ __all__ = [
     "PortKind",
     "Record",
     "Shape",
+    "State",
+    "StateError",
+    "Store",
     "Streamlet",
     "StreamletDescriptor",
     "describe",

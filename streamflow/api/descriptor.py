@@ -113,6 +113,8 @@ class StreamletDescriptor:
     logic: Logic
     is_async: bool
     cls: type[Streamlet] = field(repr=False, compare=False)
+    #: It keeps durable state (``self.state``): one store per partition of each data inlet.
+    stateful: bool = False
 
     @property
     def shape(self) -> Shape:
@@ -137,6 +139,7 @@ class StreamletDescriptor:
             "shape": self.shape.value,
             "logic": self.logic.value,
             "async": self.is_async,
+            "stateful": self.stateful,
             "inlets": [p.to_json() for p in self.inlets],
             "control_inlets": [p.to_json() for p in self.control_inlets],
             "outlets": [p.to_json() for p in self.outlets],
@@ -209,6 +212,12 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
     logic, is_async = _logic(cls, bool(inlets), problems)
     if not (inlets or outlets or controls):
         problems.append("declares no ports: add an Inlet or an Outlet")
+    stateful = bool(getattr(cls, "stateful", False))
+    if stateful and not inlets:
+        problems.append(
+            "is stateful but has no data inlet: state is kept per input partition, "
+            "so only a streamlet that reads one can keep it"
+        )
     if problems or logic is None:  # no logic always comes with a problem that says why
         raise DeclarationError(path, problems)
     doc = cls.description or inspect.getdoc(cls) or ""
@@ -224,6 +233,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
         logic=logic,
         is_async=is_async,
         cls=cls,
+        stateful=stateful,
     )
 
 

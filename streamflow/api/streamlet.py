@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from streamflow.api import own_metrics
 from streamflow.api.ports import Emit
+from streamflow.api.state import State, StateError
 
 if TYPE_CHECKING:  # the store's codecs load fastavro; a streamlet's import need not
     from streamflow.schema.store import SchemaStore
@@ -278,6 +279,8 @@ class Context:
     #: Metrics of the streamlet's own by name, from :meth:`set_gauge` and :meth:`count`.
     metrics: dict[str, own_metrics.OwnMetric] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    #: The durable state of a ``stateful`` streamlet (``Streamlet.state``); None otherwise.
+    stores: State | None = None
     _close_callbacks: list[CloseCallback] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
@@ -369,6 +372,8 @@ class Streamlet:
     """Base class of every streamlet. Subclass it and declare ports, parameters and logic."""
 
     description: ClassVar[str] = ""
+    #: True: the streamlet keeps durable state in ``self.state`` (see :mod:`streamflow.api.state`).
+    stateful: ClassVar[bool] = False
 
     @classmethod
     def check_config(
@@ -385,6 +390,17 @@ class Streamlet:
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self._config: dict[str, Any] = dict(config or {})
         self.context = Context(config=self._config)
+
+    @property
+    def state(self) -> State:
+        """The durable state of the partitions this replica holds (``stateful = True``)."""
+        if self.context.stores is None:
+            raise StateError(
+                f"{type(self).__name__} has no state: set `stateful = True` on the class"
+                if not self.stateful
+                else "the state is there once the runtime (or the testkit) runs the streamlet"
+            )
+        return self.context.stores
 
     def setup(self, context: Context) -> Awaitable[None] | None:
         """Called once before any record; open clients and load resources here."""

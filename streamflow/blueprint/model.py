@@ -171,6 +171,22 @@ class Application:
         spec = self.streamlets[streamlet]
         return spec.dlq or f"{self.name}.{streamlet}.dlq"
 
+    def changelog_topic(self, streamlet: str, inlet: str) -> str:
+        """The compacted topic that backs a stateful streamlet's state of one data inlet."""
+        return f"{self.name}.{streamlet}.{inlet}.changelog"
+
+    def changelog_topics(self) -> list[str]:
+        """Every changelog topic the application could have (the stateful streamlets' are
+        known only to their classes: this names one per data inlet of each streamlet)."""
+        return sorted(
+            {
+                self.changelog_topic(ref.streamlet, ref.port)
+                for topic in self.topics.values()
+                for ref in topic.consumers
+                if ref.streamlet in self.streamlets
+            }
+        )
+
     def consumer_group(self, streamlet: str) -> str:
         return f"{self.name}.{streamlet}"
 

@@ -123,7 +123,7 @@ class KafkaClients:
             | overrides
         )
 
-    def reader(self, *, client_id: str) -> Consumer:
+    def reader(self, *, client_id: str, **overrides: Any) -> Consumer:
         """A consumer that only looks: partitions assigned by hand, nothing committed."""
         return Consumer(
             {
@@ -133,6 +133,7 @@ class KafkaClients:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
             }
+            | overrides
         )
 
     def producer(

@@ -108,6 +108,15 @@ class Delivery:
 
     def end_batch(self, offsets: Offsets) -> None: ...
 
+    def produce_to(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """A record for one given partition (a state changelog's), in the batch as outputs are."""
+        while True:
+            try:
+                self.producer.produce(topic, value, key, partition=partition)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
     def direct_produce(self) -> Callable[..., None]:
         """The producer's own ``produce(topic, value, key, headers=...)``, for the hot path
         to call without a wrapper; on ``BufferError`` (a full queue) the caller falls back

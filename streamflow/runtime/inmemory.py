@@ -31,14 +31,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-__all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer"]
+__all__ = ["MemoryBroker", "MemoryChangelog", "MemoryConsumer", "MemoryProducer"]
 
 _Headers = Sequence[tuple[str, str | bytes | None]]
 _Callback = Callable[[Any, Any], None]
@@ -267,6 +267,7 @@ class _Sent:
     key: bytes | None
     headers: _Headers | None
     callback: _Callback | None
+    partition: int | None = None
 
 
 class MemoryProducer:
@@ -306,12 +307,14 @@ class MemoryProducer:
         *,
         headers: _Headers | None = None,
         on_delivery: _Callback | None = None,
+        partition: int = -1,
     ) -> None:
         if len(self._in_flight) >= self.queue_limit:
             raise BufferError("Local: Queue full")
         if self._transactional and self._txn is None:
             raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
-        self._in_flight.append(_Sent(topic, value, key, headers, on_delivery))
+        chosen = partition if partition >= 0 else None
+        self._in_flight.append(_Sent(topic, value, key, headers, on_delivery, chosen))
 
     def poll(self, timeout: float = 0) -> int:
         delivered = self._deliver()
@@ -351,7 +354,9 @@ class MemoryProducer:
         if self._txn_lost is not None:  # librdkafka: an abortable error, the batch is redone
             raise KafkaException(self._txn_lost)
         for sent in self._txn:
-            self.broker.append(sent.topic, sent.value, sent.key, sent.headers)
+            self.broker.append(
+                sent.topic, sent.value, sent.key, sent.headers, partition=sent.partition
+            )
         if self._txn_offsets is not None:
             group, positions = self._txn_offsets
             committed = self.broker.committed.setdefault(group, {})
@@ -417,9 +422,35 @@ class MemoryProducer:
                 if self._txn is not None:
                     self._txn.append(sent)
                 else:
-                    msg = self.broker.append(sent.topic, sent.value, sent.key, sent.headers)
+                    msg = self.broker.append(
+                        sent.topic, sent.value, sent.key, sent.headers, partition=sent.partition
+                    )
             callback = sent.callback or self._default_callback
             if callback is not None and (error is not None or not self._only_errors):
                 callback(error, msg)
             delivered += 1
         return delivered
+
+
+class MemoryChangelog:
+    """Reads state changelogs back from a :class:`MemoryBroker` (``state.ChangelogReader``)."""
+
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        found = self.broker.topics.get(topic)
+        return (0, len(found.partitions[partition])) if found else (0, 0)
+
+    def identity(self, topic: str) -> str:
+        found = self.broker.topics.get(topic)
+        return f"{topic}@{id(found):x}" if found else ""
+
+    def read(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[tuple[str, bytes | None]]:
+        found = self.broker.topics.get(topic)
+        for msg in found.partitions[partition][start:end] if found else []:
+            key = msg.key()
+            if key is not None:
+                yield key.decode(), msg.value()

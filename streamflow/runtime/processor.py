@@ -33,6 +33,7 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
+from streamflow.runtime.state.manager import StateManager
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
@@ -67,7 +68,10 @@ class Processor:
         batch_timeout: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         on_dead_letter: DeadLetterHook | None = None,
+        state: StateManager | None = None,
     ) -> None:
+        """``state``: the stores of a stateful streamlet (restored on assignment, written
+        with each batch, see :mod:`streamflow.runtime.state.manager`)."""
         self.streamlet = streamlet
         self.descriptor = descriptor
         self.bindings = bindings
@@ -82,6 +86,7 @@ class Processor:
         self.batch_timeout = batch_timeout
         self.clock = clock
         self.on_dead_letter = on_dead_letter
+        self.state = state
         self._accepting = True
         self._pending_pause = False
         self._skipped_exported: dict[str, int] = {}
@@ -178,6 +183,8 @@ class Processor:
         self._assigned_once = True
         log.info("assigned %s", _names(partitions))
         self.delivery.on_assign(partitions)
+        if self.state is not None:  # before consume returns any record of them
+            self.state.on_assign(partitions)
         if not self._accepting and partitions:
             self._pending_pause = True
         self._update_ready()
@@ -185,6 +192,8 @@ class Processor:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", _names(partitions))
         self.delivery.on_revoke(partitions)
+        if self.state is not None:  # after the delivery: what is committed is all written
+            self.state.on_revoke(partitions)
         self.metrics.forget_partitions([(tp.topic, tp.partition) for tp in partitions])
 
     def _gate(self) -> None:
@@ -277,29 +286,43 @@ class Processor:
         if run:
             offsets[(topic, partition)] = offset + 1
             counts[inlet] = counts.get(inlet, 0) + run
+        state = self.state
         try:
+            if state is not None:
+                state.writing(True)
             # a copy: logic that sorts or empties its list must not misalign our pairing
             results = self._logic(records.copy()) if records else []
         except Backpressure as exc:
             self._back_off(messages, exc)
             return
+        finally:
+            if state is not None:
+                state.writing(False)
         try:
             self.delivery.begin_batch()
             produced = self._produce_results(decoded, records, results, dead)
             for msg, inlet, failure, kind in dead:
                 self._dead_letter(msg, inlet, failure, kind)
+            if state is not None and state.dirty:
+                # after the outputs, before the offsets: in the batch's transaction, or
+                # acknowledged before the offsets are stored
+                state.flush(self.delivery.produce_to)
             self.delivery.end_batch(offsets)
         except TransactionAborted as aborted:
             # exactly-once: nothing of the batch is visible and its offsets did not move
             retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
             self._back_off(messages, retry, kind="transaction-aborted")
             return
+        if state is not None:
+            state.commit()
         self._count(counts, produced, started, len(messages))
 
     def _back_off(
         self, messages: list[Message], exc: Backpressure, *, kind: str = "backpressure"
     ) -> None:
         """Retry the whole batch later: nothing of it was written, nothing is committed."""
+        if self.state is not None:
+            self.state.rollback()  # the retry starts from the state the batch started from
         self._rewind(messages)
         self._backoff_until = self.clock() + exc.retry_after
         self._backoff_reason = str(exc)
@@ -433,6 +456,9 @@ class Processor:
             return lambda records: self._batch_logic(method, records)
         if self.descriptor.is_async:
             return lambda records: self._async_record_logic(method, records)
+        state = self.state
+        if state is not None:
+            return lambda records: _stateful_record_logic(method, records, state)
         return lambda records: _record_logic(method, records)
 
     def _batch_logic(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
@@ -449,13 +475,20 @@ class Processor:
                 return [exc]
             # Isolate the poison record(s): re-run one by one, so the rest still flows.
             log.warning("process_batch failed on %d records (%s); isolating", len(records), exc)
+            state = self.state
+            if state is not None:
+                state.rollback()  # what the failed call wrote is written again, record by record
             out: list[Any] = []
             for record in records:
+                if state is not None:
+                    state.savepoint()
                 try:
                     out.extend(self._checked_batch(method, [record]))
                 except Backpressure:
                     raise
                 except Exception as single:
+                    if state is not None:
+                        state.undo()
                     out.append(single)
             return out
 
@@ -523,6 +556,26 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
             raise
         except Exception as exc:
             append(exc)
+    return results
+
+
+def _stateful_record_logic(
+    method: Callable[[Record], Any], records: list[Record], state: StateManager
+) -> list[Any]:
+    """:func:`_record_logic`, where a record whose logic raises leaves no state written."""
+    results: list[Any] = []
+    for record in records:
+        state.savepoint()
+        try:
+            result = method(record)
+            if type(result) is not dict and isinstance(result, Iterator):
+                result = list(result)
+            results.append(result)
+        except Backpressure:
+            raise
+        except Exception as exc:
+            state.undo()
+            results.append(exc)
     return results
 
 

@@ -21,6 +21,7 @@ from streamflow.api import config as config_mod
 from streamflow.api.streamlet import Context, Logic, Streamlet
 from streamflow.blueprint.model import EXACTLY_ONCE, Application
 from streamflow.runtime import kafka_access
+from streamflow.runtime import state as state_mod
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
@@ -50,6 +51,9 @@ class ReplicaOptions:
     batch_timeout: float = 0.1
     stop: threading.Event = field(default_factory=threading.Event)
     kafka_config: dict[str, Any] = field(default_factory=dict)
+    #: Where a stateful streamlet keeps its local stores (default: $STREAMFLOW_STATE_DIR,
+    #: else ~/.local/state/streamflow), under <app>/<streamlet>/.
+    state_dir: str | None = None
 
 
 def install_signal_handlers(stop: threading.Event) -> None:
@@ -236,6 +240,12 @@ def _run_processor(
     if app.streamlets[name].guarantee == EXACTLY_ONCE:
         # Offsets travel inside each transaction; nothing may be committed beside it.
         settings["enable.auto.commit"] = False
+    state = None
+    if app.descriptor(name).stateful:
+        state = state_mod.connect(
+            app, name, bindings, clients, client_id=client_id, base=options.state_dir
+        )
+        streamlet.context.stores = state
     consumer = clients.consumer(group=app.consumer_group(name), client_id=client_id, **settings)
     delivery = _delivery(app, name, clients, client_id, consumer, metrics)
     control = _control_reader(bindings, clients, client_id)
@@ -252,6 +262,7 @@ def _run_processor(
         stop=options.stop,
         batch_size=options.batch_size,
         batch_timeout=options.batch_timeout,
+        state=state,
     )
     health.set_ready(False, ["replaying control inlets"] if control else ["joining the group"])
     try:
@@ -260,7 +271,9 @@ def _run_processor(
         processor.run()
     finally:
         delivery.close()
-        consumer.close()
+        consumer.close()  # revokes what it holds: the stores are checkpointed and closed
+        if state is not None:
+            state.close()
         if control is not None:
             control.close()
 

@@ -15,8 +15,10 @@ name, an outlet's ``outlet:<name>``, and dead letters go to ``dead-letters``.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, Message, Producer
@@ -27,12 +29,18 @@ from streamflow.api.streamlet import Streamlet
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
 from streamflow.runtime.health import HealthState
-from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
+from streamflow.runtime.inmemory import (
+    MemoryBroker,
+    MemoryChangelog,
+    MemoryConsumer,
+    MemoryProducer,
+)
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.processor import DeadLetterHook, Processor
 from streamflow.runtime.serve import ServeRunner
 from streamflow.runtime.source import SourceRunner
+from streamflow.runtime.state.manager import StateManager
 from streamflow.testkit.ports import PortCodec
 
 __all__ = ["DLQ_TOPIC", "EXHAUSTED", "Engine", "ManualClock", "outlet_topic"]
@@ -118,6 +126,21 @@ class Engine:
                 ],
             )
             self.control.assign()
+        self.state: StateManager | None = None
+        self._state_dir: tempfile.TemporaryDirectory[str] | None = None
+        if descriptor.stateful:
+            # the runtime's own stores, over a changelog in the memory broker and a
+            # directory of the test's: a store's whole life, restore included, is real
+            self._state_dir = tempfile.TemporaryDirectory(prefix="streamflow-state-")
+            self.state = StateManager(
+                changelogs={
+                    topic: (inlet, f"{app}.{name}.{inlet}.changelog")
+                    for topic, (inlet, _) in self.bindings.inlets_by_topic.items()
+                },
+                directory=Path(self._state_dir.name),
+                reader=MemoryChangelog(self.broker),
+            )
+            streamlet.context.stores = self.state
         self.processor: Processor | None = None
         if descriptor.inlets or descriptor.control_inlets:
             self.processor = Processor(
@@ -135,6 +158,7 @@ class Engine:
                 batch_timeout=0.0,
                 clock=self.clock,
                 on_dead_letter=on_dead_letter,
+                state=self.state,
             )
             self.processor.start()
         self._source: SourceRunner | None = None
@@ -285,6 +309,10 @@ class Engine:
         self.delivery.close(0)
         if self.control is not None:
             self.control.close()
+        if self.state is not None:
+            self.state.close()
+        if self._state_dir is not None:
+            self._state_dir.cleanup()
 
 
 #: What an ``items`` callable of :meth:`Engine.emit_source_items` returns when the source ends.

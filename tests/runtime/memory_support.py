@@ -30,14 +30,21 @@ from streamflow.runtime.delivery import (
     FailedOutputs,
 )
 from streamflow.runtime.health import HealthState
-from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
+from streamflow.runtime.inmemory import (
+    MemoryBroker,
+    MemoryChangelog,
+    MemoryConsumer,
+    MemoryProducer,
+)
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.processor import Processor
+from streamflow.runtime.state.manager import StateManager
 from streamflow.schema.codecs import DecodeError, EncodeError
 from streamflow.schema.store import Schema, SchemaStore
 
 __all__ = [
+    "CHANGELOG",
     "DLQ",
     "GROUP",
     "IN",
@@ -52,6 +59,7 @@ __all__ = [
 ]
 
 IN, OUT, DLQ, GROUP = "in", "out", "dead-letters", "group"
+CHANGELOG = "app.unit.in.changelog"
 _STORE = SchemaStore([Path(__file__).parent / "schemas"])
 _READING, _SCALED = "tests.runtime.Reading", "tests.runtime.Scaled"
 
@@ -168,9 +176,12 @@ def rig(
     batch_size: int = 100,
     queue_limit: int = 100_000,
     partitions: int = 1,
+    broker: MemoryBroker | None = None,
+    state_dir: Path | None = None,
 ) -> Rig:
-    """A processor for ``streamlet`` over a fresh broker, subscribed and ready to turn."""
-    broker = MemoryBroker()
+    """A processor for ``streamlet`` over a fresh broker (or ``broker``: a restart),
+    subscribed and ready to turn; a stateful streamlet keeps its stores in ``state_dir``."""
+    broker = broker or MemoryBroker()
     broker.create_topic(IN, partitions)
     consumer = MemoryConsumer(broker, group=GROUP)
     failures = FailedOutputs()
@@ -184,6 +195,15 @@ def rig(
     )
     clock = ManualClock()
     dead: list[tuple[str, str, str]] = []
+    state = None
+    if state_dir is not None:
+        broker.create_topic(CHANGELOG, partitions)
+        state = StateManager(
+            changelogs={IN: ("in", CHANGELOG)},
+            directory=state_dir,
+            reader=MemoryChangelog(broker),
+        )
+        streamlet.context.stores = state
     processor = Processor(
         streamlet=streamlet,
         descriptor=describe(type(streamlet)),
@@ -201,6 +221,7 @@ def rig(
         on_dead_letter=lambda msg, inlet, error, kind: dead.append(
             ((msg.key() or b"").decode(), kind, type(error).__name__)
         ),
+        state=state,
     )
     processor.start()
     return Rig(broker, consumer, producer, delivery, processor, clock, dead)

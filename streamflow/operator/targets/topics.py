@@ -33,7 +33,9 @@ def delete_managed(
     ``failure`` is the error's message when some could not be deleted (the
     backend says what state the application is left in).
     """
-    names = [t.name for t in all_topics(app) if t.managed]
+    # with the state's changelogs, which the stateful streamlets' replicas made; one
+    # that was never made is not there to delete, and that is no problem
+    names = [t.name for t in all_topics(app) if t.managed] + app.changelog_topics()
     deleted, problems = [], []
     for topic, future in admin.delete_topics(names, operation_timeout=_TIMEOUT_S).items():
         try:
