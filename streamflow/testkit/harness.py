@@ -139,6 +139,15 @@ class StreamletHarness:
         )
         self._source: Iterator[Any] | AsyncIterator[Any] | None = None
         self._state = "new"
+        self._again = {
+            "streamlet": streamlet,
+            "config": config,
+            "store": self.store,
+            "batch_size": batch_size,
+            "strict": strict,
+            "app": app,
+            "name": name,
+        }
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -167,6 +176,33 @@ class StreamletHarness:
             self._state = "closed"
             self._engine.close()
             self._loop.close()
+
+    def restarted(self) -> StreamletHarness:
+        """A new harness of this streamlet and config, whose state (``stateful = True``) is
+        restored from this one's changelog, as a replica started on another machine
+        restores it; nothing fed here is fed there. Control records are not carried over:
+        send them again, as a replica would replay its control topics.
+        """
+        if self.state_changelog() is None:
+            raise HarnessError(f"{self.descriptor.class_path} keeps no state to restart with")
+        again = StreamletHarness(**self._again)
+        for msg in self.state_changelog() or []:
+            again._engine.broker.append(
+                msg.topic(),  # type: ignore[arg-type]
+                msg.value(),
+                msg.key(),
+                partition=msg.partition(),
+            )
+        return again
+
+    def state_changelog(self) -> list[Message] | None:
+        """What a stateful streamlet wrote to its changelog topics so far; None if stateless."""
+        if not self.descriptor.stateful:
+            return None
+        broker = self._engine.broker
+        return [
+            m for t in sorted(broker.topics) if t.endswith(".changelog") for m in broker.records(t)
+        ]
 
     def __enter__(self) -> StreamletHarness:
         self.setup()

@@ -63,6 +63,7 @@ def _restore(code: int, data: bytes) -> Any:
     if code == _OBJECTS:
         shape, items = decode(data)
         out = np.empty(len(items), dtype=object)
-        out[:] = items
+        for index, item in enumerate(items):  # one by one: numpy would unpack a tuple item
+            out[index] = item
         return out.reshape(shape)
     raise ValueError(f"unknown state value extension {code}")

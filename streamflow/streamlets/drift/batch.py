@@ -29,7 +29,7 @@ INPUTS, OUTPUTS, LABELS = "in", "outputs", "labels"
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
-    sources: dict[str, sources.Source]  # the states after the batch
+    sources: dict[str, sources.Partitioned]  # the states after the batch
     join: versions.VersionJoin
     windows: list[tuple[str, windows.Window, int]]  # (role, window, batch position), in order
     classes: list[int | None]  # each output record's predicted class
@@ -39,7 +39,7 @@ class Planned:
 
 def plan(
     records: Sequence[Record],
-    current: dict[str, sources.Source],
+    current: dict[str, sources.Partitioned],
     join: versions.VersionJoin,
     *,
     settings: DriftSettings,
@@ -67,13 +67,13 @@ def plan(
             name = sources.model_of(records[index])[0]
             if name:
                 names[version] = name
-        source, used = current[OUTPUTS].gather(rows, settings)
-        source, completed = source.advance(rows.take(slice(used, None)))
-        after[OUTPUTS] = source
-        planned += [(OUTPUTS, w, out_positions[used + w.last]) for w in completed]
+        after[OUTPUTS], completed = current[OUTPUTS].absorb(rows, settings)
+        planned += [(OUTPUTS, w, out_positions[last]) for w, last in completed]
     refused = 0
     if INPUTS in current:
-        rows, refused = sources.input_rows([records[i] for i in in_positions], current[INPUTS])
+        rows, refused = sources.input_rows(
+            [records[i] for i in in_positions], current[INPUTS].fresh
+        )
         ready, at = _versioned(
             records,
             rows,
@@ -84,10 +84,8 @@ def plan(
         )
         # the reference is gathered after the join too, so that every input meets its
         # prediction (keys may repeat: a prediction left unmatched would label a later one)
-        source, used = current[INPUTS].gather(ready, settings)
-        source, completed = source.advance(ready.take(slice(used, None)))
-        after[INPUTS] = source
-        planned += [(INPUTS, w, int(at[used + w.last])) for w in completed]
+        after[INPUTS], completed = current[INPUTS].absorb(ready, settings)
+        planned += [(INPUTS, w, int(at[last])) for w, last in completed]
     planned.sort(key=lambda item: item[2])  # stable: a source's windows keep their order
     return Planned(after, join, planned, classes, names, refused)
 

@@ -27,6 +27,7 @@ from streamflow.streamlets.drift.settings import DriftSettings
 __all__ = [
     "CONFIDENCE",
     "OutputFields",
+    "Partitioned",
     "Source",
     "input_rows",
     "model_of",
@@ -53,6 +54,7 @@ class Source:
     state: versions.VersionedWindows
     reference: detect.Reference | None = None
     collect: int = 0  # rows still to collect as the reference; 0 when not collecting
+    # the first-N reference's rows, also once it is made (the durable state rebuilds it)
     collected: windows.Rows | None = None
     problem: str = ""  # why there is no reference, when there is none
 
@@ -100,15 +102,64 @@ class Source:
                     origin=f"the first {len(collected)} {self.name} records",
                 )
             except ValueError as exc:  # e.g. a feature that was never a number
-                source = dataclasses.replace(source, collected=None, problem=str(exc))
+                source = dataclasses.replace(source, problem=str(exc))
             else:
-                source = dataclasses.replace(source, reference=reference, collected=None)
+                source = dataclasses.replace(source, reference=reference)
         return source, used
 
     def advance(self, rows: windows.Rows) -> tuple[Source, list[windows.Window]]:
         """(next state, the windows these rows, each with its version, complete or close)."""
         state, completed = versions.advance(self.state, rows)
         return dataclasses.replace(self, state=state), completed
+
+    def absorb(
+        self, rows: windows.Rows, settings: DriftSettings
+    ) -> tuple[Source, list[tuple[windows.Window, int]]]:
+        """:meth:`gather`, then :meth:`advance` with the rest: the next state, and each
+        window with the index (in ``rows``) of the row that completed it."""
+        source, used = self.gather(rows, settings)
+        source, completed = source.advance(rows.take(slice(used, None)))
+        return source, [(w, used + w.last) for w in completed]
+
+
+@dataclasses.dataclass(frozen=True)
+class Partitioned:
+    """One source's state per input partition: each partition has its own reference
+    (when collected from its first N rows) and its own windows.
+
+    Windows per partition are what survive a rebalance: a partition's rows, and so its
+    windows, go wherever the partition goes (:mod:`.durable` keeps them in the
+    partition's store). They also make a report independent of how partitions are
+    spread over replicas. ``fresh`` is what a partition starts from.
+    """
+
+    fresh: Source
+    parts: Mapping[int, Source] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.fresh.name
+
+    def part(self, partition: int) -> Source:
+        return self.parts.get(partition, self.fresh)
+
+    def absorb(
+        self, rows: windows.Rows, settings: DriftSettings
+    ) -> tuple[Partitioned, list[tuple[windows.Window, int]]]:
+        """Each partition's rows through its own source (rows keep their order within one)."""
+        parts = dict(self.parts)
+        completed: list[tuple[windows.Window, int]] = []
+        for partition in dict.fromkeys(rows.partition.tolist()):
+            where = np.flatnonzero(rows.partition == partition)
+            parts[partition], done = self.part(partition).absorb(rows.take(where), settings)
+            completed += [(window, int(where[last])) for window, last in done]
+        completed.sort(key=lambda item: item[1])  # stable: a partition's windows keep their order
+        return dataclasses.replace(self, parts=parts), completed
+
+    @property
+    def filled(self) -> int:
+        """Rows toward a window, over every partition."""
+        return sum(source.state.filled for source in self.parts.values())
 
 
 def summary(watched: Iterable[Source], settings: DriftSettings, *, hosted: bool) -> str:

@@ -43,7 +43,16 @@ from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.schema import SchemaStore
 from streamflow.streamlets import datasets
-from streamflow.streamlets.drift import batch, detect, loading, metrics, sources, versions, windows
+from streamflow.streamlets.drift import (
+    batch,
+    detect,
+    durable,
+    loading,
+    metrics,
+    sources,
+    versions,
+    windows,
+)
 from streamflow.streamlets.drift import inputs as tensor_inputs
 from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
@@ -57,14 +66,21 @@ log = logging.getLogger("streamflow.streamlets.drift")
 _REPORT = "streamflow.ml.DriftReport"
 
 
+def _report_key(report: Mapping[str, Any]) -> str:
+    """detector:source:partition: a compacted alerts topic keeps each one's latest verdict."""
+    partition = report["window"]["offsets"][0]["partition"]
+    return f"{report['detector']}:{report['source']}:{partition}"
+
+
 class DriftDetector(Streamlet):
     """Reports data drift per window, and changes in prediction signals, for a served model."""
 
+    # windows, first-N references and verdicts survive a restart (see .durable)
+    stateful = True
     control = ControlInlet("control", "streamflow.ml.DriftConfig")
     model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
-    # keyed by detector and source: a compacted alerts topic keeps each one's latest verdict
-    reports = Outlet("reports", _REPORT, key=lambda r: f"{r['detector']}:{r['source']}")
-    alerts = Outlet("alerts", _REPORT, key=lambda r: f"{r['detector']}:{r['source']}")
+    reports = Outlet("reports", _REPORT, key=_report_key)
+    alerts = Outlet("alerts", _REPORT, key=_report_key)
     status = Outlet("status", "streamflow.ml.ModelStatus", key=lambda r: r["model"])
 
     detector = params.Str(default="", description="the detector's name (default: the streamlet's)")
@@ -125,7 +141,9 @@ class DriftDetector(Streamlet):
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         self.settings = DriftSettings(name="")
+        # what a partition of each watched inlet starts from; its own state is in _tracked
         self.sources: dict[str, sources.Source] = {}
+        self._tracked: dict[tuple[str, int], tuple[object, durable.Tracked]] = {}
         self._fields: dict[str, set[str]] = {}
         self._model: tuple[str, int] = ("", 0)
         self._client: remote.InferenceClient | None = None
@@ -136,7 +154,6 @@ class DriftDetector(Streamlet):
         self._outputs = OutputSignals(self._signals, LabelJoin(capacity=1))
         self._names: dict[int, str] = {}  # model names by version
         self._join = versions.VersionJoin(capacity=1)
-        self._verdicts: dict[str, bool] = {}  # per source: the last window's verdict
         self._name = ""
         self._trusted: list[str] = []  # the deploy-time config's own dataset, allowed as given
 
@@ -263,8 +280,9 @@ class DriftDetector(Streamlet):
     ) -> None:
         # rows toward a window, and inputs awaiting their prediction, were cut for the old
         # settings; the predictions' versions are kept for the inputs still to come
-        dropped = sum(s.state.filled for s in self.sources.values()) + self._join.waiting_rows
-        self.context.count_skipped("drift-config-change", count=dropped)
+        dropped = sum(t.source.state.filled for _, t in self._tracked.values())
+        self.context.count_skipped("drift-config-change", count=dropped + self._join.waiting_rows)
+        self._tracked.clear()  # the stores are rewritten for the new settings as rows come
         self._join = self._join.without_waiting()
         if self._client is not None:
             self._retired.append(self._client)
@@ -293,9 +311,10 @@ class DriftDetector(Streamlet):
 
     async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
         await self._close_retired()
+        current = self._current()
         planned = batch.plan(
             records,
-            self.sources,
+            current,
             self._join.copy(),  # committed below, once every window is evaluated
             settings=self.settings,
             descriptor=self._model,
@@ -304,7 +323,7 @@ class DriftDetector(Streamlet):
         # evaluate before committing anything: a hosted detector that is down raises
         # Backpressure, and the whole batch is retried with the state it started from
         verdicts = [
-            await self._features(planned.sources[role], window)
+            await self._features(planned.sources[role].part(_partition(window)), window)
             for role, window, _ in planned.windows
         ]
         ends: dict[int, list[tuple[str, windows.Window, list[dict[str, Any]] | str]]] = {}
@@ -312,6 +331,7 @@ class DriftDetector(Streamlet):
             ends.setdefault(position, []).append((role, window, features))
         results: list[list[Emit] | None] = [None] * len(records)
         self._names.update(planned.names)
+        drifted = {key: durable.verdict_of(t) for key, (_, t) in self._tracked.items()}
         classes = iter(planned.classes)
         for index, record in enumerate(records):
             if record.inlet == OUTPUTS and OUTPUTS in self.sources:
@@ -325,12 +345,73 @@ class DriftDetector(Streamlet):
                 self._outputs.label(record.key, record.value.get(self.label_field))
             for role, window, features in ends.get(index, []):
                 signals = self._signals.report() if role == OUTPUTS else []
-                emitted = self._report(planned.sources[role], window, features, signals)
+                key = (role, _partition(window))
+                source = planned.sources[role].part(key[1])
+                emitted, drifted[key] = self._report(
+                    source, window, features, signals, was=drifted.get(key, False)
+                )
                 results[index] = [*(results[index] or []), *emitted]
-        self.sources, self._join = planned.sources, planned.join
+        self._commit(current, planned.sources, drifted)
+        self._join = planned.join
         if planned.refused:
             self.context.count_skipped("drift-unreadable-input", count=planned.refused)
         return results
+
+    def _current(self) -> dict[str, sources.Partitioned]:
+        """Each watched inlet's partitions as their stores hold them (read again when the
+        store changed under the cache: a batch handed back, a partition that moved)."""
+        current: dict[str, sources.Partitioned] = {}
+        held = set(self.state.held())
+        for key in [k for k in self._tracked if k not in held]:
+            del self._tracked[key]  # gone to another replica, with its store
+        for role, fresh in self.sources.items():
+            parts: dict[int, sources.Source] = {}
+            for inlet, partition in held:
+                if inlet != role:
+                    continue
+                store = self.state.partition(inlet, partition)
+                cached = self._tracked.get((inlet, partition))
+                if (
+                    cached is None
+                    or cached[0] is not store
+                    or not cached[1].current(store, self.settings)
+                ):
+                    cached = (store, durable.load(store, fresh, self.settings))
+                    self._tracked[(inlet, partition)] = cached
+                parts[partition] = cached[1].source
+            current[role] = sources.Partitioned(fresh, parts)
+        return current
+
+    def _commit(
+        self,
+        before: dict[str, sources.Partitioned],
+        after: dict[str, sources.Partitioned],
+        drifted: dict[tuple[str, int], bool],
+    ) -> None:
+        """Write each partition's new state to its store (with the batch, see .durable)."""
+        for role, partitioned in after.items():
+            for partition, source in partitioned.parts.items():
+                key = (role, partition)
+                cached = self._tracked.get(key)
+                if cached is None:
+                    # rows of a partition this replica no longer holds (they waited for
+                    # their prediction while it moved): its new owner has its own
+                    self.context.count_skipped(
+                        "drift-partition-moved", count=len(source.state.states)
+                    )
+                    continue
+                unchanged = before[role].parts.get(partition) is source
+                if unchanged and drifted.get(key, False) == durable.verdict_of(cached[1]):
+                    continue
+                store = self.state.partition(role, partition)
+                tracked = durable.save(
+                    store,
+                    cached[1],
+                    source,
+                    settings=self.settings,
+                    verdict=drifted.get(key, False),
+                )
+                self._tracked[key] = (store, tracked)
 
     @property
     def _output_fields(self) -> sources.OutputFields:
@@ -361,7 +442,11 @@ class DriftDetector(Streamlet):
         window: windows.Window,
         features: list[dict[str, Any]] | str,
         signals: list[dict[str, Any]],
-    ) -> list[Emit]:
+        *,
+        was: bool,
+    ) -> tuple[list[Emit], bool]:
+        """The window's report, and an alert when its verdict differs from the last one
+        of its partition (``was``); and the verdict."""
         version = int(window.rows.version.max()) if len(window.rows) else 0  # one per window
         name = self._names.get(version) or self._model[0]
         report = detect.window_report(
@@ -374,15 +459,21 @@ class DriftDetector(Streamlet):
             replica=f"{self.context.streamlet}-{self.context.replica}",
         )
         out = [self.reports(report)]
-        if report["drifted"] != self._verdicts.get(source.name, False):
+        if report["drifted"] != was:
             level = logging.WARNING if report["drifted"] else logging.INFO
-            log.log(level, "%s %s drift: %s", self.settings.name, source.name, report["message"])
+            log.log(
+                level,
+                "%s %s[%d] drift: %s",
+                self.settings.name,
+                source.name,
+                _partition(window),
+                report["message"],
+            )
             out.append(self.alerts(report))
-        self._verdicts[source.name] = report["drifted"]
         metrics.export(
             self.context, detector=self.settings.name, source=source.name, drifted=report["drifted"]
         )
-        return out
+        return out, bool(report["drifted"])
 
     def _status(self, config: dict[str, Any], state: str, message: str) -> Emit:
         level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
@@ -399,6 +490,11 @@ class DriftDetector(Streamlet):
                 "time": dt.datetime.now(dt.UTC),
             }
         )
+
+
+def _partition(window: windows.Window) -> int:
+    """The partition a window's rows came from (a window holds one partition's rows)."""
+    return int(window.rows.partition[0])
 
 
 def _as_prefix(location: str) -> str:

@@ -32,6 +32,11 @@ class Background:
         self.features = features
         self._rows = np.zeros((0, features), dtype=np.float32)
         self.origin = f"the first {size} records"
+        self.from_records = True  # until a dataset is used
+
+    def restore(self, rows: np.ndarray) -> None:
+        """The first records' rows as kept so far (the streamlet's state holds them)."""
+        self._rows = np.asarray(rows, dtype=np.float32).reshape(-1, self.features)[: self.size]
 
     @property
     def ready(self) -> bool:
@@ -50,13 +55,16 @@ class Background:
         self._rows = finite[: self.size]
         self.size = len(self._rows)
         self.origin = origin
+        self.from_records = False
 
-    def add(self, rows: np.ndarray) -> None:
-        """Offer a batch's inputs; kept only until the background is full."""
+    def add(self, rows: np.ndarray) -> np.ndarray:
+        """Offer a batch's inputs; kept only until the background is full. Returns the
+        indexes (in ``rows``) of those kept."""
         if self.ready:
-            return
-        finite = rows[np.isfinite(rows).all(axis=1)]
-        self._rows = np.concatenate([self._rows, finite[: self.size - len(self._rows)]])
+            return np.zeros(0, dtype=np.int64)
+        taken = np.flatnonzero(np.isfinite(rows).all(axis=1))[: self.size - len(self._rows)]
+        self._rows = np.concatenate([self._rows, rows[taken]])
+        return taken
 
     def baseline(self, kind: str, explicit: Sequence[float] = ()) -> np.ndarray:
         """The integrated-gradients baseline: explicit values, or a statistic of the background."""

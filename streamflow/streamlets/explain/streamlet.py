@@ -58,12 +58,16 @@ __all__ = ["METHODS", "ModelExplainer"]
 
 log = logging.getLogger("streamflow.streamlets.explain")
 
+_BACKGROUND = "background"  # the state key: a partition's rows of the first-records background
+
 METHODS = scope.METHODS
 
 
 class ModelExplainer(ModelFollower):
     """Explains sampled or interesting predictions of the model the `model` inlet names."""
 
+    # a background taken from the first records survives a restart (see _restore_background)
+    stateful = True
     out = Outlet("out", "streamflow.ml.Explanation")
 
     method = params.Choice(METHODS, default="integrated-gradients", description="how to explain")
@@ -227,6 +231,7 @@ class ModelExplainer(ModelFollower):
         layout = plan.layout
         has_rows = batch and layout.features  # ragged inputs have no feature rows to keep
         x = layout.flatten(inputs) if has_rows else np.zeros((len(batch), self.backdrop.features))
+        self._restore_background()
         background = self._staged_background(x)
         predictions = None
         if batch and self.selector.needs_predictions:
@@ -284,7 +289,7 @@ class ModelExplainer(ModelFollower):
         skipped["budget"] = len(chosen) - done
         # records explained without their text (or other non-float) inputs count as well
         skipped["not-applicable"] = done if plan.fixed else 0
-        self._commit(x, skipped)
+        self._commit(x, skipped, batch)
         return results
 
     def _encode(
@@ -316,12 +321,30 @@ class ModelExplainer(ModelFollower):
         filled = np.cumsum(np.isfinite(x).all(axis=1))
         return int(np.searchsorted(filled, missing)) if len(filled) else 0
 
-    def _commit(self, x: np.ndarray, skipped: dict[str, int]) -> None:
+    def _commit(self, x: np.ndarray, skipped: dict[str, int], batch: list[Record]) -> None:
         """Only once the batch cannot be retried: a retried batch must not count twice."""
-        if x.shape[1] == self.backdrop.features:
-            self.backdrop.add(x)
+        if x.shape[1] == self.backdrop.features and self.backdrop.from_records:
+            taken = self.backdrop.add(x)
+            # each row kept goes to the state of its record's partition (written with the
+            # batch, so a batch handed back leaves nothing there)
+            for partition in sorted({batch[i].partition for i in taken.tolist()}):
+                rows = x[[i for i in taken.tolist() if batch[i].partition == partition]]
+                store = self.state.partition(batch[0].inlet, partition)
+                kept = store.get(_BACKGROUND)
+                store.set(_BACKGROUND, rows if kept is None else np.concatenate([kept, rows]))
         for reason, count in skipped.items():
             self.context.count_skipped(reason, count=count)
+
+    def _restore_background(self) -> None:
+        """While it fills from the first records, the background is what the stores of the
+        partitions held now keep: after a restart, a handed-back batch or a rebalance alike."""
+        if self.backdrop.ready or not self.backdrop.from_records or not self.backdrop.features:
+            return
+        kept = [self.state.partition(i, p).get(_BACKGROUND) for i, p in self.state.held()]
+        rows = [np.asarray(k, dtype=np.float32) for k in kept if k is not None]
+        self.backdrop.restore(
+            np.concatenate(rows) if rows else np.zeros((0, self.backdrop.features))
+        )
 
     async def _predict(
         self, active: ActiveModel, plan: scope.Plan, inputs: dict[str, np.ndarray]

@@ -259,3 +259,26 @@ def test_what_is_explained_does_not_depend_on_the_batch_size(tmp_path: Path) -> 
     explained, skipped = runs[0]
     assert explained and min(int(key[1:]) for key in explained) >= 49  # p49: 50 rows seen
     assert skipped["no-background-yet"] > 0
+
+
+def test_a_background_half_taken_survives_a_restart(tmp_path: Path) -> None:
+    """The first 50 records are the background: 30 before a restart, 20 after it, and the
+    first record explained afterwards is the 50th, as without the restart."""
+    rows = e.points(80, seed=5)
+    model = e.linear_model(tmp_path / "linear.keras")
+    h = e.harness(tmp_path)
+    h.control("model", e.descriptor(1, model))
+    assert e.settle(h, 1)["state"] == "serving"
+    h.feed("in", rows[:30], keys=[r["id"] for r in rows[:30]])
+    h.run()
+    assert h.outputs("out") == [] and h.context.skipped["no-background-yet"] == 30
+    again = h.restarted()
+    h.teardown()
+    again.control("model", e.descriptor(1, model))  # replayed, as from the control topic
+    assert e.settle(again, 1)["state"] == "serving"
+    again.feed("in", rows[30:], keys=[r["id"] for r in rows[30:]])
+    again.run()
+    explained = sorted(int(key[1:]) for key, _ in again.outputs("out"))  # type: ignore[index]
+    assert explained == list(range(49, 80))
+    assert again.context.skipped["no-background-yet"] == 19
+    again.teardown()
