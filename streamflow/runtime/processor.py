@@ -469,15 +469,17 @@ class Processor:
         except outputs_mod.OutputError as exc:
             # A broken contract (a result of the wrong length), not a poison record:
             # re-running one by one could hide it, so the whole batch is dead-lettered.
+            if self.state is not None:
+                self.state.rollback()  # and nothing it wrote is kept
             return [exc] * len(records)
         except Exception as exc:
+            state = self.state
+            if state is not None:
+                state.rollback()  # a call that raised keeps nothing; re-run, records write again
             if len(records) == 1:
                 return [exc]
             # Isolate the poison record(s): re-run one by one, so the rest still flows.
             log.warning("process_batch failed on %d records (%s); isolating", len(records), exc)
-            state = self.state
-            if state is not None:
-                state.rollback()  # what the failed call wrote is written again, record by record
             out: list[Any] = []
             for record in records:
                 if state is not None:
@@ -562,7 +564,8 @@ def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> lis
 def _stateful_record_logic(
     method: Callable[[Record], Any], records: list[Record], state: StateManager
 ) -> list[Any]:
-    """:func:`_record_logic`, where a record whose logic raises leaves no state written."""
+    """:func:`_record_logic`, where a record whose logic raises leaves no state written
+    (apart from it, so that a stateless streamlet pays nothing per record for this)."""
     results: list[Any] = []
     for record in records:
         state.savepoint()

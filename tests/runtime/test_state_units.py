@@ -332,3 +332,21 @@ def test_a_stateful_streamlet_needs_a_data_inlet() -> None:
 
     with pytest.raises(DeclarationError, match="stateful but has no data inlet"):
         describe(Source)
+
+
+class _OneAtATime(Counter):
+    def process_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        out = [self.process(r) for r in records]
+        if any(r.value.get("fail_batch") for r in records):
+            raise RuntimeError("the whole call failed, after its writes")
+        return out
+
+
+def test_a_batch_call_that_raises_on_its_only_record_keeps_none_of_its_writes(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    r = memory_support.rig(_OneAtATime(), loop, state_dir=tmp_path, batch_size=1)
+    r.write({"id": "a"}, {"id": "a", "fail_batch": True}, {"id": "a"})
+    _turn(r)
+    assert _seqs(r) == [("a", 1), ("a", 2)]
+    assert [kind for _, kind, _ in r.dead] == ["logic"]
