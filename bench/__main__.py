@@ -35,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,18 +142,31 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap, broker = stack.enter_context(common.broker(args.bootstrap))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         _say(f"broker: {bootstrap} ({broker}); scenarios: {', '.join(args.scenarios)}")
+        failures: dict[str, str] = {}
+
+        def attempt(key: str, run: Callable[[], Any]) -> None:
+            """One scenario; a failure is reported and recorded, and the others still run
+            (a crash in the last scenario must not throw away an hour of the first)."""
+            with steps.step(key):
+                try:
+                    scenarios[key] = run()
+                except Exception as exc:
+                    failures[key] = f"{type(exc).__name__}: {exc}"
+                    _say(
+                        f"bench: {key} failed, the other scenarios go on:\n{traceback.format_exc()}"
+                    )
+
         if "passthrough" in args.scenarios:
-            with steps.step("passthrough"):
-                options = passthrough.parse_args(
-                    ["--records", str(n["passthrough"]), "--rounds", str(n["passthrough_rounds"])]
-                )
-                scenarios["passthrough"] = passthrough.run_scenario(
-                    options, bootstrap=bootstrap, broker=broker
-                )
+            options = passthrough.parse_args(
+                ["--records", str(n["passthrough"]), "--rounds", str(n["passthrough_rounds"])]
+            )
+            attempt(
+                "passthrough",
+                lambda: passthrough.run_scenario(options, bootstrap=bootstrap, broker=broker),
+            )
         if "latency" in args.scenarios:
-            with steps.step("latency"):
-                settings = latency.Settings(rounds=n["rounds"])
-                scenarios["latency"] = latency.run_scenario(bootstrap, workdir, settings)
+            settings = latency.Settings(rounds=n["rounds"])
+            attempt("latency", lambda: latency.run_scenario(bootstrap, workdir, settings))
         models = None
         if "models" in steps.keys:
             with steps.step("models"):
@@ -160,31 +174,37 @@ def main(argv: list[str] | None = None) -> int:
 
                 models = serving.Models(workdir / "models")
         if "scaleout" in args.scenarios:
-            with steps.step("scaleout"):
-                scenarios["scaleout"] = scaleout.run_scenario(
+            attempt(
+                "scaleout",
+                lambda: scaleout.run_scenario(
                     bootstrap,
                     workdir,
                     rounds=n["rounds"],
                     records=n["scaleout"],
                     inference_records=n["scaleout_inference"],
                     models=models,
-                )
+                ),
+            )
         if "serving" in args.scenarios:
-            with steps.step("serving"):
-                from bench import serving
+            from bench import serving
 
-                assert models is not None  # trained above for serving
+            assert models is not None  # trained above for serving
+
+            def serve() -> Any:
+                assert models is not None
                 with serving.model_server(models) as url:
-                    scenarios["serving"] = serving.run_scenario(
-                        bootstrap, workdir, models, url, n["serving"]
-                    )
-        if "score" in args.scenarios:
-            with steps.step("score"):
-                from bench import scoring
+                    return serving.run_scenario(bootstrap, workdir, models, url, n["serving"])
 
-                scenarios["score"] = scoring.run_scenario(
+            attempt("serving", serve)
+        if "score" in args.scenarios:
+            from bench import scoring
+
+            attempt(
+                "score",
+                lambda: scoring.run_scenario(
                     bootstrap, workdir, rows=n["score"], rounds=n["rounds"]
-                )
+                ),
+            )
     result: dict[str, Any] = {
         "benchmark": "streamflow",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -200,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": common.environment(),
         "versions": common.competitor_versions(),
         "scenarios": scenarios,
+        "failures": failures,
     }
     result["headline"] = summary.headline(result)
     with steps.step("report"):
@@ -208,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     took = result["settings"]["duration_s"]
     also = ".md" if args.no_plots else ".md, .png"
     _say(f"results: {path.relative_to(common.REPO)} (and {also}) in {took} s")
+    if failures:
+        _say("bench: failed: " + "; ".join(f"{k}: {v}" for k, v in failures.items()))
+        return 1
     return 0
 
 

@@ -37,11 +37,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import common
+from streamflow.runtime.clients import config_from_env
 
 SCHEMA_FILE = common.SCHEMA_DIR / "TimedRecord.avsc"
 HEADERS: list[tuple[str, str | bytes | None]] = [("streamflow-schema", b"bench.TimedRecord")]
 _TICK_S = 0.25
-_ENV_PREFIX = "STREAMFLOW_KAFKA_"
 
 
 def _wire(args: argparse.Namespace) -> common.Wire:
@@ -51,10 +51,9 @@ def _wire(args: argparse.Namespace) -> common.Wire:
 
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
     """bootstrap, then ``STREAMFLOW_KAFKA_*`` from the environment, then ``-X`` settings."""
-    config: dict[str, Any] = {"bootstrap.servers": args.bootstrap}
-    for name, value in os.environ.items():
-        if name.startswith(_ENV_PREFIX) and name != _ENV_PREFIX + "BOOTSTRAP" and value:
-            config[name[len(_ENV_PREFIX) :].lower().replace("_", ".")] = value
+    # read as a replica reads them: STREAMFLOW_KAFKA_LIB (the devkit's jars) and the
+    # registry's credentials are not librdkafka settings
+    config: dict[str, Any] = {"bootstrap.servers": args.bootstrap, **config_from_env(os.environ)}
     for setting in args.kafka:
         key, sep, value = setting.partition("=")
         if not sep:
