@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import logging
 from collections.abc import (
     AsyncIterator,
@@ -139,15 +140,16 @@ class StreamletHarness:
         )
         self._source: Iterator[Any] | AsyncIterator[Any] | None = None
         self._state = "new"
-        self._again = {
-            "streamlet": streamlet,
-            "config": config,
-            "store": self.store,
-            "batch_size": batch_size,
-            "strict": strict,
-            "app": app,
-            "name": name,
-        }
+        self._again: Callable[[], StreamletHarness] = functools.partial(
+            StreamletHarness,
+            streamlet,
+            config=config,
+            store=self.store,
+            batch_size=batch_size,
+            strict=strict,
+            app=app,
+            name=name,
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -185,7 +187,7 @@ class StreamletHarness:
         """
         if self.state_changelog() is None:
             raise HarnessError(f"{self.descriptor.class_path} keeps no state to restart with")
-        again = StreamletHarness(**self._again)
+        again = self._again()
         for msg in self.state_changelog() or []:
             again._engine.broker.append(
                 msg.topic(),  # type: ignore[arg-type]

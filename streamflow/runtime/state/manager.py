@@ -23,6 +23,7 @@ or ``between_batches`` would belong to no batch, and no transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -57,12 +58,15 @@ class ChangelogReader(Protocol):
         """The (key, value or None) records from ``start`` up to ``end``, in order."""
 
 
+@dataclasses.dataclass(frozen=True)
 class Restored:
     """What one restore did, for the log and the tests."""
 
-    def __init__(self, inlet: str, partition: int, records: int, seconds: float, wiped: bool):
-        self.inlet, self.partition = inlet, partition
-        self.records, self.seconds, self.wiped = records, seconds, wiped
+    inlet: str
+    partition: int
+    records: int  # changelog records applied
+    seconds: float
+    wiped: bool  # the local file was of no use (none yet, or of another changelog)
 
 
 class StateManager:
@@ -170,7 +174,13 @@ class StateManager:
         # the file is no use when it was made from another changelog (one deleted and
         # made again under the same name), or when the changelog no longer has what came
         # after it (compacted past it): then the changelog alone is the state
-        wiped = store.changelog_id != identity or not first <= start <= end
+        known = store.changelog_id
+        why = ""
+        if known and known != identity:
+            why = " (the local copy was of an earlier changelog of that name: rebuilt)"
+        elif known and not first <= start <= end:
+            why = " (the local copy was older than the changelog keeps: rebuilt)"
+        wiped = known != identity or not first <= start <= end
         if wiped:
             store.wipe()
             store.save_changelog_id(identity)
@@ -185,7 +195,7 @@ class StateManager:
             partition,
             count,
             seconds,
-            " (the local copy was out of date, rebuilt)" if wiped and start else "",
+            why,
             keys,
             size,
         )

@@ -113,6 +113,11 @@ def save(
         name = str(version)
         seen_before = old["versions"][name]["seen"] if old and name in old["versions"] else 0
         live = chunks.setdefault(name, [])
+        if state.seen < seen_before:  # closed and begun again in this batch (a straggler)
+            for begin, _ in live:
+                store.delete(f"{_ROWS}{name}/{begin:012d}")
+            live.clear()
+            seen_before = 0
         first_kept = state.seen - len(state.buffer)
         start = max(seen_before, first_kept)
         if state.seen > start:

@@ -106,7 +106,9 @@ class ModelExplainer(ModelFollower):
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self._drift: dict[tuple[str, str], bool] = {}
+        # the latest verdict of each detector, source and partition (a detector's windows
+        # are per input partition: one partition's "no drift" does not clear another's)
+        self._drift: dict[tuple[str, str, int], bool] = {}
         self._runner: tuple[str, runners.Explain] | None = None
         self._explainer: remote.InferenceClient | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="explain")
@@ -171,7 +173,10 @@ class ModelExplainer(ModelFollower):
     def on_control(self, inlet: str, record: Record) -> Emit | list[Emit] | None:
         if inlet == "drift":
             report = record.value
-            self._drift[(report["detector"], report["source"])] = bool(report["drifted"])
+            offsets = report["window"]["offsets"]
+            partition = int(offsets[0]["partition"]) if offsets else -1
+            key = (report["detector"], report["source"], partition)
+            self._drift[key] = bool(report["drifted"])
             return None
         return super().on_control(inlet, record)
 

@@ -60,12 +60,23 @@ def test_interesting_records_are_always_explained(tmp_path: Path) -> None:
     assert reasons == expected and expected
 
 
-def _report(drifted: bool) -> dict[str, Any]:
+def _report(drifted: bool, partition: int | None = None) -> dict[str, Any]:
     now = dt.datetime.now(dt.UTC)
+    offsets = (
+        []
+        if partition is None
+        else [{"topic": "in", "partition": partition, "first": 0, "last": 0}]
+    )
     return {
         "detector": "drift",
         "source": "inputs",
-        "window": {"index": 0, "records": 1, "start_time": now, "end_time": now, "offsets": []},
+        "window": {
+            "index": 0,
+            "records": 1,
+            "start_time": now,
+            "end_time": now,
+            "offsets": offsets,
+        },
         "drifted": drifted,
         "severity": "HIGH" if drifted else "NONE",
         "time": now,
@@ -88,6 +99,18 @@ def test_while_drift_is_reported_more_records_are_explained(tmp_path: Path) -> N
     h.feed("in", e.points(200, seed=5, start=400))
     h.run()
     assert len(h.values("out")) == len(explained)
+
+
+def test_one_partition_without_drift_does_not_clear_another_s(tmp_path: Path) -> None:
+    """A detector's windows are per partition: partition 1's verdict is not partition 0's."""
+    h = e.harness(tmp_path, cls=e.DriftAwareExplainer, sample_rate=0.0, drift_rate=1.0)
+    h.control("model", e.descriptor(1, e.linear_model(tmp_path / "linear.keras")))
+    e.settle(h, 1)
+    h.control("drift", _report(True, partition=0))
+    h.control("drift", _report(False, partition=1))
+    h.feed("in", e.points(80, seed=9))
+    h.run()
+    assert {v["reason"] for v in h.values("out")} == {"DRIFT"}
 
 
 def test_a_slow_explainer_sheds_records_within_its_budget(tmp_path: Path) -> None:
