@@ -396,9 +396,7 @@ class DriftDetector(Streamlet):
                 if cached is None:
                     # rows of a partition this replica no longer holds (they waited for
                     # their prediction while it moved): its new owner has its own
-                    self.context.count_skipped(
-                        "drift-partition-moved", count=len(source.state.states)
-                    )
+                    self.context.count_skipped("drift-partition-moved", count=source.state.filled)
                     continue
                 unchanged = before[role].parts.get(partition) is source
                 if unchanged and drifted.get(key, False) == durable.verdict_of(cached[1]):

@@ -80,6 +80,20 @@ def points(
     return out
 
 
+def kafka_topics(*, predictions: bool) -> dict[str, dict[str, Any]]:
+    """The topics of a detector named ``drift`` on the real broker (``support.make_app``)."""
+    topics: dict[str, dict[str, Any]] = {"points": {"consumers": ["drift.in"]}}
+    if predictions:
+        topics["predictions"] = {"consumers": ["drift.outputs"]}
+    return topics | {
+        "models": {"consumers": ["drift.model"], "config": {"cleanup.policy": "compact"}},
+        "drift-config": {"consumers": ["drift.control"]},
+        "reports": {"producers": ["drift.reports"]},
+        "alerts": {"producers": ["drift.alerts"]},
+        "status": {"producers": ["drift.status"]},
+    }
+
+
 def harness(cls: type[DriftDetector], **config: Any) -> StreamletHarness:
     defaults: dict[str, Any] = {"window": 200, "reference_size": 1000}
     if cls is not OutputDrift:

@@ -50,14 +50,7 @@ def _app(bootstrap: str, guarantee: str) -> Application:
                 },
             }
         },
-        topics={
-            "points": {"consumers": ["drift.in"]},
-            "models": {"consumers": ["drift.model"], "config": {"cleanup.policy": "compact"}},
-            "drift-config": {"consumers": ["drift.control"]},
-            "reports": {"producers": ["drift.reports"]},
-            "alerts": {"producers": ["drift.alerts"]},
-            "status": {"producers": ["drift.status"]},
-        },
+        topics=d.kafka_topics(predictions=False),
         schema_paths=[d.SCHEMAS],
         python_paths=[ROOT],
     )

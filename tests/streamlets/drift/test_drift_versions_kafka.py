@@ -41,15 +41,7 @@ def _app(bootstrap: str) -> Application:
                 },
             }
         },
-        topics={
-            "points": {"consumers": ["drift.in"]},
-            "predictions": {"consumers": ["drift.outputs"]},
-            "models": {"consumers": ["drift.model"], "config": {"cleanup.policy": "compact"}},
-            "drift-config": {"consumers": ["drift.control"]},
-            "reports": {"producers": ["drift.reports"]},
-            "alerts": {"producers": ["drift.alerts"]},
-            "status": {"producers": ["drift.status"]},
-        },
+        topics=d.kafka_topics(predictions=True),
         schema_paths=[d.SCHEMAS],
         python_paths=[ROOT],
     )
