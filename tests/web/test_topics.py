@@ -106,3 +106,29 @@ def test_a_failed_read_is_tried_again_though_the_topic_did_not_move() -> None:
     records = reader.records()
     assert records.problem is None
     assert [r["severity"] for r in records.drift["drift"]] == ["HIGH"]
+
+
+def test_each_partition_keeps_its_own_newest_verdict() -> None:
+    """A detector's windows are per input partition: partition 1's calm report after
+    partition 0's drifted one does not make the application's verdict "no drift"."""
+    reader = topics.TopicReader(
+        bootstrap="unused:9092",
+        config={},
+        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
+        store=STORE,
+    )
+    kafka = OneRecord(failures=0)
+    codec = SingleObjectCodec(STORE.get(snapshot.DRIFT_REPORT), store=STORE)
+
+    def report(partition: int, drifted: bool) -> Message:
+        span = {"topic": "wine-features", "partition": partition, "first": 0, "last": 177}
+        window = {**REPORT["window"], "offsets": [span]}  # type: ignore[dict-item]
+        value = {**REPORT, "window": window, "drifted": drifted}
+        return Message(codec.encode(value))
+
+    kafka.pending = [report(0, True), report(1, False)]
+    reader.poll(kafka)  # type: ignore[arg-type]
+    drift = reader.records().drift["drift"]
+    assert sorted(r["drifted"] for r in drift) == [False, True]
+    latest = snapshot._latest_drift(reader.records())
+    assert latest is not None and latest["verdict"] == "drift"

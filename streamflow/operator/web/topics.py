@@ -41,7 +41,7 @@ DEAD_LETTER_HEADERS = {
     "streamflow-source-partition": "partition",
     "streamflow-source-offset": "offset",
 }
-_PER_TOPIC = 20  # the newest records read per topic, enough for every key of a detector
+_PER_TOPIC = 40  # the newest records read per topic: every key (source, partition) of a detector
 
 
 def report_topics(graph: Graph) -> dict[str, tuple[str, str]]:
@@ -152,7 +152,10 @@ class TopicReader:
     def _keep(self, streamlet: str, schema: str, value: dict[str, Any]) -> None:
         with self._lock:
             if schema == snapshot.DRIFT_REPORT:
-                key = f"{value.get('detector')}:{value.get('source')}"
+                # a detector's windows are per input partition: the newest report of each
+                offsets = (value.get("window") or {}).get("offsets") or [{}]
+                partition = offsets[0].get("partition", -1)
+                key = f"{value.get('detector')}:{value.get('source')}:{partition}"
                 self._drift.setdefault(streamlet, {})[key] = value
             else:
                 self._explanations[streamlet] = value
