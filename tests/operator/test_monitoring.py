@@ -213,7 +213,7 @@ def exported() -> dict[str, set[str]]:
 def test_the_own_metrics_come_from_the_streamlets_that_report_them(
     exported: dict[str, set[str]],
 ) -> None:
-    assert exported["streamflow_drift_detected"] >= {"app", "detector", "source"}
+    assert exported["streamflow_drift_detected"] >= {"app", "detector", "source", "partition"}
     assert exported["streamflow_drift_windows_total"] >= {"detector", "source", "drifted"}
     assert exported["streamflow_model_loaded"] == {"app", "streamlet", "replica"}
 

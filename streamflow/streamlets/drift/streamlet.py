@@ -469,7 +469,11 @@ class DriftDetector(Streamlet):
             )
             out.append(self.alerts(report))
         metrics.export(
-            self.context, detector=self.settings.name, source=source.name, drifted=report["drifted"]
+            self.context,
+            detector=self.settings.name,
+            source=source.name,
+            partition=_partition(window),
+            drifted=report["drifted"],
         )
         return out, bool(report["drifted"])
 
