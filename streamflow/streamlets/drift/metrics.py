@@ -17,9 +17,7 @@ from streamflow.api.streamlet import Context
 __all__ = ["export"]
 
 
-def export(
-    context: Context, *, detector: str, source: str, partition: int, drifted: bool
-) -> None:
+def export(context: Context, *, detector: str, source: str, partition: int, drifted: bool) -> None:
     labels = {"detector": detector, "source": source, "partition": str(partition)}
     context.set_gauge(
         "drift_detected",
