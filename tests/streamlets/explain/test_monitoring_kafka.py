@@ -49,10 +49,9 @@ def _app(bootstrap: str, cache: Path, baseline: list[float]) -> Application:
             },
         },
         topics={
-            "features": {
-                "consumers": ["classifier.in", "drift.in", "explain.in"],
-                "partitions": 2,
-            },
+            # one partition: the detector's windows are per input partition, and this
+            # test counts every record into exactly one window of one sequence
+            "features": {"consumers": ["classifier.in", "drift.in", "explain.in"]},
             "models": {
                 "consumers": ["classifier.model", "drift.model", "explain.model"],
                 "config": {"cleanup.policy": "compact"},
