@@ -12,8 +12,8 @@ history.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -60,7 +60,53 @@ def ensure_changelogs(admin: Any, topics: Mapping[str, tuple[int, int]]) -> list
                 problems.append(f"{name}: {exc.args[0].str()}")
     if problems:
         raise StateError("the state's changelog topics are not usable: " + "; ".join(problems))
+    _wait_for_leaders(admin, created)
     return created
+
+
+def _wait_for_leaders(admin: Any, names: list[str]) -> None:
+    """Until every partition of the topics just made has a leader: a restore that asks for
+    their offsets sooner is told the topic is unknown (seen on a broker just started)."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    waiting = set(names)
+    while waiting and time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=_TIMEOUT_S).topics
+        for name in list(waiting):
+            found = topics.get(name)
+            if (
+                found is not None
+                and found.error is None
+                and found.partitions
+                and all(p.leader >= 0 for p in found.partitions.values())
+            ):
+                waiting.discard(name)
+        if waiting:
+            time.sleep(0.1)
+
+
+_T = TypeVar("_T")
+# what a topic made moments ago (or a broker just restarted) answers for a while
+_TRANSIENT = frozenset(
+    (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+)
+
+
+def _retrying(what: str, call: Callable[[], _T]) -> _T:
+    """``call()``, again while Kafka's answer is transient, for up to ``_TIMEOUT_S``."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in _TRANSIENT
+            if not transient or time.monotonic() > deadline:
+                raise StateError(f"cannot read {what}: {error.str()}") from None
+        time.sleep(0.2)
 
 
 class KafkaChangelog:
@@ -82,12 +128,19 @@ class KafkaChangelog:
             )
             return int(futures[tp].result(timeout=_TIMEOUT_S).offset)
 
-        return offset(_OffsetSpec.earliest()), offset(_OffsetSpec.latest())
+        where = f"the offsets of {topic}[{partition}]"
+        return (
+            _retrying(where, lambda: offset(_OffsetSpec.earliest())),
+            _retrying(where, lambda: offset(_OffsetSpec.latest())),
+        )
 
     def identity(self, topic: str) -> str:
-        collection = TopicCollection([topic])
-        futures = self._admin.describe_topics(collection, request_timeout=_TIMEOUT_S)
-        return str(futures[topic].result(timeout=_TIMEOUT_S).topic_id)
+        def describe() -> str:
+            collection = TopicCollection([topic])
+            futures = self._admin.describe_topics(collection, request_timeout=_TIMEOUT_S)
+            return str(futures[topic].result(timeout=_TIMEOUT_S).topic_id)
+
+        return _retrying(f"the id of {topic}", describe)
 
     def read(
         self, topic: str, partition: int, start: int, end: int
