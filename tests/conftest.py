@@ -24,7 +24,12 @@ from streamflow import devkit
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-pytest_plugins = ["tests.model_fixtures", "tests.k8s_fixtures", "tests.image_fixtures"]
+pytest_plugins = [
+    "tests.model_fixtures",
+    "tests.k8s_fixtures",
+    "tests.image_fixtures",
+    "tests.toxiproxy_fixtures",
+]
 
 BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
 SCHEMA_REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"

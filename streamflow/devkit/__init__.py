@@ -1,4 +1,5 @@
-"""Local development infrastructure: Kafka, kwok Kubernetes, a real Kubernetes node, KServe."""
+"""Local development infrastructure: Kafka, kwok Kubernetes, a real Kubernetes node, KServe,
+and Toxiproxy for network faults."""
 
 from streamflow.devkit.k8s import KUBE_BINARIES, KubeCluster, find_k8s_bin, find_kubectl
 from streamflow.devkit.k8s_node import PAUSE_IMAGE, TEST_IMAGE, RealNode, find_node_images
@@ -12,6 +13,7 @@ from streamflow.devkit.kafka import (
 from streamflow.devkit.kafka_secured import SecuredKafkaBroker
 from streamflow.devkit.modelserver import ModelServer, find_modelserver
 from streamflow.devkit.registry import SchemaRegistry, find_registry_app
+from streamflow.devkit.toxiproxy import Proxy, Toxic, ToxiproxyServer, find_toxiproxy
 
 __all__ = [
     "KUBE_BINARIES",
@@ -21,9 +23,12 @@ __all__ = [
     "KafkaBroker",
     "KubeCluster",
     "ModelServer",
+    "Proxy",
     "RealNode",
     "SchemaRegistry",
     "SecuredKafkaBroker",
+    "Toxic",
+    "ToxiproxyServer",
     "create_topic",
     "find_java",
     "find_k8s_bin",
@@ -32,4 +37,5 @@ __all__ = [
     "find_modelserver",
     "find_node_images",
     "find_registry_app",
+    "find_toxiproxy",
 ]

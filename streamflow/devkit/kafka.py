@@ -12,6 +12,12 @@ Design choices, each for a reason:
   real pod's network can reach) picked at first start and kept for the object's lifetime, so
   `restart()` comes back on the same address with the same log dirs and a
   client that survives the outage sees the same cluster.
+* With ``advertised=`` (a proxy's address), a second client listener tells
+  the clients that connect to it to come back through that address, so a
+  fault-injecting proxy stays between them and the broker after the first
+  metadata answer. It is a listener apart: the broker's own connections (the
+  transaction markers it writes to itself) and the devkit's set-up keep the
+  direct one, so only the clients routed through the proxy suffer its faults.
 * A static quorum (`controller.quorum.voters`) rather than a dynamic one: the
   controller's address then lives only in the config, never in the metadata
   log, so a reused `work_dir` still starts when its ports change.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -147,9 +154,14 @@ class KafkaBroker:
         overrides: Mapping[str, str | int] | None = None,
         jvm_options: Sequence[str] = (),
         host: str = _HOST,
+        advertised: str | None = None,
     ) -> None:
+        """``advertised`` (``host:port``, e.g. a proxy's listen address) adds the
+        `proxied_listener`, which advertises that address; see the module docstring."""
         self._lib_dir = lib_dir
         self._host = host
+        self._advertised = advertised
+        self._proxied_port: int | None = None
         self._given_work_dir = work_dir
         self._heap = heap
         self._keep = keep
@@ -183,6 +195,16 @@ class KafkaBroker:
         return f"{self._host}:{self._ports[0]}"
 
     @property
+    def proxied_listener(self) -> str:
+        """`<host>:<port>` of the listener that advertises ``advertised``: where a proxy
+        in front of the broker forwards to. Stable across `restart()`."""
+        if self._advertised is None:
+            raise DevkitError("This Kafka broker was made without `advertised`: it has no proxy.")
+        if self._proxied_port is None:
+            raise DevkitError("The Kafka broker has not been started.")
+        return f"{self._host}:{self._proxied_port}"
+
+    @property
     def work_dir(self) -> Path | None:
         """The folder with server.properties, the logs and the data, once started."""
         return self._work_dir
@@ -199,7 +221,10 @@ class KafkaBroker:
         lib = find_kafka_lib(lib_dir=self._lib_dir)
         work_dir = self._prepare_work_dir()
         if self._ports is None:
-            self._ports = _free_port_pair(self._host)
+            listeners = 2 if self._advertised is not None else 1
+            *clients, controller = _free_ports(self._host, client_listeners=listeners)
+            self._ports = (clients[0], controller)
+            self._proxied_port = clients[1] if self._advertised is not None else None
         config = self._write_config(work_dir)
         if not (work_dir / "data" / "meta.properties").exists():
             _format_storage(
@@ -224,6 +249,7 @@ class KafkaBroker:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         self._work_dir = None
         self._ports = None
+        self._proxied_port = None
 
     def kill(self) -> None:
         """Crash the broker (SIGKILL), keeping its ports and data for `start()`/`restart()`."""
@@ -260,7 +286,11 @@ class KafkaBroker:
         plaintext, controller = self._ports
         settings = {
             **_server_settings(
-                plaintext=plaintext, controller=controller, data=work_dir / "data", host=self._host
+                plaintext=plaintext,
+                controller=controller,
+                data=work_dir / "data",
+                host=self._host,
+                proxied=self._proxied(),
             ),
             **self._extra_settings(work_dir),
             **self._overrides,
@@ -268,6 +298,12 @@ class KafkaBroker:
         config = work_dir / "server.properties"
         config.write_text("".join(f"{key}={_escape(value)}\n" for key, value in settings.items()))
         return config
+
+    def _proxied(self) -> tuple[int, str] | None:
+        """The proxied listener's port and the address it advertises, if there is one."""
+        if self._advertised is None or self._proxied_port is None:
+            return None
+        return self._proxied_port, self._advertised
 
     def _extra_settings(self, work_dir: Path) -> dict[str, str]:
         """Settings a subclass adds (listeners, security) over the plaintext defaults."""
@@ -358,17 +394,31 @@ def _has_leaders(admin: AdminClient, name: str, *, partitions: int) -> bool:
 
 
 def _server_settings(
-    *, plaintext: int, controller: int, data: Path, host: str = _HOST
+    *,
+    plaintext: int,
+    controller: int,
+    data: Path,
+    host: str = _HOST,
+    proxied: tuple[int, str] | None = None,
 ) -> dict[str, str]:
     # Clients connect to `host` (loopback unless the broker must be reached from
     # elsewhere, such as a real pod's network namespace); the controller stays on loopback.
+    listeners = f"PLAINTEXT://{host}:{plaintext},CONTROLLER://{_HOST}:{controller}"
+    advertised = f"PLAINTEXT://{host}:{plaintext}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if proxied is not None:
+        # A client that came in through the proxy is sent back to it, never around it.
+        port, address = proxied
+        listeners += f",PROXIED://{host}:{port}"
+        advertised += f",PROXIED://{address}"
+        protocols += ",PROXIED:PLAINTEXT"
     return {
         "process.roles": "broker,controller",
         "node.id": str(_NODE_ID),
         "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller}",
-        "listeners": f"PLAINTEXT://{host}:{plaintext},CONTROLLER://{_HOST}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{plaintext}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
+        "listener.security.protocol.map": protocols,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(data),
@@ -429,15 +479,16 @@ def _cluster_id() -> str:
             return text
 
 
-def _free_port_pair(host: str = _HOST) -> tuple[int, int]:
-    """Free ports for the client listener (on ``host``) and the controller (on loopback).
+def _free_ports(host: str = _HOST, *, client_listeners: int = 1) -> tuple[int, ...]:
+    """Free ports for the client listeners (on ``host``), then the controller (on loopback).
 
-    Both sockets stay bound until both are read, so the two ports differ.
+    Every socket stays bound until all are read, so the ports differ.
     """
-    with socket.socket() as first, socket.socket() as second:
-        first.bind((host, 0))
-        second.bind((_HOST, 0))
-        return int(first.getsockname()[1]), int(second.getsockname()[1])
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(client_listeners + 1)]
+        for index, sock in enumerate(sockets):
+            sock.bind((host if index < client_listeners else _HOST, 0))
+        return tuple(int(sock.getsockname()[1]) for sock in sockets)
 
 
 def _port_accepts(host: str, port: int) -> bool:
