@@ -112,6 +112,9 @@ class StreamletSpec:
     # CPU and memory of its replicas, Kubernetes-style ({requests: {...}, limits: {...}});
     # None: the target's default. The local target ignores it.
     resources: Mapping[str, Mapping[str, str]] | None = None
+    # A replica with work that takes nothing for this long is not live (restarted);
+    # None: the runtime's default (runtime.health.DEFAULT_STALL_AFTER_S)
+    stall_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class Application:
                     "resources": {k: dict(v) for k, v in s.resources.items()}
                     if s.resources is not None
                     else None,
+                    **({"stall_after": s.stall_after} if s.stall_after is not None else {}),
                 }
                 for name, s in self.streamlets.items()
             },
@@ -276,6 +280,7 @@ class Application:
                     resources={k: dict(v) for k, v in s["resources"].items()}
                     if s.get("resources")
                     else None,
+                    stall_after=float(s["stall_after"]) if s.get("stall_after") else None,
                 )
                 for name, s in data["streamlets"].items()
             },

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from streamflow.api.descriptor import is_dns_label
+from streamflow.api.params import parse_duration
 from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
@@ -42,6 +43,7 @@ STREAMLET_FIELDS = (
     "dlq",
     "autoscale",
     "resources",
+    "stall_after",
 )
 TOPIC_FIELDS = (
     "producers",
@@ -54,6 +56,7 @@ TOPIC_FIELDS = (
     "register",
 )
 
+_STALL_AFTER_MIN_S = 5.0
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PORT_REF = re.compile(r"^([^.\s]+)\.([^.\s]+)$")
 _DNS_RULES = "lowercase letters, digits and '-', at most 63, starting and ending alphanumeric"
@@ -88,6 +91,7 @@ class StreamletDraft:
     autoscale: AutoscaleSpec | None = None
     autoscale_node: Node | None = None
     resources: dict[str, dict[str, str]] | None = None
+    stall_after: float | None = None
 
 
 @dataclass
@@ -243,6 +247,8 @@ def _streamlet_fields(report: Reporter, node: Node, draft: StreamletDraft) -> No
             draft.autoscale = read_autoscale(report, value, streamlet=draft.name)
         elif text == "resources":
             draft.resources = read_resources(report, value, streamlet=draft.name)
+        elif text == "stall_after":
+            draft.stall_after = _stall_after(report, value, streamlet=draft.name)
     if draft.autoscale is not None and draft.replicas_node is None:
         draft.replicas = draft.autoscale.min  # autoscaled: it starts at its minimum
 
@@ -374,6 +380,25 @@ def _choice(
         f"{what} must be one of {', '.join(names)}, got {node.describe()}",
         node,
         hint=did_you_mean(str(value), names) if isinstance(value, str) else "",
+    )
+    return None
+
+
+def _stall_after(report: Reporter, node: Node, *, streamlet: str) -> float | None:
+    """How long a replica with work may take nothing before it is restarted: 5s or more."""
+    try:
+        seconds = parse_duration(node.value if node.kind == "scalar" else None).total_seconds()
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if seconds >= _STALL_AFTER_MIN_S:
+            return seconds
+        problem = f"{seconds:g}s is shorter than {_STALL_AFTER_MIN_S:g}s"
+    report.error(
+        "invalid-stall-after",
+        f"{streamlet}.stall_after must be a duration such as 90s or 5m: {problem}",
+        node,
+        hint="a replica whose logic takes longer than this on one batch is restarted",
     )
     return None
 

@@ -330,6 +330,7 @@ def _application(
             dlq=s.dlq,
             autoscale=s.autoscale,
             resources=s.resources,
+            stall_after=s.stall_after,
         )
         for name, s in draft.streamlets.items()
     }

@@ -67,8 +67,29 @@ def print_status(status: targets.AppStatus) -> None:
     for streamlet in status.streamlets:
         if streamlet.autoscale is not None:
             console.print(autoscale_line(streamlet.name, streamlet.autoscale))
+    for line in replica_lines(status):
+        console.print(line)
     if status.message:
         console.print(Text(status.message, style="dim"))
+
+
+def replica_lines(status: targets.AppStatus) -> list[Text]:
+    """A line for each replica that is not live, and why each restarted replica last stopped."""
+    lines = []
+    for streamlet in status.streamlets:
+        for replica in streamlet.replicas:
+            if replica.live is False:
+                why = f": {replica.not_live}"
+                lines.append(Text.assemble((replica.name, "bold"), "  ", ("not live", "red"), why))
+            if replica.restarts and replica.last_exit_reason:
+                lines.append(
+                    Text(
+                        f"{replica.name}  restarted {replica.restarts}x, last: "
+                        f"{replica.last_exit_reason}",
+                        style="dim",
+                    )
+                )
+    return lines
 
 
 def autoscale_line(

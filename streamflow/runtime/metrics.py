@@ -152,14 +152,16 @@ class Metrics:
         """
         self._transaction_offsets.update(offsets)
 
-    def on_stats(self, stats_json: str) -> None:
+    def on_stats(self, stats_json: str) -> int:
         """librdkafka's statistics callback: per-partition consumer lag.
 
         The lag is the end of the partition a ``read_committed`` reader sees (the
         last stable offset) less the group's committed offset, whether the consumer
-        committed it or a transaction did.
+        committed it or a transaction did. Returns the records waiting in all, or 0
+        when no broker is up (then nothing can be taken, and the lag is stale).
         """
         stats = json.loads(stats_json)
+        waiting = 0
         for topic, tstats in stats.get("topics", {}).items():
             for partition, pstats in tstats.get("partitions", {}).items():
                 if partition == "-1":
@@ -174,3 +176,6 @@ class Metrics:
                     lag = max(end - committed, 0)
                 if lag >= 0:
                     self.lag.labels(**self.labels, topic=topic, partition=partition).set(lag)
+                    waiting += lag
+        brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        return waiting if any(b.get("state") == "UP" for b in brokers) else 0

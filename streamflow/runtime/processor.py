@@ -96,6 +96,7 @@ class Processor:
         self._produced_since_idle = False  # a batch ran since the loop last found no input
         self._backoff_reason = ""
         self._logic = self._choose_logic()
+        self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
         self._router = outputs_mod.OutputRouter(descriptor)
         self._fast_outlet = _fast_outlet(descriptor, bindings)
         self._fast_headers: Headers = (
@@ -129,24 +130,29 @@ class Processor:
         streamlet held them back before the batch; a batch handed back with
         ``Backpressure`` counts, and the turns after it return 0 while it waits.
         """
-        self.health.turned()
+        health = self.health
+        health.turned()
         if self.control is not None:
             self.control.poll(apply=self.apply_control, reject=self.reject_control)
         self.between_batches()
         self._gate()
         messages = self._next_batch()
         self.delivery.poll()
+        if not self._accepting:
+            health.progressed()  # waiting on the streamlet (a model) or a dependency, not stuck
+            if messages:
+                self._rewind(messages)
+            return 0
         if not messages:
             return 0
-        if not self._accepting:
-            self._rewind(messages)
-            return 0
+        health.progressed()
         self.process_batch(messages)
         self._produced_since_idle = True
         return len(messages)
 
     def between_batches(self) -> None:
         """Run the streamlet's between-batches hook (a model swap, say) and write its outputs."""
+        self.health.doing("the streamlet's between_batches")
         self._side_outputs(self.streamlet.between_batches(), input_key=None)
 
     def _next_batch(self) -> list[Message]:
@@ -291,6 +297,7 @@ class Processor:
             if state is not None:
                 state.writing(True)
             # a copy: logic that sorts or empties its list must not misalign our pairing
+            self.health.doing(self._logic_step)
             results = self._logic(records.copy()) if records else []
         except Backpressure as exc:
             self._back_off(messages, exc)
@@ -299,6 +306,7 @@ class Processor:
             if state is not None:
                 state.writing(False)
         try:
+            self.health.doing("writing the batch's outputs and committing it")
             self.delivery.begin_batch()
             produced = self._produce_results(decoded, records, results, dead)
             for msg, inlet, failure, kind in dead:

@@ -25,7 +25,12 @@ from streamflow.runtime import state as state_mod
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
-from streamflow.runtime.health import HealthServer, HealthState
+from streamflow.runtime.health import (
+    DEFAULT_STALL_AFTER_S,
+    HealthServer,
+    HealthState,
+    LivenessWatch,
+)
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, bind
 from streamflow.runtime.processor import Processor
@@ -84,7 +89,9 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     )
     streamlet.context = context
     metrics = Metrics(app=app.name, streamlet=streamlet_name, replica=options.replica)
-    health = HealthState()
+    health = HealthState(stall_after=spec.stall_after or DEFAULT_STALL_AFTER_S)
+    watch = LivenessWatch(health)  # this thread runs the loop
+    watch.start()
     server = HealthServer(
         state=health, metrics=metrics, host=options.health_host, port=options.health_port
     )
@@ -97,6 +104,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     )
     bindings = _bind(app, streamlet_name, store, health, options.stop)
     if bindings is None:  # stopped while the schema registry was away
+        watch.stop()
         server.stop()
         return
     clients = KafkaClients(
@@ -152,6 +160,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         finally:  # what the streamlet registered with context.on_close, newest first
             loop.run_until_complete(context.aclose())
     finally:
+        watch.stop()
         server.stop()
         loop.close()
     log.info("stopped cleanly")
@@ -179,7 +188,7 @@ def _bind(
         except RegistryUnavailable as exc:
             reason = f"waiting for the schema registry: {exc}"
             health.set_ready(False, [reason])
-            health.turned()  # waiting on a dependency is not being stuck
+            health.doing(reason)  # before the loop's first turn: not judged, only shown
             log.warning("%s (again in %.0fs)", reason, delay)
             if stop.wait(delay):
                 return None
@@ -236,7 +245,10 @@ def _run_processor(
     loop: asyncio.AbstractEventLoop,
     options: ReplicaOptions,
 ) -> None:
-    settings: dict[str, Any] = {"statistics.interval.ms": 5000, "stats_cb": metrics.on_stats}
+    def on_stats(stats_json: str) -> None:
+        health.backlog(metrics.on_stats(stats_json))  # the lag, for liveness: work waiting
+
+    settings: dict[str, Any] = {"statistics.interval.ms": 5000, "stats_cb": on_stats}
     if app.streamlets[name].guarantee == EXACTLY_ONCE:
         # Offsets travel inside each transaction; nothing may be committed beside it.
         settings["enable.auto.commit"] = False

@@ -74,6 +74,7 @@ class SourceRunner:
                     self.emit(item)
                     count += 1
                 if count % _CHUNK == 0 or time.monotonic() - chunk_started > _CHUNK_SECONDS:
+                    self.health.doing("writing a chunk of the source's records")
                     self.delivery.end_batch({})
                     self.health.turned()
                     self.delivery.begin_batch()

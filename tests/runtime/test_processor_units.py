@@ -540,3 +540,47 @@ def test_exactly_once_backpressure_opens_no_transaction(
     rig.processor.turn()
     assert rig.producer.transactions == {"committed": 0, "aborted": 0}
     assert not rig.producer.open_transaction
+
+
+# -- liveness: what the loop tells its health -------------------------------------------
+
+
+def test_a_batch_taken_is_progress(loop: asyncio.AbstractEventLoop) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    health = rig.processor.health
+    rig.processor.turn()
+    health.last_progress = -1.0
+    assert rig.processor.turn() == 0
+    assert health.last_progress == -1.0  # nothing came: no progress (nor any work)
+    rig.write(*_ids(3))
+    assert rig.processor.turn() == 3
+    assert health.last_progress > 0
+    assert health.activity == "writing the batch's outputs and committing it"
+
+
+def test_backing_off_is_waiting_on_a_dependency_not_a_stall(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Flaky()
+    rig = memory_support.rig(streamlet, loop)
+    health = rig.processor.health
+    rig.write(*_ids(5))
+    rig.processor.turn()  # backs off: the model server is down
+    health.last_progress = -1.0
+    rig.processor.turn()  # records wait, none is taken, and that is not the replica's fault
+    assert health.last_progress > 0
+
+
+def test_a_stall_names_the_streamlet_s_logic(loop: asyncio.AbstractEventLoop) -> None:
+    seen: list[str] = []
+
+    class Watching(Copy):
+        def process(self, record: Record) -> dict[str, Any]:
+            seen.append(rig.processor.health.activity)
+            return super().process(record)
+
+    rig = memory_support.rig(Watching(), loop)
+    rig.write(*_ids(1))
+    rig.processor.turn()
+    rig.processor.turn()
+    assert seen == ["the streamlet's process"]

@@ -80,6 +80,13 @@ def _streamlet() -> dict[str, Any]:
             "dlq": _optional_string("The dead-letter topic; default <app>.<streamlet>.dlq."),
             "resources": _resources("CPU and memory of this streamlet's pods."),
             "autoscale": _autoscale(),
+            "stallAfter": {
+                "type": "number",
+                "minimum": 5,
+                "nullable": True,
+                "description": "Seconds a pod with records waiting may take none before its "
+                "liveness probe fails (default 60).",
+            },
         },
     }
 

@@ -78,6 +78,7 @@ SERVING_RESOURCES: Mapping[str, Mapping[str, str]] = {
 # Spec field <-> Application field, per level; anything not listed is one word already.
 _TOP = {"schemaPaths": "schema_paths", "pythonPaths": "python_paths"}
 _KAFKA = {"schemaRegistry": "schema_registry"}
+_STREAMLET = {"stallAfter": "stall_after"}
 _AUTOSCALE = {
     "targetLag": "target_lag",
     "scaleUpAfter": "scale_up_after",
@@ -443,12 +444,13 @@ def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
     """Application field names (snake_case) to the spec's (camelCase), below the top level."""
     to_camel = {v: k for k, v in _KAFKA.items()}
     auto_camel = {v: k for k, v in _AUTOSCALE.items()}
+    streamlet_camel = {v: k for k, v in _STREAMLET.items()}
     out = dict(data)
     if "kafka" in out:
         out["kafka"] = _renamed(out["kafka"], to_camel)
     out["streamlets"] = {
         name: {
-            **s,
+            **_renamed(s, streamlet_camel),
             **({"autoscale": _renamed(s["autoscale"], auto_camel)} if "autoscale" in s else {}),
         }
         for name, s in out["streamlets"].items()
@@ -459,13 +461,15 @@ def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
 def spec_name(parents: tuple[str, ...], key: str) -> str:
     """An Application field, under the fields ``parents``, as the spec spells it.
 
-    The top level's, ``kafka``'s and a streamlet's ``autoscale``'s fields are
+    The top level's, ``kafka``'s, a streamlet's and its ``autoscale``'s fields are
     renamed; anything else (a streamlet's or topic's name, a ``config`` key) is as written.
     """
     if not parents:
         table = _TOP
     elif parents == ("kafka",):
         table = _KAFKA
+    elif len(parents) == 2 and parents[0] == "streamlets":
+        table = _STREAMLET
     elif len(parents) == 3 and parents[0] == "streamlets" and parents[2] == "autoscale":
         table = _AUTOSCALE
     else:
@@ -482,7 +486,7 @@ def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     if "streamlets" in data:
         data["streamlets"] = {
             name: {
-                **s,
+                **_renamed(s, _STREAMLET),
                 **(
                     {"autoscale": _renamed(s["autoscale"], _AUTOSCALE)}
                     if s.get("autoscale")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Probe", "probe", "probe_all"]
+__all__ = ["Liveness", "Probe", "liveness", "probe", "probe_all"]
 
 _LAG = "streamflow_consumer_lag"
 _STATE = "streamflow_control_state"
@@ -32,6 +32,31 @@ class Probe:
     reasons: tuple[str, ...] = ()
     lag: int | None = None
     state: dict[str, str] = field(default_factory=dict)  # control state: name -> value
+    live: bool | None = None  # /healthz; None when it did not answer
+    not_live: str = ""  # why not, in the replica's words
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What ``/healthz`` said: ``alive`` None when the replica did not answer."""
+
+    alive: bool | None
+    reason: str = ""
+
+
+def liveness(port: int, *, host: str = "127.0.0.1", timeout: float = 2.0) -> Liveness:
+    try:
+        answer = httpx.get(f"http://{host}:{port}/healthz", timeout=timeout)
+    except httpx.HTTPError as exc:
+        return Liveness(None, f"/healthz did not answer: {type(exc).__name__}")
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {}
+    reason = str(body.get("reason", "")) if isinstance(body, dict) else ""
+    if answer.status_code == 200:
+        return Liveness(True)
+    return Liveness(False, reason or f"/healthz answered {answer.status_code}")
 
 
 def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
@@ -40,6 +65,7 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
         with httpx.Client(timeout=timeout) as client:
             ready = client.get(f"{base}/readyz")
             metrics = client.get(f"{base}/metrics")
+            healthz = client.get(f"{base}/healthz")
     except httpx.HTTPError:
         return Probe()
     try:
@@ -48,8 +74,18 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
         body = {}
     reasons = tuple(str(r) for r in body.get("reasons", ())) if isinstance(body, dict) else ()
     lag, state = _read_metrics(metrics.text) if metrics.status_code == 200 else (None, {})
+    try:
+        health = healthz.json()
+    except ValueError:
+        health = {}
     return Probe(
-        answered=True, ready=ready.status_code == 200, reasons=reasons, lag=lag, state=state
+        answered=True,
+        ready=ready.status_code == 200,
+        reasons=reasons,
+        lag=lag,
+        state=state,
+        live=healthz.status_code == 200,
+        not_live=str(health.get("reason", "")) if isinstance(health, dict) else "",
     )
 
 

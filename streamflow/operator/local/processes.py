@@ -6,6 +6,14 @@ output is read line by line on a thread and handed to a callback, which lets
 ``streamflow run`` multiplex every replica's log with a coloured prefix. A
 replica that exits on its own is restarted after a backoff that doubles up
 to a ceiling and resets once the replica has stayed up for a while.
+
+A replica that runs but is not *live* (its ``/healthz`` says it is stuck, or it
+stopped answering after it once did) is killed and restarted the same way: a
+thread asks each replica every ``liveness_every`` seconds, and after
+``liveness_failures`` failed answers in a row the next supervision round kills
+it. A replica whose loop stalls is thus replaced within its ``stall_after`` plus
+``liveness_every`` times ``liveness_failures`` (15 s by default), plus a restart.
+Until a replica has answered once, a missing answer is a slow start, not a failure.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamflow.operator.local import probe
+
 __all__ = ["ProcessGroup", "ReplicaProcess", "free_port", "replica_command"]
 
 log = logging.getLogger("streamflow.operator.local")
@@ -31,6 +41,8 @@ LineSink = Callable[["ReplicaProcess", str], None]
 _BACKOFF_START = 1.0
 _BACKOFF_MAX = 30.0
 _STABLE_AFTER = 60.0
+LIVENESS_EVERY_S = 5.0
+LIVENESS_FAILURES = 3
 
 
 def free_port() -> int:
@@ -85,6 +97,12 @@ class ReplicaProcess:
     next_start: float = 0.0
     backoff: float = _BACKOFF_START
     last_exit: int | None = None
+    last_exit_reason: str = ""  # in words: "exited with code 1", "killed: not live (...)"
+    # liveness, as the probing thread last heard it (reset at each start)
+    live_answered: bool = False  # /healthz answered since this start: silence now counts
+    live_failures: int = 0  # failed answers in a row
+    not_live: str = ""  # the latest failure's reason
+    killed_for: str = ""  # why the supervisor killed it, until it is restarted
 
     @property
     def name(self) -> str:
@@ -102,16 +120,32 @@ class ReplicaProcess:
 class ProcessGroup:
     """The replica processes of one application, kept running until stopped."""
 
-    def __init__(self, *, on_line: LineSink, on_event: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        on_line: LineSink,
+        on_event: Callable[[str], None] | None = None,
+        liveness_every: float = LIVENESS_EVERY_S,
+        liveness_failures: int = LIVENESS_FAILURES,
+    ) -> None:
         self.replicas: dict[str, ReplicaProcess] = {}
         self._on_line = on_line
         self._on_event = on_event or (lambda message: log.info(message))
         self._lock = threading.Lock()
         self._stopping = False
+        self.liveness_every = liveness_every
+        self.liveness_failures = liveness_failures
+        self._prober: threading.Thread | None = None
+        self._prober_stop = threading.Event()
 
     def add(self, replica: ReplicaProcess) -> None:
         with self._lock:
             self.replicas[replica.name] = replica
+            if self._prober is None:
+                self._prober = threading.Thread(
+                    target=self._probe_liveness, name="liveness-probe", daemon=True
+                )
+                self._prober.start()
         self._spawn(replica)
 
     def remove(self, *names: str, timeout: float = 30.0) -> None:
@@ -138,6 +172,8 @@ class ProcessGroup:
         )
         replica.started_at = time.monotonic()
         replica.started_wall = time.time()
+        replica.live_answered, replica.live_failures = False, 0
+        replica.not_live = replica.killed_for = ""
         threading.Thread(target=self._pump, args=(replica, replica.process), daemon=True).start()
 
     def _pump(self, replica: ReplicaProcess, process: subprocess.Popen[str]) -> None:
@@ -145,8 +181,28 @@ class ProcessGroup:
         for line in process.stdout:
             self._on_line(replica, line.rstrip("\n"))
 
+    def _probe_liveness(self) -> None:
+        """Ask every running replica's ``/healthz``, forever; the verdicts go on the replicas."""
+        while not self._prober_stop.wait(self.liveness_every):
+            for replica in self.snapshot():
+                if replica.running and not replica.killed_for:
+                    self._probe_one(replica)
+
+    @staticmethod
+    def _probe_one(replica: ReplicaProcess) -> None:
+        started = replica.started_at
+        verdict = probe.liveness(replica.health_port)
+        if replica.started_at != started:
+            return  # restarted meanwhile: the answer was the old one's
+        if verdict.alive:
+            replica.live_answered, replica.live_failures, replica.not_live = True, 0, ""
+        elif verdict.alive is False or replica.live_answered:
+            replica.live_failures += 1
+            replica.not_live = verdict.reason
+
     def supervise_once(self) -> None:
-        """Restart replicas that exited, each after its backoff. Call it periodically."""
+        """Restart replicas that exited, each after its backoff, and kill those not live.
+        Call it periodically."""
         now = time.monotonic()
         with self._lock:
             replicas = list(self.replicas.values())
@@ -157,12 +213,19 @@ class ProcessGroup:
             if code is None:
                 if now - replica.started_at > _STABLE_AFTER:
                     replica.backoff = _BACKOFF_START
+                if replica.live_failures >= self.liveness_failures and not replica.killed_for:
+                    self._kill_not_live(replica)
                 continue
             if replica.next_start == 0.0:
                 replica.last_exit = code
+                replica.last_exit_reason = (
+                    f"killed: not live ({replica.killed_for})"
+                    if replica.killed_for
+                    else f"exited with {_describe_exit(code)}"
+                )
                 replica.next_start = now + replica.backoff
                 self._on_event(
-                    f"{replica.name} exited with {_describe_exit(code)}; "
+                    f"{replica.name} {replica.last_exit_reason}; "
                     f"restarting in {replica.backoff:.0f}s"
                 )
             elif now >= replica.next_start:
@@ -171,8 +234,19 @@ class ProcessGroup:
                 replica.next_start = 0.0
                 self._spawn(replica)
 
+    def _kill_not_live(self, replica: ReplicaProcess) -> None:
+        """SIGKILL: a stuck loop may not finish a batch, and SIGTERM waits for that."""
+        replica.killed_for = replica.not_live or "not live"
+        self._on_event(
+            f"{replica.name} is not live: {replica.killed_for} "
+            f"({replica.live_failures} failed probes, {self.liveness_every:g}s apart); killing it"
+        )
+        if replica.process is not None:
+            replica.process.kill()
+
     def stop(self, *, timeout: float = 30.0) -> None:
         self._stopping = True
+        self._prober_stop.set()
         with self._lock:
             replicas = list(self.replicas.values())
         _terminate(replicas, timeout)

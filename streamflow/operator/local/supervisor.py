@@ -326,6 +326,8 @@ def _status(running: _Running) -> dict[str, Any]:
                 "restarts": r.restarts,
                 "started_at": round(r.started_wall, 3),
                 "last_exit": r.last_exit,
+                "last_exit_reason": r.last_exit_reason,
+                "not_live": r.not_live,
                 "fingerprint": r.fingerprint,
             }
             for r in replicas

@@ -341,6 +341,9 @@ def _streamlet_status(
                 lag=answer.lag,
                 model=answer.state.get("model"),
                 last_exit=row.get("last_exit"),
+                last_exit_reason=str(row.get("last_exit_reason") or ""),
+                live=answer.live,
+                not_live=answer.not_live or str(row.get("not_live") or ""),
             )
         )
     lags = [r.lag for r in replicas if r.lag is not None]

@@ -33,6 +33,9 @@ class ReplicaStatus:
     lag: int | None = None
     model: str | None = None
     last_exit: int | None = None
+    last_exit_reason: str = ""  # "killed: not live (stuck for 65s in ...)", "exited with code 1"
+    live: bool | None = None  # None: unknown (not answering, or the target cannot tell)
+    not_live: str = ""  # why it is not live, while it is not
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ def phase_of(
     """``(phase, message)``: Failed, Running, Degraded (replicas down) or Pending (starting)."""
     if failure:
         return Phase.FAILED, failure
+    stuck = [f"{r.name} ({r.not_live})" for s in streamlets for r in s.replicas if r.live is False]
+    if stuck:
+        return Phase.DEGRADED, f"not live, to be restarted: {', '.join(stuck)}"
     if up_to_date and all(s.ready == s.desired == s.running for s in streamlets):
         return Phase.RUNNING, ""
     down = [

@@ -222,3 +222,24 @@ def test_a_replica_s_endpoint_is_its_pod_ip_and_health_port() -> None:
     found = pods.streamlet_status("scorer", 3, [pod("10.1.2.3"), pod("fd00::7"), pod(None)])
     endpoints = [r.endpoint for r in found.replicas]
     assert endpoints == ["http://10.1.2.3:8080", "http://[fd00::7]:8080", None]
+
+
+def test_stall_after_travels_as_stall_after_in_the_spec_and_reaches_the_pod(
+    app: Application,
+) -> None:
+    name = next(iter(app.streamlets))
+    tuned = dataclasses.replace(
+        app,
+        streamlets={
+            **app.streamlets,
+            name: dataclasses.replace(app.streamlets[name], stall_after=90.0),
+        },
+    )
+    written = spec.to_spec(tuned, spec.PodSettings(image="reg.example/w:1"))
+    assert written["streamlets"][name]["stallAfter"] == 90.0
+    assert "stall_after" not in str(written)
+    assert spec.spec_name(("streamlets", name), "stall_after") == "stallAfter"
+    body = spec.body(tuned, namespace="ns", pods=spec.PodSettings(image="reg.example/w:1"))
+    parsed = spec.parse(body)
+    assert parsed.app.streamlets[name].stall_after == 90.0
+    assert spec.pod_app_spec(parsed, name)["streamlets"][name]["stall_after"] == 90.0
