@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from streamflow.blueprint.model import Application
-from streamflow.runtime import clients, logs
+from streamflow.runtime import clients, logfile, logs
 from streamflow.runtime.replica import ReplicaOptions, install_signal_handlers, run_replica
 
 __all__ = ["register"]
@@ -44,8 +44,22 @@ def run(
     batch_size: Annotated[int, typer.Option(min=1, help="Records per batch at most.")] = 500,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write stdout and stderr to this file, rotated by the replica itself "
+            "(to FILE.1) past --log-max-bytes; default: the terminal.",
+            dir_okay=False,
+        ),
+    ] = None,
+    log_max_bytes: Annotated[
+        int, typer.Option(min=4096, help="Size at which --log-file is rotated.")
+    ] = logfile.DEFAULT_MAX_BYTES,
 ) -> None:
     """Run one replica until SIGTERM or Ctrl-C; then finish the batch, commit and exit 0."""
+    own_log = logfile.OwnLog(log_file, max_bytes=log_max_bytes) if log_file else None
+    if own_log is not None:
+        own_log.start()
     app = Application.from_dict(json.loads(app_spec.read_text()))
     if streamlet not in app.streamlets:
         typer.echo(

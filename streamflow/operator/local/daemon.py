@@ -12,9 +12,15 @@ Lifecycle, and why:
 
 * It holds ``operator/daemon.lock`` for its whole life. The lock dies with the
   process, so "no daemon" is never confused with a stale pid file.
-* At start it stops replicas (and an embedded broker) left behind by a
-  daemon that was killed, found through the previous ``status.json`` files,
-  before starting its own: two replicas of the same index must never run.
+* At start it takes over what a daemon that was killed left behind, found
+  through the previous ``status.json`` files: replicas of an application on
+  an external Kafka keep running and are *adopted* (watched by pid, probed,
+  restarted when they exit); those of an application on the embedded broker
+  are stopped, then that broker, since a new broker comes up on new ports.
+  Either way each replica's restart count carries on, and the log says what
+  was adopted and what replaced. Two replicas of one index never run.
+* Replicas write their own log files (rotated), and so does the daemon, so
+  nothing is lost when the daemon dies.
 * It owns the embedded Kafka broker when an application wants one (no
   bootstrap servers anywhere), with its data in ``$STREAMFLOW_HOME/kafka``, so
   topics survive the daemon; a new daemon's broker comes up on new ports, and
@@ -41,6 +47,7 @@ from streamflow import devkit
 from streamflow.blueprint.model import Application
 from streamflow.operator.local import autoscaler, locks, pids, private, store
 from streamflow.operator.local.supervisor import LocalSupervisor
+from streamflow.runtime import logfile
 
 __all__ = ["Daemon", "main"]
 
@@ -75,7 +82,7 @@ class Daemon:
 
     def run(self) -> None:
         self._record()
-        _stop_strays(self.home)
+        _take_over_strays(self.home, self.supervisor)
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():
@@ -216,8 +223,8 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _stop_strays(home: store.Home) -> None:
-    """Stop replicas, then the broker, that a killed daemon left running.
+def _take_over_strays(home: store.Home, supervisor: LocalSupervisor) -> None:
+    """Adopt, or stop, the replicas a killed daemon left running; then stop its broker.
 
     Replicas first: each commits on SIGTERM, which needs the broker still up.
     """
@@ -227,11 +234,24 @@ def _stop_strays(home: store.Home) -> None:
         status = store.read_json(folder.status)
         if not folder.is_local() or not isinstance(status, dict):
             continue  # a foreground `streamflow run` owns its replicas
+        runtime = store.read_json(folder.runtime) or {}
         marker = str(folder.applied)
-        for replica in status.get("replicas", ()):
-            pid = replica.get("pid")
-            if isinstance(pid, int) and _cmdline_has(pid, marker):
-                replicas.append(pid)
+        alive = [
+            row
+            for row in status.get("replicas", ())
+            if isinstance(row, dict)
+            and isinstance(row.get("pid"), int)
+            and _cmdline_has(row["pid"], marker)
+        ]
+        if folder.spec.exists() and not runtime.get("embedded"):
+            supervisor.adopt(name, status, alive)
+            continue
+        supervisor.adopt(name, status, [])  # replaced: only their restart counts go on
+        if alive:
+            names = ", ".join(f"{r['name']} (pid {r['pid']})" for r in alive)
+            why = "its Kafka was the old daemon's" if folder.spec.exists() else "undeployed"
+            log.warning("%s: stopping %s to replace them (%s)", name, names, why)
+            replicas += [int(r["pid"]) for r in alive]
     brokers = _pids_mentioning(str(home.kafka / "server.properties"))
     for kind, found in (("replica", replicas), ("broker", brokers)):
         if found:
@@ -270,12 +290,14 @@ def main(argv: list[str] | None = None) -> int:
         f"(default: ${autoscaler.INTERVAL_ENV}, else {autoscaler.INTERVAL_S:g})",
     )
     args = parser.parse_args(argv)
+    home = store.Home(args.home.resolve())
+    private.ensure_dir(home.operator)
+    logfile.OwnLog(home.daemon_log).start()  # rotated; it outlives a CLI that started it
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
-    home = store.Home(args.home.resolve())
     private.tighten(home.root)
     lock = locks.FileLock(home.daemon_lock)
     if not lock.acquire(timeout=0):

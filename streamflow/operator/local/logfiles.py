@@ -1,7 +1,9 @@
-"""Replica log files: written by the supervisor, read by ``streamflow logs``.
+"""Replica log files: written by each replica, read by ``streamflow logs``.
 
-Each replica's output goes to ``logs/<streamlet>-<i>.log``. A replica may log
-for weeks, so a file is capped: past the cap it is renamed to ``.log.1``
+Each replica's output goes to ``logs/<streamlet>-<i>.log``, a file the replica
+holds and rotates itself (:mod:`streamflow.runtime.logfile`), so it outlives
+the supervisor; :class:`LogFiles` writes the same layout from one process. A
+replica may log for weeks, so a file is capped: past the cap it is renamed to ``.log.1``
 (replacing the previous one) and a new file begins, so a replica's log never
 takes more than twice the cap. Readers take the last lines of the rotated file
 and the current one, and *follow* by polling, which survives a rotation

@@ -1,9 +1,12 @@
 """Replica processes on this machine: start, watch, restart with backoff, stop.
 
 A replica runs through the same entry point a Kubernetes pod uses
-(``streamflow streamlet run``), so what works locally works in a cluster. Its
-output is read line by line on a thread and handed to a callback, which lets
-``streamflow run`` multiplex every replica's log with a coloured prefix. A
+(``streamflow streamlet run``), so what works locally works in a cluster. With
+a ``log_dir``, each replica writes its output to ``<log_dir>/<name>.log``, a
+file it holds and rotates itself (``--log-file``), so its log outlives this
+process; the callback, if any (``streamflow run`` multiplexes every replica's
+lines with a coloured prefix), is fed by following those files. Without one,
+the output is piped here and read line by line on a thread. A
 replica that exits on its own is restarted after a backoff that doubles up
 to a ceiling and resets once the replica has stayed up for a while.
 
@@ -18,6 +21,7 @@ Until a replica has answered once, a missing answer is a slow start, not a failu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -30,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamflow.operator.local import probe
+from streamflow.operator.local import logfiles, pids, private, probe
 
 __all__ = ["ProcessGroup", "ReplicaProcess", "free_port", "replica_command"]
 
@@ -103,6 +107,10 @@ class ReplicaProcess:
     live_failures: int = 0  # failed answers in a row
     not_live: str = ""  # the latest failure's reason
     killed_for: str = ""  # why the supervisor killed it, until it is restarted
+    # a replica a previous supervisor started and left running, taken over by this one:
+    # not our child, so it is watched by pid and its exit code is never known
+    adopted_pid: int | None = None
+    adopted_marker: str = ""  # in its command line: a reused pid is not it
 
     @property
     def name(self) -> str:
@@ -110,11 +118,35 @@ class ReplicaProcess:
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        return self._adopted_alive()
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.process.pid if self.process else self.adopted_pid
+
+    def exited(self) -> tuple[bool, int | None]:
+        """Whether it has exited, and its exit code when known."""
+        if self.process is not None:
+            code = self.process.poll()
+            return code is not None, code
+        if self.adopted_pid is not None:
+            return not self._adopted_alive(), None
+        return False, None
+
+    def _adopted_alive(self) -> bool:
+        if self.adopted_pid is None:
+            return False
+        mentioned = pids.mentions(self.adopted_pid, self.adopted_marker)
+        return pids.alive(self.adopted_pid) if mentioned is None else mentioned
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.process is not None:
+            self.process.send_signal(sig)
+        elif self.adopted_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.adopted_pid, sig)
 
 
 class ProcessGroup:
@@ -123,13 +155,19 @@ class ProcessGroup:
     def __init__(
         self,
         *,
-        on_line: LineSink,
+        on_line: LineSink | None = None,
         on_event: Callable[[str], None] | None = None,
+        log_dir: Path | None = None,
+        log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
         liveness_every: float = LIVENESS_EVERY_S,
         liveness_failures: int = LIVENESS_FAILURES,
     ) -> None:
         self.replicas: dict[str, ReplicaProcess] = {}
         self._on_line = on_line
+        self.log_dir = log_dir
+        self._log_max_bytes = log_max_bytes
+        self._followed: dict[str, ReplicaProcess] = {}  # every replica whose file is echoed
+        self._follower: threading.Thread | None = None
         self._on_event = on_event or (lambda message: log.info(message))
         self._lock = threading.Lock()
         self._stopping = False
@@ -139,6 +177,7 @@ class ProcessGroup:
         self._prober_stop = threading.Event()
 
     def add(self, replica: ReplicaProcess) -> None:
+        """Start ``replica``, or watch it when it is adopted (its ``adopted_pid`` runs)."""
         with self._lock:
             self.replicas[replica.name] = replica
             if self._prober is None:
@@ -146,7 +185,20 @@ class ProcessGroup:
                     target=self._probe_liveness, name="liveness-probe", daemon=True
                 )
                 self._prober.start()
-        self._spawn(replica)
+            if self.log_dir is not None and self._on_line is not None:
+                self._followed[replica.name] = replica
+                if self._follower is None:
+                    self._follower = threading.Thread(
+                        target=self._follow, name="log-follower", daemon=True
+                    )
+                    self._follower.start()
+        if replica.adopted_pid is None:
+            self._spawn(replica)
+        else:
+            replica.started_at = time.monotonic()
+
+    def log_file(self, name: str) -> Path | None:
+        return self.log_dir / f"{name}.log" if self.log_dir is not None else None
 
     def remove(self, *names: str, timeout: float = 30.0) -> None:
         """Stop these replicas together (SIGTERM: each finishes its batch and commits)."""
@@ -160,26 +212,64 @@ class ProcessGroup:
             return list(self.replicas.values())
 
     def _spawn(self, replica: ReplicaProcess) -> None:
-        replica.process = subprocess.Popen(
-            replica.command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            env={**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"},
-            cwd=replica.cwd,
-            start_new_session=True,  # Ctrl-C reaches us first; we stop replicas in order
-        )
+        env = {**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"}
+        path = self.log_file(replica.name)
+        if path is not None:
+            # the replica's own file from its first byte (an import error included); it
+            # reopens and rotates it itself, so the file outlives this supervisor
+            # not its parents: the folder of an app removed meanwhile stays removed
+            path.parent.mkdir(mode=private.DIR_MODE, exist_ok=True)
+            own = ["--log-file", str(path), "--log-max-bytes", str(self._log_max_bytes)]
+            with private.open_private(path, "a") as out:
+                replica.process = subprocess.Popen(
+                    [*replica.command, *own],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=env,
+                    cwd=replica.cwd,
+                    start_new_session=True,  # Ctrl-C reaches us first; we stop replicas in order
+                )
+        else:
+            replica.process = subprocess.Popen(
+                replica.command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                env=env,
+                cwd=replica.cwd,
+                start_new_session=True,
+            )
         replica.started_at = time.monotonic()
         replica.started_wall = time.time()
         replica.live_answered, replica.live_failures = False, 0
         replica.not_live = replica.killed_for = ""
-        threading.Thread(target=self._pump, args=(replica, replica.process), daemon=True).start()
+        if path is None:
+            threading.Thread(
+                target=self._pump, args=(replica, replica.process), daemon=True
+            ).start()
 
     def _pump(self, replica: ReplicaProcess, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            self._on_line(replica, line.rstrip("\n"))
+            if self._on_line is not None:
+                self._on_line(replica, line.rstrip("\n"))
+
+    def _follow(self) -> None:
+        """Echo the replicas' files to ``on_line``, until stopped, then what is left."""
+        assert self._on_line is not None and self.log_dir is not None
+        log_dir = self.log_dir
+
+        def discover() -> dict[str, Path]:
+            with self._lock:
+                return {name: log_dir / f"{name}.log" for name in self._followed}
+
+        for name, line in logfiles.follow(discover, wait=self._prober_stop.wait):
+            replica = self._followed.get(name)
+            if replica is not None:
+                self._on_line(replica, line)
 
     def _probe_liveness(self) -> None:
         """Ask every running replica's ``/healthz``, forever; the verdicts go on the replicas."""
@@ -207,10 +297,10 @@ class ProcessGroup:
         with self._lock:
             replicas = list(self.replicas.values())
         for replica in replicas:
-            if self._stopping or replica.process is None:
+            if self._stopping or (replica.process is None and replica.adopted_pid is None):
                 continue
-            code = replica.process.poll()
-            if code is None:
+            exited, code = replica.exited()
+            if not exited:
                 if now - replica.started_at > _STABLE_AFTER:
                     replica.backoff = _BACKOFF_START
                 if replica.live_failures >= self.liveness_failures and not replica.killed_for:
@@ -222,6 +312,8 @@ class ProcessGroup:
                     f"killed: not live ({replica.killed_for})"
                     if replica.killed_for
                     else f"exited with {_describe_exit(code)}"
+                    if code is not None
+                    else "exited (adopted from a previous supervisor: its exit code is unknown)"
                 )
                 replica.next_start = now + replica.backoff
                 self._on_event(
@@ -232,6 +324,7 @@ class ProcessGroup:
                 replica.restarts += 1
                 replica.backoff = min(replica.backoff * 2, _BACKOFF_MAX)
                 replica.next_start = 0.0
+                replica.adopted_pid = None  # ours from now on
                 self._spawn(replica)
 
     def _kill_not_live(self, replica: ReplicaProcess) -> None:
@@ -241,24 +334,27 @@ class ProcessGroup:
             f"{replica.name} is not live: {replica.killed_for} "
             f"({replica.live_failures} failed probes, {self.liveness_every:g}s apart); killing it"
         )
-        if replica.process is not None:
-            replica.process.kill()
+        replica.signal(signal.SIGKILL)
 
     def stop(self, *, timeout: float = 30.0) -> None:
         self._stopping = True
-        self._prober_stop.set()
         with self._lock:
             replicas = list(self.replicas.values())
         _terminate(replicas, timeout)
+        self._prober_stop.set()  # after the replicas' last lines: the follower reads them
+        if self._follower is not None:
+            self._follower.join(5)
 
 
 def _terminate(replicas: list[ReplicaProcess], timeout: float) -> None:
     for replica in replicas:
-        if replica.running and replica.process is not None:
-            replica.process.send_signal(signal.SIGTERM)
+        if replica.running:
+            replica.signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for replica in replicas:
         if replica.process is None:
+            if replica.adopted_pid is not None:  # not our child: its pid is all we have
+                pids.terminate([replica.adopted_pid], grace=max(0.1, deadline - time.monotonic()))
             continue
         try:
             replica.process.wait(max(0.1, deadline - time.monotonic()))

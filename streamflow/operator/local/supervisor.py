@@ -16,7 +16,7 @@ supervisor scales through the same planner actions as ``streamflow scale``.
 
 The same class serves ``streamflow run`` (in-process, one app, lines echoed to
 the terminal) and the daemon behind ``streamflow deploy`` (many apps, spec
-files watched). Every replica's output also goes to its own log file.
+files watched). Every replica writes its output to its own log file, which it rotates.
 
 Why the order of things:
 
@@ -42,7 +42,7 @@ from typing import Any
 
 from streamflow.blueprint.model import Application
 from streamflow.operator import planner
-from streamflow.operator.local import autoscaler, logfiles, processes, store
+from streamflow.operator.local import autoscaler, logfiles, pids, processes, store
 from streamflow.runtime.clients import KafkaClients
 
 __all__ = ["EventSink", "LocalSupervisor"]
@@ -59,11 +59,12 @@ class _Running:
     bootstrap: str
     folder: store.AppDir
     group: processes.ProcessGroup
-    logs: logfiles.LogFiles
     digest: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # streamlets created, even at 0
     last_status: dict[str, Any] | None = None
     autoscaler: autoscaler.AppAutoscaler | None = None
+    # by replica, from a previous supervisor: (restarts, why it last stopped)
+    carried: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def wanted(self) -> Application:
         """The spec, with the autoscaler's counts for the streamlets it owns."""
@@ -94,6 +95,7 @@ class LocalSupervisor:
         self._autoscale_interval = autoscale_interval
         self._autoscale_measure = autoscale_measure or _kafka_measure
         self._apps: dict[str, _Running] = {}
+        self._adoptable: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._lock = threading.RLock()
 
     @property
@@ -115,6 +117,14 @@ class LocalSupervisor:
 
     # -- changes ---------------------------------------------------------------
 
+    def adopt(self, name: str, recorded: dict[str, Any], alive: list[dict[str, Any]]) -> None:
+        """Take over what a previous supervisor of ``name`` left: ``recorded`` is its last
+        ``status.json``, ``alive`` the rows of its replicas that still run. At the app's
+        first :meth:`apply` they are watched as this supervisor's own (when the spec and
+        Kafka are unchanged; else replaced), and every replica's restart count goes on."""
+        with self._lock:
+            self._adoptable[name] = (recorded, alive)
+
     def apply(
         self, app: Application, *, bootstrap: str, spec_digest: str | None = None
     ) -> list[planner.Action]:
@@ -129,6 +139,7 @@ class LocalSupervisor:
             if running is None:
                 running = self._new(app, bootstrap)
                 self._apps[app.name] = running
+                self._take_over(running, bootstrap)
             running.app, running.bootstrap = app, bootstrap
             running.digest = spec_digest or store.digest(app.to_dict())
             store.write_json(running.folder.applied, app.to_dict())
@@ -145,7 +156,6 @@ class LocalSupervisor:
             return False
         self._stop_autoscaler(running)
         running.group.stop(timeout=self._stop_timeout)
-        running.logs.close()
         self._write_status(running)
         log.info("%s: stopped", name)
         return True
@@ -167,21 +177,58 @@ class LocalSupervisor:
 
     def _new(self, app: Application, bootstrap: str) -> _Running:
         folder = self._home.app(app.name)
-        logs = logfiles.LogFiles(folder.logs, max_bytes=self._log_max_bytes)
-        user_line = self._on_line
-
-        def on_line(replica: processes.ReplicaProcess, line: str) -> None:
-            logs.write(replica.name, line)
-            if user_line is not None:
-                user_line(replica, line)
-
         group = processes.ProcessGroup(
-            on_line=on_line, on_event=lambda message: self._event(app.name, message)
+            on_line=self._on_line,
+            on_event=lambda message: self._event(app.name, message),
+            log_dir=folder.logs,  # each replica writes its own: it outlives this supervisor
+            log_max_bytes=self._log_max_bytes,
         )
-        return _Running(app=app, bootstrap=bootstrap, folder=folder, group=group, logs=logs)
+        return _Running(app=app, bootstrap=bootstrap, folder=folder, group=group)
 
     def _event(self, app: str, message: str) -> None:
         self._on_event(app, message)
+
+    def _take_over(self, running: _Running, bootstrap: str) -> None:
+        """Adopt the replicas a previous supervisor left running, and carry their counts."""
+        recorded, alive = self._adoptable.pop(running.app.name, ({}, []))
+        adopted = {str(r["name"]) for r in alive}
+        for row in recorded.get("replicas", ()):
+            if not isinstance(row, dict) or "name" not in row:
+                continue
+            restarts, reason = int(row.get("restarts", 0)), str(row.get("last_exit_reason") or "")
+            if row.get("running") and row["name"] not in adopted:  # it stops; another starts
+                restarts += 1
+                reason = "stopped while no supervisor ran, or replaced by this one"
+            running.carried[str(row["name"])] = (restarts, reason)
+        if not alive:
+            return
+        if recorded.get("bootstrap") != bootstrap:
+            names = ", ".join(f"{r['name']} (pid {r['pid']})" for r in alive)
+            self._event(running.app.name, f"replacing {names}: they use another Kafka")
+            pids.terminate([int(r["pid"]) for r in alive], grace=self._stop_timeout)
+            return
+        running.fingerprints = {
+            name: str(s.get("fingerprint", ""))
+            for name, s in (recorded.get("streamlets") or {}).items()
+        }
+        for row in alive:
+            replica = self._replica(running, row["streamlet"], int(row["index"]))
+            replica.health_port = int(row["health_port"])
+            replica.command = self._command(
+                running, replica.streamlet, replica.replica, replica.health_port
+            )
+            replica.fingerprint = str(row.get("fingerprint", ""))
+            replica.adopted_pid, replica.adopted_marker = (
+                int(row["pid"]),
+                str(running.folder.applied),
+            )
+            replica.started_wall = float(row.get("started_at") or 0.0)
+            replica.last_exit = row.get("last_exit")
+            running.group.add(replica)
+        names = ", ".join(f"{r['name']} (pid {r['pid']})" for r in alive)
+        self._event(
+            running.app.name, f"adopted the replicas a previous supervisor left running: {names}"
+        )
 
     def _reconcile(self, running: _Running) -> list[planner.Action]:
         actions = planner.plan(planner.desired_state(running.wanted()), self._observed(running))
@@ -260,33 +307,39 @@ class LocalSupervisor:
         return sorted(r.replica for r in running.group.snapshot() if r.streamlet == streamlet)
 
     def _start(self, running: _Running, streamlet: str, indexes: range | list[int]) -> None:
-        source = Path(running.app.source).parent if running.app.source else None
-        cwd = str(source) if source is not None and source.is_dir() else None
         for index in indexes:
-            port = processes.free_port()
-            running.group.add(
-                processes.ReplicaProcess(
-                    streamlet=streamlet,
-                    replica=index,
-                    health_port=port,
-                    cwd=cwd,
-                    fingerprint=running.fingerprints[streamlet],
-                    command=processes.replica_command(
-                        app_spec=running.folder.applied,
-                        streamlet=streamlet,
-                        replica=index,
-                        bootstrap=running.bootstrap,
-                        health_port=port,
-                        log_format=self._log_format,
-                    ),
-                )
-            )
+            replica = self._replica(running, streamlet, index)
+            replica.fingerprint = running.fingerprints[streamlet]
+            running.group.add(replica)
+
+    def _replica(self, running: _Running, streamlet: str, index: int) -> processes.ReplicaProcess:
+        """A replica to start (or adopt), its restart count carried from before."""
+        source = Path(running.app.source).parent if running.app.source else None
+        port = processes.free_port()
+        restarts, reason = running.carried.pop(f"{streamlet}-{index}", (0, ""))
+        return processes.ReplicaProcess(
+            streamlet=streamlet,
+            replica=index,
+            health_port=port,
+            cwd=str(source) if source is not None and source.is_dir() else None,
+            restarts=restarts,
+            last_exit_reason=reason,
+            command=self._command(running, streamlet, index, port),
+        )
+
+    def _command(self, running: _Running, streamlet: str, index: int, port: int) -> list[str]:
+        return processes.replica_command(
+            app_spec=running.folder.applied,
+            streamlet=streamlet,
+            replica=index,
+            bootstrap=running.bootstrap,
+            health_port=port,
+            log_format=self._log_format,
+        )
 
     def _stop(self, running: _Running, streamlet: str, indexes: list[int]) -> None:
         names = [f"{streamlet}-{i}" for i in indexes]
         running.group.remove(*names, timeout=self._stop_timeout)
-        for name in names:
-            running.logs.close(name)
 
     def _write_status(self, running: _Running) -> None:
         status = _status(running)

@@ -47,10 +47,10 @@ class LocalTarget:
         _refuse_foreground(folder)
         previous = self._spec(folder) if folder.is_local() else None
         with self._lock():
-            self._ensure_daemon()
+            revived = self._ensure_daemon()
             try:
                 address = bootstrap or self._embedded_kafka()
-                warnings = _create_topics(app, address)
+                warnings = [*revived, *_create_topics(app, address)]
                 store.write_json(folder.spec, app.to_dict())
                 store.write_json(
                     folder.runtime,
@@ -71,17 +71,18 @@ class LocalTarget:
             app = self._deployed(name)
             scaled = targets.scaled(app, replicas)
             store.write_json(self.home.app(name).spec, scaled.to_dict())
-            self._ensure_daemon()
+            revived = self._ensure_daemon()
         counted = [s for s, n in replicas.items() if n > 0]
-        return targets.planned(scaled, app, targets.idle_replica_warnings(scaled, counted))
+        warnings = [*revived, *targets.idle_replica_warnings(scaled, counted)]
+        return targets.planned(scaled, app, warnings)
 
     def configure(self, name: str, settings: Mapping[str, Any]) -> targets.Change:
         with self._lock():
             app = self._deployed(name)
             configured = targets.reconfigured(app, settings)
             store.write_json(self.home.app(name).spec, configured.to_dict())
-            self._ensure_daemon()
-        return targets.planned(configured, app, [])
+            revived = self._ensure_daemon()
+        return targets.planned(configured, app, list(revived))
 
     def undeploy(self, name: str, *, delete_topics: bool) -> Sequence[str]:
         app = self._deployed(name)
@@ -161,7 +162,10 @@ class LocalTarget:
         failure = str(recorded.get("error") or "")
         foreground = folder.foreground_owner() is not None  # its own supervisor, not the daemon
         if not failure and not foreground and control.daemon_info(self.home) is None:
-            failure = "the local supervisor is not running; `streamflow scale` starts it again"
+            failure = (
+                "the local supervisor is not running, so nothing restarts these replicas; "
+                "`streamflow deploy` (or scale, configure) starts it again, and it adopts them"
+            )
         phase, message = targets.phase_of(streamlets, up_to_date=up_to_date, failure=failure)
         return targets.AppStatus(
             name=name,
@@ -251,13 +255,27 @@ class LocalTarget:
         except control.DaemonError as exc:
             raise targets.TargetError(str(exc)) from None
 
-    def _ensure_daemon(self) -> None:
+    def _ensure_daemon(self) -> tuple[str, ...]:
+        """Start the daemon if none runs; a warning when it had been stopped under running apps."""
+        was_down = control.daemon_info(self.home) is None
+        left = [
+            name
+            for name in self.home.app_names()
+            if self.home.app(name).is_local() and _replica_pids(self.home.app(name))
+        ]
         try:
             control.ensure_daemon(self.home)
         except control.DaemonError as exc:
             raise targets.TargetError(
                 str(exc), hint=f"the daemon's log: {self.home.daemon_log}"
             ) from None
+        if not (was_down and left):
+            return ()
+        return (
+            f"the local supervisor was not running (killed?), so nothing watched the replicas "
+            f"of {', '.join(sorted(left))}; started it again: it adopts those still running "
+            f"and restarts the others (its log: {self.home.daemon_log})",
+        )
 
     def _embedded_kafka(self) -> str:
         try:
