@@ -53,6 +53,7 @@ import json
 import signal
 import sys
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -100,7 +101,9 @@ class Passthrough:
         self.producer = Producer(producer)
         if self.transactional:
             self.producer.init_transactions(60)
-        wire = common.Wire(args.format, topic=args.output, registry=args.registry)
+        wire = common.Wire(
+            args.format, topic=args.output, registry=args.registry, path=Path(args.schema)
+        )
         self.parsed, self.header = wire.parsed, wire.header
         self.writers: dict[bytes, Any] = {}  # avro-registry: schema id bytes -> writer schema
         self.convert = {
@@ -243,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--guarantee", default=AT_LEAST_ONCE, choices=(AT_LEAST_ONCE, EXACTLY_ONCE))
     parser.add_argument("--format", default=common.AVRO, choices=common.FORMATS)
     parser.add_argument("--registry", help="the schema registry's URL (avro-registry)")
+    parser.add_argument(
+        "--schema",
+        default=str(common.SCHEMA_FILE),
+        help="the records' Avro schema (.avsc); the latency scenario's are bench.TimedRecord",
+    )
     loop = Passthrough(parser.parse_args(argv))
     signal.signal(signal.SIGTERM, loop.stop)
     signal.signal(signal.SIGINT, loop.stop)

@@ -1,6 +1,9 @@
 """End-to-end latency: ingress produce to egress consume, at fractions of the maximum rate.
 
-For each guarantee (at-least-once, exactly-once), in its own processor process:
+For each guarantee (at-least-once, exactly-once) and each competitor (streamflow, and
+the hand-written confluent-kafka + fastavro loop of ``bench.handwritten`` as the
+baseline: it waits up to 100 ms for a full batch, as streamflow did before adaptive
+batching), in its own processor process:
 
 1. a warm-up load, until the processor has joined its group and passed records on;
 2. the *maximum rate*: the ingress producer runs flat out for a few seconds, and the
@@ -12,8 +15,10 @@ For each guarantee (at-least-once, exactly-once), in its own processor process:
 
 Latency is the probe's receive time minus the producer's stamp, both wall clock in
 microseconds on one machine; percentiles are taken over the records sent in a step
-after its warm-up second. Guarantees are interleaved round by round (A B, B A) so that
-drift of a shared machine hits both alike.
+after its warm-up second. Guarantees and competitors are interleaved round by round
+(A B, B A) so that drift of a shared machine hits both alike. Each competitor is loaded
+at fractions of its own maximum; what reached the probe per second of the step, the
+*output rate*, says whether it kept up.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from bench import common, loadgen, sfapp
 from bench.child import Child
 
 GUARANTEES = (sfapp.AT_LEAST_ONCE, sfapp.EXACTLY_ONCE)
+STREAMFLOW, HAND = "streamflow", "hand"
+COMPETITORS = (STREAMFLOW, HAND)
 
 
 @dataclass(frozen=True)
@@ -44,13 +51,20 @@ class Settings:
     size: int = 100
     format: str = common.AVRO  # the topics' format; avro-registry needs ``registry``
     registry: str | None = None
+    competitors: tuple[str, ...] = COMPETITORS
 
 
 class _Pipeline:
     """One processor and the probe on its output, for one guarantee."""
 
     def __init__(
-        self, bootstrap: str, workdir: Path, guarantee: str, tag: str, settings: Settings
+        self,
+        bootstrap: str,
+        workdir: Path,
+        guarantee: str,
+        tag: str,
+        settings: Settings,
+        competitor: str = STREAMFLOW,
     ) -> None:
         self.bootstrap, self.workdir, self.tag = bootstrap, workdir, tag
         registry = ["--registry", settings.registry] if settings.registry else []
@@ -70,19 +84,26 @@ class _Pipeline:
             workdir / f"{tag}.probe.log",
         )
         self.probe.expect("ready", 60)
-        spec = sfapp.write_spec(
-            workdir,
-            name=tag,
-            input_topic=self.input,
-            output_topic=self.output,
-            class_name="PassTimed",
-            guarantee=guarantee,
-            topic_format=settings.format,
-            registry=settings.registry,
-        )
-        self.processor = Child(
-            sfapp.command(spec, bootstrap=bootstrap, records=10**12), workdir / f"{tag}.log"
-        )
+        if competitor == HAND:
+            command = [
+                *("-m", "bench.handwritten", "--bootstrap", bootstrap, "--group", tag),
+                *("--input", self.input, "--output", self.output, "--records", str(10**12)),
+                *("--guarantee", guarantee, "--schema", str(loadgen.SCHEMA_FILE)),
+                *self.wire_args,
+            ]
+        else:
+            spec = sfapp.write_spec(
+                workdir,
+                name=tag,
+                input_topic=self.input,
+                output_topic=self.output,
+                class_name="PassTimed",
+                guarantee=guarantee,
+                topic_format=settings.format,
+                registry=settings.registry,
+            )
+            command = sfapp.command(spec, bootstrap=bootstrap, records=10**12)
+        self.processor = Child(command, workdir / f"{tag}.log")
         self.seen = 0
 
     def load(self, rate: float, seconds: float, size: int) -> dict[str, Any]:
@@ -159,10 +180,15 @@ def _percentiles(latencies_ms: list[float]) -> dict[str, float]:
 
 
 def one_run(
-    bootstrap: str, workdir: Path, guarantee: str, settings: Settings, round_: int
+    bootstrap: str,
+    workdir: Path,
+    guarantee: str,
+    settings: Settings,
+    round_: int,
+    competitor: str = STREAMFLOW,
 ) -> dict[str, Any]:
-    tag = f"bench-latency-{uuid.uuid4().hex[:6]}-{guarantee}-r{round_}"
-    pipe = _Pipeline(bootstrap, workdir, guarantee, tag, settings)
+    tag = f"bench-latency-{uuid.uuid4().hex[:6]}-{competitor}-{guarantee}-r{round_}"
+    pipe = _Pipeline(bootstrap, workdir, guarantee, tag, settings, competitor)
     steps: list[dict[str, Any]] = []
     try:
         pipe.load(1000, 2.0, settings.size)  # the processor joins and warms up here
@@ -170,9 +196,18 @@ def one_run(
         pipe.drained()
         max_rate, producer_rate = _max_rate(pipe, settings)
         for fraction in settings.fractions:
+            pipe.ticks()
             done = pipe.load(fraction * max_rate, settings.step_s, settings.size)
+            ticks = pipe.ticks()  # what reached the probe while the producer ran
             pipe.drained()
-            steps.append({"fraction": fraction, "target_rate": fraction * max_rate, **done})
+            steps.append(
+                {
+                    "fraction": fraction,
+                    "target_rate": fraction * max_rate,
+                    "output_rate": _output_rate(ticks, settings.warmup_s),
+                    **done,
+                }
+            )
     finally:
         sent, received = pipe.close()
     for step in steps:
@@ -182,12 +217,13 @@ def one_run(
         step["achieved_rate"] = len(latencies) / ((hi - lo) / 1e6)
         step.update(_percentiles(latencies) if len(latencies) > 1 else {})
     _say(
-        f"  round {round_} {guarantee:<13} max {max_rate:>8,.0f} rec/s  "
+        f"  round {round_} {competitor:<10} {guarantee:<13} max {max_rate:>8,.0f} rec/s  "
         + "  ".join(
             f"{s['fraction']:.0%}: p99 {s.get('p99_ms', float('nan')):.1f} ms" for s in steps
         )
     )
     return {
+        "competitor": competitor,
         "guarantee": guarantee,
         "round": round_,
         "max_rate": max_rate,
@@ -198,29 +234,45 @@ def one_run(
 
 def run_scenario(bootstrap: str, workdir: Path, settings: Settings) -> dict[str, Any]:
     runs = []
+    pairs = [(c, g) for g in GUARANTEES for c in settings.competitors]
     for round_ in range(settings.rounds):
-        order = GUARANTEES if round_ % 2 == 0 else GUARANTEES[::-1]
-        for guarantee in order:
-            runs.append(one_run(bootstrap, workdir, guarantee, settings, round_))
+        for competitor, guarantee in pairs if round_ % 2 == 0 else pairs[::-1]:
+            runs.append(one_run(bootstrap, workdir, guarantee, settings, round_, competitor))
     return {"settings": settings.__dict__, "runs": runs, "summary": summarise(runs)}
 
 
+def _output_rate(ticks: list[dict[str, Any]], warmup_s: float) -> float | None:
+    """Records a second reaching the probe during a step, after its warm-up."""
+    window = [t for t in ticks if t["t"] >= ticks[0]["t"] + warmup_s] if ticks else []
+    if len(window) < 2:
+        return None
+    return (window[-1]["count"] - window[0]["count"]) / (window[-1]["t"] - window[0]["t"])
+
+
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per guarantee and fraction: the median over rounds of each percentile, and the range."""
+    """Per competitor, guarantee and fraction: the median over rounds of each percentile,
+    and the range."""
     rows = []
-    for guarantee in GUARANTEES:
-        mine = [r for r in runs if r["guarantee"] == guarantee]
+    for competitor, guarantee in [(c, g) for c in COMPETITORS for g in GUARANTEES]:
+        mine = [
+            r
+            for r in runs
+            if r.get("competitor", STREAMFLOW) == competitor and r["guarantee"] == guarantee
+        ]
         if not mine:
             continue
         fractions = [s["fraction"] for s in mine[0]["steps"]]
         max_rates = [r["max_rate"] for r in mine]
         for fraction in fractions:
             steps = [s for r in mine for s in r["steps"] if s["fraction"] == fraction]
+            outputs = [s["output_rate"] for s in steps if s.get("output_rate")]
             row: dict[str, Any] = {
+                "competitor": competitor,
                 "guarantee": guarantee,
                 "fraction": fraction,
                 "max_rate": statistics.median(max_rates),
                 "rate": statistics.median(s["achieved_rate"] for s in steps),
+                "output_rate": statistics.median(outputs) if outputs else None,
             }
             for key in ("p50_ms", "p95_ms", "p99_ms"):
                 values = [s[key] for s in steps if key in s]

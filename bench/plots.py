@@ -81,13 +81,24 @@ def latency(result: dict[str, Any], out: Path) -> Path | None:
     scenario = result["scenarios"].get("latency")
     if not scenario:
         return None
-    guarantees = list(dict.fromkeys(r["guarantee"] for r in scenario["summary"]))
+    summary = [r for r in scenario["summary"] if r.get("competitor", "streamflow") == "streamflow"]
+    hand = [r for r in scenario["summary"] if r.get("competitor") == "hand"]
+    guarantees = list(dict.fromkeys(r["guarantee"] for r in summary))
     fig, axes = plt.subplots(
         1, len(guarantees), figsize=(5.5 * len(guarantees), 4), squeeze=False, sharey=True
     )
     for ax, guarantee in zip(axes[0], guarantees, strict=True):
-        rows = [r for r in scenario["summary"] if r["guarantee"] == guarantee]
+        rows = [r for r in summary if r["guarantee"] == guarantee]
         rates = [r["rate"] for r in rows]
+        baseline = [r for r in hand if r["guarantee"] == guarantee and "p99_ms" in r]
+        if baseline:
+            ax.plot(
+                [r["rate"] for r in baseline],
+                [r["p99_ms"]["median"] for r in baseline],
+                ":",
+                color="grey",
+                label="p99, hand-written loop",
+            )
         for key, style in (("p50_ms", "o-"), ("p95_ms", "s--"), ("p99_ms", "^-.")):
             stats = [r[key] for r in rows]
             ax.errorbar(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from streamflow import Backpressure, ControlInlet, Emit, Inlet, Outlet, Record, Streamlet, params
@@ -107,4 +109,20 @@ class Throttled(Scale):
         if record.value["seq"] == 50 and not self._pushed_back:
             self._pushed_back = True
             raise Backpressure("the downstream service is busy", retry_after=0.2)
+        return super().process(record)
+
+
+class HangsOnce(Scale):
+    """Scale, whose loop hangs for good inside ``process`` on the record ``seq == hang_at``:
+    once, since the first replica to meet it leaves ``marker``; a stuck replica, for liveness."""
+
+    marker = params.Str(description="the file that says the hang happened")
+    hang_at = params.Int(default=5000, min=0)
+
+    def process(self, record: Record) -> dict[str, Any]:
+        if record.value["seq"] == self.hang_at and not os.path.exists(self.marker):
+            with open(self.marker, "w") as out:
+                out.write(f"hung in replica {self.context.replica}\n")
+            while True:  # stuck: no exception, no return, only a supervisor ends this
+                time.sleep(1)
         return super().process(record)
