@@ -41,8 +41,9 @@ class ProxiedKafka:
 
 
 @pytest.fixture(scope="session")
-def toxiproxy_server() -> Iterator[devkit.ToxiproxyServer]:
-    server = devkit.ToxiproxyServer()
+def toxiproxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devkit.ToxiproxyServer]:
+    # its log (every connection and toxic) stays in pytest's temporary folder afterwards
+    server = devkit.ToxiproxyServer(work_dir=tmp_path_factory.mktemp("toxiproxy"))
     try:
         server.start()
     except devkit.DevkitError as error:

@@ -12,7 +12,9 @@ Design choices, each for a reason (the same as for the development Kafka):
 * The server's API port is picked at first start and kept for the object's
   lifetime; the server runs in its own session, an atexit hook stops any
   server still running, and readiness is polled (`GET /version`), never slept.
-* Its output goes to `server.log` in a work dir, quoted back when it fails.
+* Its output goes to `server.log` in a work dir, quoted back when it fails;
+  at ``info`` by default (each connection, each proxy), since its default,
+  ``trace``, writes lines for every chunk of data it forwards.
 * The client is a thin typed layer over the REST API (httpx, no proxies from
   the environment): a `Proxy` handle per proxy, one method per kind of fault.
   An error the API answers becomes a `DevkitError` that quotes it.
@@ -179,9 +181,15 @@ class ToxiproxyServer:
     """`toxiproxy-server` in a child process, and the proxies made on it."""
 
     def __init__(
-        self, *, bin_dir: Path | None = None, work_dir: Path | None = None, keep: bool = False
+        self,
+        *,
+        bin_dir: Path | None = None,
+        work_dir: Path | None = None,
+        keep: bool = False,
+        log_level: str = "info",
     ) -> None:
         self._bin_dir = bin_dir
+        self._log_level = log_level
         self._given_work_dir = work_dir
         self._keep = keep
         self._work_dir: Path | None = None
@@ -230,6 +238,7 @@ class ToxiproxyServer:
             self._process = subprocess.Popen(
                 [str(binary), "-host", _HOST, "-port", str(self._port)],
                 cwd=work_dir,
+                env={**os.environ, "LOG_LEVEL": self._log_level},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
