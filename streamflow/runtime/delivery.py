@@ -365,6 +365,13 @@ class ExactlyOnce(Delivery):
 
     batch_interval_s = 0.05
     max_aborts = 8
+    # No longer than the transaction's own timeout (``transaction.timeout.ms``, 10 s
+    # unless the app sets it): past that the coordinator aborts the transaction, so
+    # waiting longer gains nothing. It is also how soon the watchdog (plus its grace)
+    # ends a replica stuck in the call: after a broker restart, a connection reset or
+    # a partition, librdkafka 2.16 can leave it blocked for good, its timeout never
+    # enforced (confluentinc/librdkafka#5456; the chaos suite hits it every time).
+    send_offsets_timeout_s = 10.0
 
     def __init__(
         self,
@@ -397,10 +404,11 @@ class ExactlyOnce(Delivery):
             if offsets and self.consumer is not None:
                 positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
                 metadata = self.consumer.consumer_group_metadata()
+                timeout = self.send_offsets_timeout_s
                 self._retrying(
                     call,
-                    30,
-                    lambda: self.producer.send_offsets_to_transaction(positions, metadata, 30),
+                    timeout,
+                    lambda: self.producer.send_offsets_to_transaction(positions, metadata, timeout),
                 )
             call = "commit_transaction"
             self._retrying(call, 60, lambda: self.producer.commit_transaction(60))

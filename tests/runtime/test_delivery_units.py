@@ -336,6 +336,33 @@ def test_every_transactional_call_is_watched() -> None:
     ]
 
 
+def test_a_replica_stuck_sending_offsets_ends_soon_after_its_transaction_timed_out() -> None:
+    """librdkafka 2.16 can block in send_offsets_to_transaction for good after a broker
+    restart (its timeout is not enforced); the broker aborts a transaction older than
+    transaction.timeout.ms (10 s), so the replica ends at that plus the grace, not later."""
+    clock, exits = ManualClock(), _Exits()
+    broker = MemoryBroker()
+    producer = MemoryProducer(broker)
+    watchdog = CallWatchdog(grace_s=15, clock=clock, exit=exits)
+    delivery = ExactlyOnce(
+        cast(Producer, producer), cast(Consumer, _consuming(broker, 3)), watchdog=watchdog
+    )
+    seen: list[float] = []
+
+    def blocked(positions: Any, metadata: Any, timeout: float) -> None:
+        seen.append(timeout)
+        clock.now = 24.0
+        watchdog.check()  # what the watching thread does while the call hangs
+        assert exits.codes == []
+        clock.now = 26.0
+        watchdog.check()
+
+    producer.send_offsets_to_transaction = blocked  # type: ignore[method-assign]
+    _batch(delivery, outputs=1, next_offset=3)
+    assert seen == [10.0]
+    assert exits.codes == [CallWatchdog.EXIT_STUCK]
+
+
 def test_a_retriable_timeout_calls_the_same_method_again_without_aborting() -> None:
     """librdkafka wants a timed-out transactional call repeated; an abort in between
     fails with a conflict, and every later transaction with it."""
