@@ -35,6 +35,7 @@ no id both out and dead, and (under exactly-once) no duplicates.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -53,8 +54,9 @@ from tests.runtime import support
 
 STREAMLET = "scale"
 POISON_EVERY = 1000  # every 1000th id raises in the logic and is dead-lettered
-DEFAULT_COUNT = 20_000
-DEFAULT_RATE = 4_000.0  # ids a second
+# CI's size; the (50,000 at a few thousand a second) with STREAMFLOW_CHAOS_COUNT=50000
+DEFAULT_COUNT = int(os.environ.get("STREAMFLOW_CHAOS_COUNT", "20000"))
+DEFAULT_RATE = float(os.environ.get("STREAMFLOW_CHAOS_RATE", "4000"))  # ids a second
 SETTLE_TIMEOUT_S = 300.0
 
 
