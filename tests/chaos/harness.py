@@ -5,7 +5,8 @@ its poison records) on real replicas under the local supervisor. A producer
 thread sends ``count`` distinct ids at a steady rate, a fault is injected while
 they flow, and the run waits, by condition, until it is over: every id out or
 dead-lettered, the group's committed offsets at the end of the input, and the
-reader at the end of the outputs. Then every record is counted.
+reader at the end of the outputs. Then every record is counted. (The producer,
+the reader and the questions to Kafka are in `traffic`.)
 
 What the table's columns mean:
 
@@ -18,7 +19,8 @@ What the table's columns mean:
 * **recover**: seconds from the fault's end until the first id sent after it
   comes out: the pipeline takes new records again. (When every id was sent
   before the fault ended, as in a long partition: until the first output read
-  after it.) Outputs of batches caught in flight by the fault do not count.
+  after it.) Outputs of batches caught in flight by the fault do not count;
+  ``n/a``: nothing came out after the fault's end, all was out by then.
 * **caught up**: seconds from the fault's end until every id produced before
   it is out or dead-lettered: how long the backlog the fault made took to clear.
 * **counts**: ``hold`` when the counts below hold, ``BROKEN`` when they do not
@@ -36,20 +38,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-
 from streamflow.blueprint.model import Application
 from streamflow.operator.local import ReplicaProcess
+from tests.chaos import traffic
+from tests.chaos.traffic import OutputReader, PacedProducer, delete_topics
 from tests.runtime import support
 
 STREAMLET = "scale"
@@ -84,132 +82,6 @@ class Fault:
     started: float = 0.0
     ended: float = 0.0
     sent_by_end: int = 0
-
-
-class PacedProducer(threading.Thread):
-    """Sends ``records`` at ``rate`` a second, idempotently, straight to the broker."""
-
-    def __init__(self, bootstrap: str, topic: str, records: list[tuple[str, bytes]], rate: float):
-        super().__init__(name="chaos-producer", daemon=True)
-        self._records, self._rate, self._topic = records, rate, topic
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                # the input outlives any fault of the suite: it is the yardstick, not the subject
-                "message.timeout.ms": 600_000,
-            }
-        )
-        self.sent = 0
-        self.acked: set[str] = set()
-        self.failed: list[str] = []
-        self.done = threading.Event()
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        for index, (key, value) in enumerate(self._records):
-            if self._halt.is_set():
-                break
-            ahead = started + index / self._rate - time.monotonic()
-            if ahead > 0.005:  # pacing, in ticks of a few ms
-                time.sleep(ahead)
-            while True:
-                try:
-                    self._producer.produce(
-                        self._topic, value, key.encode(), on_delivery=self._report
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-            self.sent = index + 1
-            self._producer.poll(0)
-        while len(self._producer) and not self._halt.is_set():
-            self._producer.flush(1.0)
-        self.done.set()
-
-    def stop(self) -> None:
-        self._halt.set()
-
-    def _report(self, err: KafkaError | None, msg: object) -> None:
-        key = msg.key().decode()  # type: ignore[attr-defined]
-        if err is None:
-            self.acked.add(key)
-        else:
-            self.failed.append(f"{key}: {err.str()}")
-
-
-class OutputReader(threading.Thread):
-    """Reads the output and dead-letter topics from the start, ``read_committed``,
-    counting records per id and noting when each id was first seen."""
-
-    def __init__(self, bootstrap: str, out_topic: str, dead_topic: str) -> None:
-        super().__init__(name="chaos-reader", daemon=True)
-        self.out_topic, self.dead_topic = out_topic, dead_topic
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"chaos-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
-        self.partitions = [
-            TopicPartition(name, partition, OFFSET_BEGINNING)
-            for name in (out_topic, dead_topic)
-            for partition in self._consumer.list_topics(name, timeout=30).topics[name].partitions
-        ]
-        self._consumer.assign(self.partitions)
-        self.lock = threading.Lock()
-        self.out: Counter[str] = Counter()
-        self.dead: Counter[str] = Counter()
-        self.first_seen: dict[str, float] = {}
-        self.arrivals: list[float] = []  # when each batch with outputs in it was read
-        self.end: dict[tuple[str, int], int] = {}  # the offset of each partition's last EOF
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self._halt.is_set():
-                self._read(self._consumer.consume(1000, 0.2))
-        finally:
-            self._consumer.close()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(30)
-
-    def _read(self, messages: list[object]) -> None:
-        now = time.monotonic()
-        with self.lock:
-            got_output = False
-            for message in messages:
-                error = message.error()  # type: ignore[attr-defined]
-                topic, partition = message.topic(), message.partition()  # type: ignore[attr-defined]
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        self.end[(topic, partition)] = message.offset()  # type: ignore[attr-defined]
-                    continue
-                key = message.key().decode()  # type: ignore[attr-defined]
-                (self.out if topic == self.out_topic else self.dead)[key] += 1
-                self.first_seen.setdefault(key, now)
-                got_output = True
-            if got_output:
-                self.arrivals.append(now)
-
-    def distinct(self) -> int:
-        with self.lock:
-            return len(self.first_seen)
-
-    def first_output_after(self, moment: float) -> float | None:
-        with self.lock:
-            return next((t for t in self.arrivals if t >= moment), None)
-
-    def at_end(self, high: dict[tuple[str, int], int]) -> bool:
-        with self.lock:
-            return all(self.end.get(tp, -1) >= offset for tp, offset in high.items())
 
 
 @dataclass
@@ -324,12 +196,15 @@ class ChaosRun:
         )
         # Nothing can come out any more once the group has committed the whole input...
         support.wait_for(
-            lambda: _group_lag(self.direct, self.app, self.in_topic) == 0,
+            lambda: (
+                traffic.group_lag(self.direct, self.app.consumer_group(STREAMLET), self.in_topic)
+                == 0
+            ),
             timeout=SETTLE_TIMEOUT_S,
             message=f"the group's committed offsets to reach the input's end\n{log()}",
         )
         # ...and what did come out has been read once the reader is at the outputs' end.
-        high = _high_watermarks(self.direct, reader.partitions)
+        high = traffic.high_watermarks(self.direct, reader.partitions)
         support.wait_for(
             lambda: reader.at_end(high),
             timeout=SETTLE_TIMEOUT_S,
@@ -466,46 +341,6 @@ def make_app(
             "out": {"producers": [f"{STREAMLET}.out"], "partitions": 4},
         },
     )
-
-
-def _group_lag(bootstrap: str, app: Application, topic: str) -> int:
-    """Records of ``topic`` not yet committed by the streamlet's consumer group."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": app.consumer_group(STREAMLET)})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        lag = 0
-        for position in committed:
-            _, high = consumer.get_watermark_offsets(position, timeout=10, cached=False)
-            lag += high - max(position.offset, 0)
-        return lag
-    except Exception:  # the broker is still coming back: not settled yet
-        return -1
-    finally:
-        consumer.close()
-
-
-def _high_watermarks(
-    bootstrap: str, partitions: list[TopicPartition]
-) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4().hex}"})
-    try:
-        return {
-            (tp.topic, tp.partition): consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
-            )[1]
-            for tp in partitions
-        }
-    finally:
-        consumer.close()
-
-
-def delete_topics(bootstrap: str, names: list[str]) -> None:
-    """Delete a scenario's topics, so the shared broker stays small (and restarts fast)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(names, operation_timeout=30).values():
-        with contextlib.suppress(Exception):
-            future.result(timeout=30)
 
 
 TABLE_TITLE = (
