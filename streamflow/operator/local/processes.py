@@ -215,9 +215,9 @@ class ProcessGroup:
         env = {**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"}
         path = self.log_file(replica.name)
         if path is not None:
-            # the replica's own file from its first byte (an import error included); it
-            # reopens and rotates it itself, so the file outlives this supervisor
-            # not its parents: the folder of an app removed meanwhile stays removed
+            # The replica's own file from its first byte (an import error included); it
+            # reopens and rotates it itself, so the file outlives this supervisor. Not
+            # its parents: the folder of an app removed meanwhile stays removed.
             path.parent.mkdir(mode=private.DIR_MODE, exist_ok=True)
             own = ["--log-file", str(path), "--log-max-bytes", str(self._log_max_bytes)]
             with private.open_private(path, "a") as out:
