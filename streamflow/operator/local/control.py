@@ -20,6 +20,7 @@ from streamflow.operator.local import locks, pids, private, store
 __all__ = ["DaemonError", "daemon_info", "embedded_kafka", "ensure_daemon", "spec_lock"]
 
 _POLL_S = 0.1
+_DYING_S = 10.0
 
 
 class DaemonError(RuntimeError):
@@ -45,7 +46,13 @@ def daemon_info(home: store.Home) -> dict[str, Any] | None:
 
 def ensure_daemon(home: store.Home, *, timeout: float = 30.0) -> int:
     """The daemon's pid, starting one if none runs. Call it under :func:`spec_lock`."""
-    process = _spawn(home) if daemon_info(home) is None else None
+    found = daemon_info(home)
+    if found is not None and not pids.alive(found.get("pid")):
+        # A daemon just killed: its main thread is a zombie already, but its lock goes
+        # only when its last thread has exited, a moment later.
+        pids.wait_until(lambda: daemon_info(home) is None, timeout=_DYING_S)
+        found = daemon_info(home)
+    process = _spawn(home) if found is None else None
     deadline = time.monotonic() + timeout
     while True:
         info = daemon_info(home)

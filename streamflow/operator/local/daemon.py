@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per liveness probe is noise
     private.tighten(home.root)
     lock = locks.FileLock(home.daemon_lock)
     if not lock.acquire(timeout=0):
