@@ -269,11 +269,21 @@ class InferenceClient:
             {name: array[i : i + size] for name, array in inputs.items()}
             for i in range(0, rows, size)
         ]
-        results = await asyncio.gather(
-            *(self._request(http, chunk, rows=len(next(iter(chunk.values())))) for chunk in chunks)
-        )
-        if not results:
+        if not chunks:
             return {}
+        tasks = [
+            asyncio.ensure_future(self._request(http, chunk, rows=len(next(iter(chunk.values())))))
+            for chunk in chunks
+        ]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            # One chunk failed (the batch goes back): the others are not left running
+            # between batches, calling the server and holding the concurrency slots.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         return {name: np.concatenate([r[name] for r in results]) for name in results[0]}
 
     async def call(
