@@ -29,6 +29,10 @@ __all__ = ["ENV_PREFIX", "KafkaClients", "application_config", "config_from_env"
 
 ENV_PREFIX = kafka_keys.ENV_PREFIX
 
+# A fenced or crashed transaction blocks its partitions until it times out (Kafka's
+# default is a minute); an app may set its own (``STREAMFLOW_KAFKA_TRANSACTION_TIMEOUT_MS``).
+TRANSACTION_TIMEOUT_MS = 10_000
+
 # Settings that make the at-least-once and exactly-once guarantees hold.
 _PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
@@ -143,8 +147,13 @@ class KafkaClients:
         if transactional_id:
             config["transactional.id"] = transactional_id
             # A fenced or crashed transaction blocks its partitions until it times out.
-            config.setdefault("transaction.timeout.ms", 10_000)
+            config.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
         return Producer(config)
+
+    @property
+    def transaction_timeout_s(self) -> float:
+        """A transactional producer's ``transaction.timeout.ms`` (the app's, or ours), in s."""
+        return int(self.config.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)) / 1000
 
     def admin(self) -> AdminClient:
         return AdminClient({k: v for k, v in self.config.items() if k != "logger"})

@@ -58,12 +58,13 @@ class DeliveryError(Exception):
 
 
 def _produce(
-    producer: Producer, topic: str, value: bytes, key: bytes | None, headers: Headers
+    producer: Producer, topic: str, value: bytes | None, key: bytes | None, **where: Any
 ) -> None:
-    """Produce, waiting for queue space instead of failing or growing memory."""
+    """Produce (``where``: its ``headers``, or a ``partition``), waiting for queue space
+    instead of failing or growing memory."""
     while True:
         try:
-            producer.produce(topic, value, key, headers=headers)
+            producer.produce(topic, value, key, **where)
             return
         except BufferError:
             producer.poll(0.05)
@@ -104,18 +105,13 @@ class Delivery:
         try:  # the common case, without a wrapper call per record
             self.producer.produce(topic, value, key, headers=headers)
         except BufferError:
-            _produce(self.producer, topic, value, key, headers)
+            _produce(self.producer, topic, value, key, headers=headers)
 
     def end_batch(self, offsets: Offsets) -> None: ...
 
     def produce_to(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         """A record for one given partition (a state changelog's), in the batch as outputs are."""
-        while True:
-            try:
-                self.producer.produce(topic, value, key, partition=partition)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        _produce(self.producer, topic, value, key, partition=partition)
 
     def direct_produce(self) -> Callable[..., None]:
         """The producer's own ``produce(topic, value, key, headers=...)``, for the hot path
@@ -380,9 +376,14 @@ class ExactlyOnce(Delivery):
         *,
         watchdog: CallWatchdog | None = None,
         on_committed: Callable[[Offsets], None] | None = None,
+        transaction_timeout_s: float | None = None,
     ) -> None:
-        """``on_committed`` hears the offsets of each committed transaction (for the lag)."""
+        """``on_committed`` hears the offsets of each committed transaction (for the lag);
+        ``transaction_timeout_s`` is the producer's ``transaction.timeout.ms`` when the app
+        sets one, and bounds ``send_offsets_to_transaction`` instead of the default."""
         super().__init__(producer)
+        if transaction_timeout_s is not None:
+            self.send_offsets_timeout_s = transaction_timeout_s
         self.consumer = consumer
         self.watchdog = watchdog or CallWatchdog()
         self.on_committed = on_committed

@@ -210,7 +210,12 @@ def _delivery(
             client_id=client_id, transactional_id=client_id, **{"delivery.report.only.error": True}
         )
         on_committed = metrics.committed_in_transaction if metrics is not None else None
-        return ExactlyOnce(producer, consumer, on_committed=on_committed)
+        return ExactlyOnce(
+            producer,
+            consumer,
+            on_committed=on_committed,
+            transaction_timeout_s=clients.transaction_timeout_s,
+        )
     failures = FailedOutputs()
     producer = clients.producer(client_id=client_id, **failures.producer_config())
     return AtLeastOnce(producer, consumer, failures)

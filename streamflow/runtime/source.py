@@ -22,7 +22,7 @@ from streamflow.api import aio
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Streamlet
-from streamflow.runtime.delivery import Delivery, Headers
+from streamflow.runtime.delivery import Delivery, ExactlyOnce, Headers, TransactionAborted
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
@@ -57,6 +57,9 @@ class SourceRunner:
         self.stop = stop
         self._router = outputs_mod.OutputRouter(descriptor)
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
+        # the open chunk's records, to write again if its transaction is aborted
+        self._keep = isinstance(delivery, ExactlyOnce)
+        self._chunk: list[tuple[str, bytes, bytes | None, Headers]] = []
 
     def run(self) -> None:
         self.health.set_ready(True)
@@ -65,6 +68,7 @@ class SourceRunner:
         count = 0
         chunk_started = time.monotonic()
         self.delivery.begin_batch()
+        ended = False
         try:
             while not self.stop.is_set():
                 item = puller.get(timeout=_CHUNK_SECONDS)
@@ -75,18 +79,44 @@ class SourceRunner:
                     count += 1
                 if count % _CHUNK == 0 or time.monotonic() - chunk_started > _CHUNK_SECONDS:
                     self.health.doing("writing a chunk of the source's records")
-                    self.delivery.end_batch({})
+                    self._end_chunk()
                     self.health.turned()
                     self.delivery.begin_batch()
                     chunk_started = time.monotonic()
+            ended = True
         finally:
-            self.delivery.end_batch({})
+            if ended:
+                self._end_chunk()
+            else:  # the source or a fatal delivery error: no retry of what is open
+                self.delivery.end_batch({})
         if self.stop.is_set():
             return
         log.info("source finished after %d items; idling until stopped", count)
         while not self.stop.wait(0.5):
             self.health.turned()
             self.delivery.poll()
+
+    def _end_chunk(self) -> None:
+        """Commit the chunk; under exactly-once an aborted one is written again.
+
+        A source cannot be rewound (its generator has moved on), so the chunk's
+        encoded records are kept until its transaction commits. An aborted one (a broker
+        restart, a request that timed out) showed none of them to ``read_committed``
+        readers; written again, each is there once. After
+        ``max_aborts`` in a row the delivery gives up and the replica ends.
+        """
+        while True:
+            try:
+                self.delivery.end_batch({})
+                break
+            except TransactionAborted as aborted:
+                log.warning("%s; writing the chunk's %d records again", aborted, len(self._chunk))
+                if self.stop.wait(aborted.retry_after):
+                    break  # stopping: the aborted chunk was never shown, nor is it now
+                self.delivery.begin_batch()
+                for topic, data, key, headers in self._chunk:
+                    self.delivery.produce(topic, data, key, headers)
+        self._chunk.clear()
 
     def emit(self, item: Any) -> None:
         outlets = self.bindings.outlets
@@ -101,6 +131,8 @@ class SourceRunner:
                 headers += [(k, v.encode()) for k, v in out.headers.items()]
             key = out.key.encode() if out.key is not None else None
             self.delivery.produce(binding.topic, data, key, headers)
+            if self._keep:
+                self._chunk.append((binding.topic, data, key, headers))
         self.delivery.poll()
 
 

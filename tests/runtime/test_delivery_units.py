@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
+from streamflow.runtime.clients import KafkaClients, config_from_env
 from streamflow.runtime.delivery import (
     AtLeastOnce,
     CallWatchdog,
@@ -386,3 +387,32 @@ def _aborting() -> KafkaException:
     return KafkaException(
         KafkaError(KafkaError.ILLEGAL_GENERATION, "generation", txn_requires_abort=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("environ", "bound"),
+    [({}, 10.0), ({"STREAMFLOW_KAFKA_TRANSACTION_TIMEOUT_MS": "30000"}, 30.0)],
+    ids=["default", "the app's"],
+)
+def test_sending_offsets_is_bounded_by_the_apps_transaction_timeout(
+    environ: dict[str, str], bound: float
+) -> None:
+    """An app that gives its transactions longer (a slow batch) must not have its replica
+    ended by the watchdog while the broker would still take the transaction."""
+    clients = KafkaClients(bootstrap="unused:9092", config=config_from_env(environ))
+    broker = MemoryBroker()
+    producer = MemoryProducer(broker)
+    delivery = ExactlyOnce(
+        cast(Producer, producer),
+        cast(Consumer, _consuming(broker, 3)),
+        watchdog=CallWatchdog(exit=_Exits()),
+        transaction_timeout_s=clients.transaction_timeout_s,
+    )
+    seen: list[float] = []
+
+    def sending(positions: Any, metadata: Any, timeout: float) -> None:
+        seen.append(timeout)
+
+    producer.send_offsets_to_transaction = sending  # type: ignore[method-assign]
+    _batch(delivery, outputs=1, next_offset=3)
+    assert seen == [bound]

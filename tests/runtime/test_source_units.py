@@ -9,16 +9,16 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streamflow import Emit, Outlet, Streamlet
 from streamflow.api.descriptor import describe
-from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
+from streamflow.runtime.delivery import AtLeastOnce, CallWatchdog, ExactlyOnce, FailedOutputs
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryProducer
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.source import SourceRunner
-from tests.runtime import memory_support
+from tests.runtime import memory_support, support
 from tests.runtime.memory_support import OUT
 
 
@@ -27,6 +27,12 @@ class _Ticks(Streamlet):
 
     def source(self) -> Iterator[dict[str, Any]]:
         yield {"id": "t0"}
+
+
+class _Five(_Ticks):
+    def source(self) -> Iterator[dict[str, Any]]:
+        for i in range(5):
+            yield {"id": f"t{i}"}
 
 
 @pytest.fixture
@@ -89,3 +95,45 @@ def test_a_full_queue_slows_the_source_and_loses_nothing(
     runner.delivery.poll()
     ids = [json.loads(m.value() or b"")["id"] for m in broker.records(OUT)]
     assert ids == [f"t{i}.{x}" for i in range(5) for x in "ab"]
+
+
+def test_exactly_once_a_chunk_whose_transaction_aborted_is_written_again_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A source cannot be rewound: before, an aborted chunk's records were gone (and the
+    ``TransactionAborted`` ended the replica, which replayed the source from its start)."""
+    broker = MemoryBroker()
+    producer = MemoryProducer(broker)
+    delivery = ExactlyOnce(
+        cast(Producer, producer), None, watchdog=CallWatchdog(exit=lambda code: None)
+    )
+    stop = threading.Event()
+    runner = SourceRunner(
+        streamlet=_Five(),
+        descriptor=describe(_Five),
+        bindings=memory_support.bindings(),
+        delivery=delivery,
+        metrics=Metrics(app="app", streamlet="unit", replica=0),
+        health=HealthState(),
+        loop=loop,
+        stop=stop,
+    )
+    timed_out = KafkaError(
+        KafkaError._TIMED_OUT,
+        "coordinator did not answer",
+        retriable=False,
+        txn_requires_abort=True,
+    )
+    producer.fail_call("commit_transaction", KafkaException(timed_out))
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        support.wait_for(
+            lambda: len(broker.records(OUT)) >= 5, timeout=30, message="the five records"
+        )
+    finally:
+        stop.set()
+        thread.join(30)
+    ids = [json.loads(m.value() or b"")["id"] for m in broker.records(OUT)]
+    assert sorted(ids) == [f"t{i}" for i in range(5)]  # every one, once
+    assert producer.transactions["aborted"] == 1
