@@ -22,8 +22,8 @@ import pytest
 from tests.chaos import harness
 from tests.model_fixtures import WineModels
 from tests.runtime import support
+from tests.streamlets.serving import kafka_support as k
 from tests.streamlets.serving import serving_support as s
-from tests.streamlets.serving import test_serving_kafka as serving
 
 GUARANTEES = ["at-least-once", "exactly-once"]
 N = 4_000
@@ -59,18 +59,18 @@ def test_model_server_outage_under_load(
             "predictions": {"producers": ["classifier.out"], "partitions": 4},
             "status": {"producers": ["classifier.status"]},
         },
-        schema_paths=serving.STORE_PATHS,
+        schema_paths=k.STORE_PATHS,
         python_paths=[s.WINE],
     )
     out_topic = support.topic(app, "predictions")
-    serving._push(kafka_bootstrap, app, s.descriptor(1, "OPEN_INFERENCE_V2", location=server.url))
+    k.push(kafka_bootstrap, app, s.descriptor(1, "OPEN_INFERENCE_V2", location=server.url))
     with support.replicas(app, tmp_path) as running:
         replicas = [running.start("classifier", i) for i in range(2)]
-        serving._serving(kafka_bootstrap, app, 1, 2)
-        feeder = serving._produce_paced(
+        k.wait_until_serving(kafka_bootstrap, app, 1, 2)
+        feeder = k.produce_paced(
             kafka_bootstrap,
             support.topic(app, "features"),
-            serving._features(wine_models, N),
+            k.features(wine_models, N),
             rate=RATE,
         )
         support.consume_until(kafka_bootstrap, out_topic, support.count_at_least(N // 4))
@@ -84,7 +84,7 @@ def test_model_server_outage_under_load(
         server.restart()  # returns once the server answers again
         back_at = time.time()
         feeder.join(120)
-        codec = serving._codec("examples.wine.WinePrediction")
+        codec = k.codec_of("examples.wine.WinePrediction")
         out = support.consume_until(
             kafka_bootstrap,
             out_topic,

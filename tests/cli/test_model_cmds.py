@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.model_fixtures import WineModels
 from tests.runtime import support
-from tests.streamlets.serving.test_serving_kafka import _app
+from tests.streamlets.serving import kafka_support as k
 
 STREAMFLOW = str(Path(sys.executable).with_name("streamflow"))
 
@@ -35,7 +35,7 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
     kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels
 ) -> None:
     home = tmp_path / "home"
-    app = _app(kafka_bootstrap, 2, tmp_path / "cache", allow_saved_model=True)
+    app = k.app(kafka_bootstrap, 2, tmp_path / "cache", allow_saved_model=True)
     _register(home, app, kafka_bootstrap)
     with support.replicas(app, tmp_path) as running:
         running.start("classifier", 0)
@@ -108,7 +108,7 @@ def test_push_waits_for_every_replica_and_status_shows_what_serves(
 
 def test_push_usage_errors_are_clear(tmp_path: Path, kafka_bootstrap: str) -> None:
     home = tmp_path / "home"
-    app = _app(kafka_bootstrap, 1, tmp_path / "cache")
+    app = k.app(kafka_bootstrap, 1, tmp_path / "cache")
     _register(home, app, kafka_bootstrap)
     both = _cli(
         "model", "push", app.name, "classifier", "--url", "http://x", "--keras", __file__, home=home

@@ -18,15 +18,15 @@ from confluent_kafka import Message
 from streamflow.streamlets.serving.artifacts import pack_directory
 from tests.model_fixtures import WineModels
 from tests.runtime import support
+from tests.streamlets.serving import kafka_support as k
 from tests.streamlets.serving import serving_support as s
 from tests.streamlets.serving.hostile_servers import hostile
-from tests.streamlets.serving.test_serving_kafka import _app, _codec, _push
 
 SECRET = "SECRET-kafka-7d1e"
 
 
 def _final_states(bootstrap: str, topic: str, wanted: set[int]) -> dict[int, dict[str, Any]]:
-    codec = _codec("streamflow.ml.ModelStatus")
+    codec = k.codec_of("streamflow.ml.ModelStatus")
     final: dict[int, dict[str, Any]] = {}
 
     def done(records: list[Message]) -> bool:
@@ -42,15 +42,15 @@ def _final_states(bootstrap: str, topic: str, wanted: set[int]) -> dict[int, dic
 def test_hostile_descriptors_on_the_control_topic_end_in_clear_statuses(
     kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels
 ) -> None:
-    app = _app(kafka_bootstrap, 1, tmp_path / "cache")
+    app = k.app(kafka_bootstrap, 1, tmp_path / "cache")
     drip_body = b"z" * 60
     with hostile() as server, support.replicas(app, tmp_path) as running:
         server.body("/v2/models/wine/ready", SECRET.encode(), status=503)
         server.drip("/v3.keras", drip_body, every=0.5)
         running.start("classifier", 0)
         saved = pack_directory(wine_models.v2.saved_model)
-        _push(kafka_bootstrap, app, s.descriptor(1, "TF_SAVED_MODEL", data=saved))
-        _push(kafka_bootstrap, app, s.descriptor(2, "OPEN_INFERENCE_V2", location=server.url))
+        k.push(kafka_bootstrap, app, s.descriptor(1, "TF_SAVED_MODEL", data=saved))
+        k.push(kafka_bootstrap, app, s.descriptor(2, "OPEN_INFERENCE_V2", location=server.url))
         status_topic = support.topic(app, "status")
         _final_states(kafka_bootstrap, status_topic, {1, 2})  # before v3, which would supersede
         slow = s.descriptor(
@@ -59,9 +59,9 @@ def test_hostile_descriptors_on_the_control_topic_end_in_clear_statuses(
             location=server.url + "/v3.keras",
             sha256=hashlib.sha256(drip_body).hexdigest(),
         )
-        _push(kafka_bootstrap, app, slow)
+        k.push(kafka_bootstrap, app, slow)
         keras = wine_models.v1.keras_file.read_bytes()
-        _push(kafka_bootstrap, app, s.descriptor(4, "KERAS", data=keras))
+        k.push(kafka_bootstrap, app, s.descriptor(4, "KERAS", data=keras))
         final = _final_states(kafka_bootstrap, status_topic, {1, 2, 3, 4})
         log = running.log()
     assert final[1]["state"] == "rejected" and "allow_saved_model" in final[1]["message"], log

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -10,122 +9,27 @@ from typing import Any
 
 import httpx
 import numpy as np
-from confluent_kafka import Message
 
-from streamflow.blueprint.model import Application
 from tests.model_fixtures import WineModels
 from tests.runtime import support
+from tests.streamlets.serving import kafka_support as k
 from tests.streamlets.serving import serving_support as s
-
-STORE_PATHS = [s.SCHEMAS]
-
-
-def _app(bootstrap: str, replicas: int, cache: Path, **config: Any) -> Application:
-    return support.make_app(
-        bootstrap,
-        streamlets={
-            "classifier": {
-                "class": "classifier_app:WineClassifier",
-                "replicas": replicas,
-                "config": {
-                    **s.CONFIG,
-                    "cache_dir": str(cache),
-                    "breaker_cooldown": "1s",
-                    **config,
-                },
-            }
-        },
-        topics={
-            "features": {"consumers": ["classifier.in"], "partitions": 4},
-            "models": {"consumers": ["classifier.model"], "config": {"cleanup.policy": "compact"}},
-            "predictions": {"producers": ["classifier.out"], "partitions": 4},
-            "status": {"producers": ["classifier.status"]},
-        },
-        schema_paths=STORE_PATHS,
-        python_paths=[s.WINE],
-    )
-
-
-def _codec(name: str) -> Any:
-    from streamflow.schema import SchemaStore, SingleObjectCodec
-
-    store = SchemaStore(STORE_PATHS)
-    return SingleObjectCodec(store.get(name), store=store)
-
-
-def _features(models: WineModels, n: int, *, keys: int = 200) -> list[tuple[str, bytes]]:
-    codec = _codec("examples.wine.WineFeatures")
-    out = []
-    for i in range(n):
-        row = i % len(models.x)
-        value = {"id": f"w{i}", "label": int(models.y[row])}
-        value.update({f: float(models.x[row][j]) for j, f in enumerate(s.FEATURES)})
-        out.append((f"k{i % keys}", codec.encode(value)))
-    return out
-
-
-def _push(bootstrap: str, app: Application, descriptor: dict[str, Any]) -> None:
-    codec = _codec("streamflow.ml.ModelDescriptor")
-    support.produce(bootstrap, support.topic(app, "models"), [("wine", codec.encode(descriptor))])
-
-
-def _statuses(bootstrap: str, app: Application) -> list[dict[str, Any]]:
-    codec = _codec("streamflow.ml.ModelStatus")
-    records = support.consume_until(
-        bootstrap, support.topic(app, "status"), lambda r: False, timeout=2
-    )
-    return [codec.decode(m.value()) for m in records]
-
-
-def _serving(bootstrap: str, app: Application, version: int, replicas: int) -> None:
-    def done(records: list[Message]) -> bool:
-        codec = _codec("streamflow.ml.ModelStatus")
-        values = [codec.decode(m.value()) for m in records]
-        return (
-            len(
-                {
-                    v["replica"]
-                    for v in values
-                    if v["version"] == version and v["state"] == "serving"
-                }
-            )
-            >= replicas
-        )
-
-    support.consume_until(bootstrap, support.topic(app, "status"), done, timeout=90)
-
-
-def _produce_paced(
-    bootstrap: str, topic: str, items: list[tuple[str, bytes]], rate: float
-) -> threading.Thread:
-    def run() -> None:
-        chunk = max(1, int(rate / 10))
-        started = time.monotonic()
-        for index in range(0, len(items), chunk):
-            support.produce(bootstrap, topic, items[index : index + chunk])
-            ahead = started + (index + chunk) / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)  # pacing the load generator, not synchronising the test
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_live_switching_embedded_remote_v1_remote_v2_embedded_loses_nothing(
     kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels, model_server: Any
 ) -> None:
     n = 20_000
-    app = _app(kafka_bootstrap, 2, tmp_path / "cache")
+    app = k.app(kafka_bootstrap, 2, tmp_path / "cache")
     out_topic = support.topic(app, "predictions")
     v1 = wine_models.v1.keras_file.read_bytes()
-    _push(kafka_bootstrap, app, s.descriptor(1, "KERAS", data=v1))
+    k.push(kafka_bootstrap, app, s.descriptor(1, "KERAS", data=v1))
     with support.replicas(app, tmp_path) as running:
         running.start("classifier", 0)
         running.start("classifier", 1)
-        _serving(kafka_bootstrap, app, 1, 2)
-        feeder = _produce_paced(
-            kafka_bootstrap, support.topic(app, "features"), _features(wine_models, n), rate=1500
+        k.wait_until_serving(kafka_bootstrap, app, 1, 2)
+        feeder = k.produce_paced(
+            kafka_bootstrap, support.topic(app, "features"), k.features(wine_models, n), rate=1500
         )
         pushes = [
             (n // 5, s.descriptor(2, "TF_SERVING", location=model_server.url)),
@@ -136,7 +40,7 @@ def test_live_switching_embedded_remote_v1_remote_v2_embedded_loses_nothing(
             support.consume_until(
                 kafka_bootstrap, out_topic, support.count_at_least(threshold), timeout=120
             )
-            _push(kafka_bootstrap, app, descriptor)
+            k.push(kafka_bootstrap, app, descriptor)
         feeder.join(60)
         out = support.consume_until(
             kafka_bootstrap, out_topic, support.count_at_least(n), timeout=180
@@ -146,7 +50,7 @@ def test_live_switching_embedded_remote_v1_remote_v2_embedded_loses_nothing(
         )
         log = running.log()
     assert not dead, [dict(m.headers() or ()) for m in dead[:3]]
-    codec = _codec("examples.wine.WinePrediction")
+    codec = k.codec_of("examples.wine.WinePrediction")
     values = [codec.decode(m.value()) for m in out]
     assert sorted(int(v["id"][1:]) for v in values) == list(range(n)), log
     # per key, in the order written, the version never goes backwards
@@ -187,14 +91,14 @@ def test_model_server_down_mid_stream_pauses_and_loses_nothing(
     server = model_server_factory(
         model_path=wine_models.v1.keras_file, model_name="wine", model_version="1"
     )
-    app = _app(kafka_bootstrap, 1, tmp_path / "cache")
+    app = k.app(kafka_bootstrap, 1, tmp_path / "cache")
     out_topic = support.topic(app, "predictions")
-    _push(kafka_bootstrap, app, s.descriptor(1, "OPEN_INFERENCE_V2", location=server.url))
+    k.push(kafka_bootstrap, app, s.descriptor(1, "OPEN_INFERENCE_V2", location=server.url))
     with support.replicas(app, tmp_path) as running:
         replica = running.start("classifier", 0)
-        _serving(kafka_bootstrap, app, 1, 1)
-        feeder = _produce_paced(
-            kafka_bootstrap, support.topic(app, "features"), _features(wine_models, n), rate=500
+        k.wait_until_serving(kafka_bootstrap, app, 1, 1)
+        feeder = k.produce_paced(
+            kafka_bootstrap, support.topic(app, "features"), k.features(wine_models, n), rate=500
         )
         support.consume_until(kafka_bootstrap, out_topic, support.count_at_least(300), timeout=60)
         server.kill()
@@ -213,7 +117,7 @@ def test_model_server_down_mid_stream_pauses_and_loses_nothing(
             kafka_bootstrap, app.dlq_topic("classifier"), lambda r: False, timeout=1
         )
         assert replica.restarts == 0, running.log()
-    codec = _codec("examples.wine.WinePrediction")
+    codec = k.codec_of("examples.wine.WinePrediction")
     ids = {codec.decode(m.value())["id"] for m in out}
     assert ids == {f"w{i}" for i in range(n)}
     assert not dead
@@ -222,21 +126,21 @@ def test_model_server_down_mid_stream_pauses_and_loses_nothing(
 def test_a_replica_started_after_the_last_push_serves_the_newest_model_first(
     kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels
 ) -> None:
-    app = _app(kafka_bootstrap, 1, tmp_path / "cache")
-    _push(
+    app = k.app(kafka_bootstrap, 1, tmp_path / "cache")
+    k.push(
         kafka_bootstrap, app, s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes())
     )
-    _push(
+    k.push(
         kafka_bootstrap, app, s.descriptor(2, "KERAS", data=wine_models.v2.keras_file.read_bytes())
     )
-    support.produce(kafka_bootstrap, support.topic(app, "features"), _features(wine_models, 200))
+    support.produce(kafka_bootstrap, support.topic(app, "features"), k.features(wine_models, 200))
     with support.replicas(app, tmp_path) as running:
         running.start("classifier", 5)  # starts after both pushes, with data already waiting
         out = support.consume_until(
             kafka_bootstrap, support.topic(app, "predictions"), support.count_at_least(200)
         )
         log = running.log()
-    codec = _codec("examples.wine.WinePrediction")
+    codec = k.codec_of("examples.wine.WinePrediction")
     assert {codec.decode(m.value())["model_version"] for m in out} == {2}, log
-    served = [st for st in _statuses(kafka_bootstrap, app) if st["state"] == "serving"]
+    served = [st for st in k.statuses(kafka_bootstrap, app) if st["state"] == "serving"]
     assert [st["version"] for st in served] == [2]
