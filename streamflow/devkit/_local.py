@@ -5,7 +5,7 @@ started from files that the project's set-up scripts put under ``tools/``.
 They are found the same way (an argument, an environment variable, or the
 ``tools/`` folder searched upwards from the working directory and from this
 package), and stopped the same way (wake a paused process, SIGTERM, a grace
-period, then SIGKILL).
+period, then SIGKILL). Each is a :class:`LocalService`: ``with`` starts and stops it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,33 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
-__all__ = ["find_upwards", "tail", "terminate"]
+__all__ = ["LocalService", "find_upwards", "tail", "terminate"]
+
+
+class LocalService:
+    """A server this process starts and stops; ``with service:`` starts it with its
+    default timeout and stops it on the way out, whatever happened inside."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def find_upwards(relative: str | Path, *, marker: str = "") -> Path | None:

@@ -51,7 +51,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError
@@ -135,7 +134,7 @@ def find_kubectl() -> Path:
     raise DevkitError("No `kubectl` on PATH: install it (apt-get install kubernetes-client).")
 
 
-class KubeCluster:
+class KubeCluster(_local.LocalService):
     """A kwok cluster: real etcd, apiserver, controller-manager and scheduler; fake nodes."""
 
     def __init__(
@@ -165,18 +164,6 @@ class KubeCluster:
     def __repr__(self) -> str:
         where = self.server if self._port else "not started"
         return f"KubeCluster({self._name}, {where})"
-
-    def __enter__(self) -> KubeCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def name(self) -> str:

@@ -60,7 +60,6 @@ import uuid
 from collections.abc import Callable
 from ipaddress import IPv4Network
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from streamflow.devkit import _local, k8s
@@ -100,7 +99,7 @@ def find_node_images(*, images_dir: Path | None = None) -> Path:
     return folder.resolve()
 
 
-class RealNode:
+class RealNode(_local.LocalService):
     """A cluster whose one node is real: pods run in containerd, Services work, the host answers.
 
     `with RealNode() as node:` starts it; `node.kubectl(...)` talks to its cluster;
@@ -134,18 +133,6 @@ class RealNode:
 
     def __repr__(self) -> str:
         return f"RealNode({self._name}, {self._subnet or 'not started'})"
-
-    def __enter__(self) -> RealNode:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def name(self) -> str:

@@ -46,7 +46,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 # NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -141,7 +140,7 @@ def find_java() -> Path:
     )
 
 
-class KafkaBroker:
+class KafkaBroker(_local.LocalService):
     """A single-node KRaft Kafka in a child JVM; see the module docstring."""
 
     def __init__(
@@ -174,18 +173,6 @@ class KafkaBroker:
     def __repr__(self) -> str:
         where = self.bootstrap_servers if self._ports else "not started"
         return f"KafkaBroker({where}, running={self.is_running})"
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def bootstrap_servers(self) -> str:

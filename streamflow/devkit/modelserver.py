@@ -33,7 +33,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError
@@ -75,7 +74,7 @@ def _find_tool_dir() -> Path:
     )
 
 
-class ModelServer:
+class ModelServer(_local.LocalService):
     """KServe's ModelServer serving one Keras or SavedModel artifact; see the module docstring."""
 
     def __init__(
@@ -105,18 +104,6 @@ class ModelServer:
     def __repr__(self) -> str:
         where = self.url if self._port else "not started"
         return f"ModelServer({self._model_name!r} at {where}, running={self.is_running})"
-
-    def __enter__(self) -> ModelServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def model_name(self) -> str:

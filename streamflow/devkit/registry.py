@@ -42,7 +42,6 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError, find_java
@@ -101,7 +100,7 @@ def find_registry_app(*, app: Path | None = None) -> Path:
     )
 
 
-class SchemaRegistry:
+class SchemaRegistry(_local.LocalService):
     """Apicurio Registry in a child JVM, serving the Confluent API; see the module docstring."""
 
     def __init__(
@@ -130,18 +129,6 @@ class SchemaRegistry:
     def __repr__(self) -> str:
         where = self.url if self._port else "not started"
         return f"SchemaRegistry({where}, running={self.is_running})"
-
-    def __enter__(self) -> SchemaRegistry:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:

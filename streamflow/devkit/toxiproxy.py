@@ -34,7 +34,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import httpx
@@ -177,7 +176,7 @@ class Proxy:
         _call(self._http, "PATCH", f"/proxies/{self.name}", {"enabled": enabled})
 
 
-class ToxiproxyServer:
+class ToxiproxyServer(_local.LocalService):
     """`toxiproxy-server` in a child process, and the proxies made on it."""
 
     def __init__(
@@ -201,18 +200,6 @@ class ToxiproxyServer:
     def __repr__(self) -> str:
         where = self.url if self._port else "not started"
         return f"ToxiproxyServer({where}, running={self.is_running})"
-
-    def __enter__(self) -> ToxiproxyServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
