@@ -6,14 +6,59 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from streamflow.operator.local import locks, logfiles, store
+from streamflow.operator.local import locks, logfiles, private, store
+
+
+class LogFiles:
+    """Replica logs as a replica writes and rotates them (``runtime.logfile.OwnLog`` does
+    it to its own file descriptors), for the readers to be tested against."""
+
+    def __init__(self, directory: Path, *, max_bytes: int = logfiles.DEFAULT_MAX_BYTES) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._files: dict[str, IO[str]] = {}
+        self._lock = threading.Lock()
+
+    def write(self, replica: str, line: str) -> None:
+        with self._lock:
+            try:
+                handle = self._open(replica)
+                handle.write(line + "\n")
+                handle.flush()
+                if handle.tell() > self.max_bytes:
+                    self._rotate(replica)
+            except OSError:
+                pass  # the app was removed meanwhile; its lines have nowhere to go
+
+    def close(self, replica: str | None = None) -> None:
+        with self._lock:
+            names = [replica] if replica is not None else list(self._files)
+            for name in names:
+                handle = self._files.pop(name, None)
+                if handle is not None:
+                    handle.close()
+
+    def _open(self, replica: str) -> IO[str]:
+        handle = self._files.get(replica)
+        if handle is None:
+            # not its parent: a removed app stays removed
+            self.directory.mkdir(mode=private.DIR_MODE, exist_ok=True)
+            handle = private.open_private(self.directory / f"{replica}.log", "a")
+            self._files[replica] = handle
+        return handle
+
+    def _rotate(self, replica: str) -> None:
+        self._files.pop(replica).close()
+        current = self.directory / f"{replica}.log"
+        current.replace(current.with_name(current.name + ".1"))
 
 
 def test_a_log_past_its_cap_rotates_and_readers_see_both_files(tmp_path: Path) -> None:
-    logs = logfiles.LogFiles(tmp_path / "logs", max_bytes=100)
+    logs = LogFiles(tmp_path / "logs", max_bytes=100)
     for i in range(30):
         logs.write("scale-0", f"line {i:02d}")  # 8 bytes + newline each
     logs.close()
@@ -34,7 +79,7 @@ def test_replica_logs_are_found_in_replica_order(tmp_path: Path) -> None:
 
 
 def test_follow_reads_new_lines_new_replicas_and_survives_a_rotation(tmp_path: Path) -> None:
-    logs = logfiles.LogFiles(tmp_path, max_bytes=40)
+    logs = LogFiles(tmp_path, max_bytes=40)
     logs.write("s-0", "old")
 
     def rotate() -> None:

@@ -2,71 +2,24 @@
 
 Each replica's output goes to ``logs/<streamlet>-<i>.log``, a file the replica
 holds and rotates itself (:mod:`streamflow.runtime.logfile`), so it outlives
-the supervisor; :class:`LogFiles` writes the same layout from one process. A
-replica may log for weeks, so a file is capped: past the cap it is renamed to ``.log.1``
-(replacing the previous one) and a new file begins, so a replica's log never
-takes more than twice the cap. Readers take the last lines of the rotated file
-and the current one, and *follow* by polling, which survives a rotation
-(the file shrinks or is replaced) without any help from the writer.
+the supervisor. A replica may log for weeks, so a file is capped: past the cap
+it is renamed to ``.log.1`` (replacing the previous one) and a new file begins,
+so a replica's log never takes more than twice the cap. Readers take the last
+lines of the rotated file and the current one, and *follow* by polling, which
+survives a rotation (the file shrinks or is replaced) without any help from the
+writer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
-from streamflow.operator.local import private
-
-__all__ = ["LogFiles", "follow", "last_lines", "replica_logs"]
+__all__ = ["follow", "last_lines", "replica_logs"]
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
-
-
-class LogFiles:
-    """Append-only, size-capped log files, one per replica name, safe across pump threads."""
-
-    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self.directory = directory
-        self.max_bytes = max_bytes
-        self._files: dict[str, IO[str]] = {}
-        self._lock = threading.Lock()
-
-    def write(self, replica: str, line: str) -> None:
-        with self._lock:
-            try:
-                handle = self._open(replica)
-                handle.write(line + "\n")
-                handle.flush()
-                if handle.tell() > self.max_bytes:
-                    self._rotate(replica)
-            except OSError:
-                pass  # the app was removed meanwhile; its lines have nowhere to go
-
-    def close(self, replica: str | None = None) -> None:
-        with self._lock:
-            names = [replica] if replica is not None else list(self._files)
-            for name in names:
-                handle = self._files.pop(name, None)
-                if handle is not None:
-                    handle.close()
-
-    def _open(self, replica: str) -> IO[str]:
-        handle = self._files.get(replica)
-        if handle is None:
-            # not its parent: a removed app stays removed
-            self.directory.mkdir(mode=private.DIR_MODE, exist_ok=True)
-            handle = private.open_private(self.directory / f"{replica}.log", "a")
-            self._files[replica] = handle
-        return handle
-
-    def _rotate(self, replica: str) -> None:
-        self._files.pop(replica).close()
-        current = self.directory / f"{replica}.log"
-        current.replace(current.with_name(current.name + ".1"))
 
 
 def replica_logs(directory: Path, streamlet: str) -> dict[str, Path]:
