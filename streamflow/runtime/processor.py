@@ -328,8 +328,9 @@ class Processor:
             self.health.doing("writing the batch's outputs and committing it")
             self.delivery.begin_batch()
             produced = self._produce_results(decoded, records, results, dead)
-            for msg, inlet, failure, kind in dead:
-                self._dead_letter(msg, inlet, failure, kind)
+            for msg, _, failure, _ in dead:
+                value, key, headers = dlq.dead_letter(msg, failure)
+                self.delivery.produce(self.bindings.dlq_topic, value, key, headers)
             if state is not None and state.dirty:
                 # after the outputs, before the offsets: in the batch's transaction, or
                 # acknowledged before the offsets are stored
@@ -342,6 +343,8 @@ class Processor:
             return
         if state is not None:
             state.commit()
+        for msg, inlet, failure, kind in dead:  # once written: a retried batch counts once
+            self._dead_lettered(msg, inlet, failure, kind)
         self._count(counts, produced, started, len(messages))
 
     def _back_off(
@@ -435,7 +438,8 @@ class Processor:
         """When (on ``clock``) a batch that backed off is tried again."""
         return self._backoff_until
 
-    def _dead_letter(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
+    def _dead_lettered(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
+        """Tell of a dead letter the batch wrote: the hook, the metrics, the log."""
         if self.on_dead_letter is not None:
             self.on_dead_letter(msg, inlet, error, kind)
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
@@ -448,8 +452,6 @@ class Processor:
             dlq.describe(error),
             extra={"error_kind": kind},
         )
-        value, key, headers = dlq.dead_letter(msg, error)
-        self.delivery.produce(self.bindings.dlq_topic, value, key, headers)
 
     def _count(
         self, counts: dict[str, int], produced: dict[str, int], started: float, n: int

@@ -447,6 +447,25 @@ def test_exactly_once_dead_letters_commit_with_their_batch(
     assert rig.committed() == 2
 
 
+def test_exactly_once_a_retried_batch_counts_its_dead_letter_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The metrics, the hook and the log tell of a dead letter once it is written: before,
+    a batch whose transaction aborted and was retried counted its dead letters twice."""
+    rig = memory_support.rig(Copy(), loop, exactly_once=True)
+    rig.write({"id": "r0"}, {"id": "poison", "poison": True})
+    rig.producer.fail_call("commit_transaction", _rebalanced())
+    rig.processor.turn()
+    assert rig.producer.transactions["aborted"] == 1 and rig.dead == []
+    rig.clock.now = rig.processor.backoff_until
+    rig.processor.turn()
+    assert list(rig.dead_letters()) == ["poison"]
+    assert len(rig.dead) == 1
+    registry = rig.processor.metrics.registry
+    labels = {**rig.processor.metrics.labels, "port": "in"}
+    assert registry.get_sample_value("streamflow_records_dlq_total", labels) == 1
+
+
 def test_exactly_once_a_fatal_error_ends_the_replica_with_nothing_shown(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
