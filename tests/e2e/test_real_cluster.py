@@ -99,12 +99,38 @@ class Deployed:
         return Counter(str(value["id"]) for value in values)
 
 
-def wait_for(what: str, condition: Callable[[], bool], *, timeout: float = _WAIT_S) -> None:
+def wait_for(
+    what: str,
+    condition: Callable[[], bool],
+    *,
+    timeout: float = _WAIT_S,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``condition``; past ``timeout`` fail with ``what`` and what ``explain`` finds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f} s")
+            detail = f"\n{explain()}" if explain is not None else ""
+            pytest.fail(f"{what}: not within {timeout:.0f} s{detail}")
         time.sleep(_POLL_S)  # polling a condition, not waiting for time to pass
+
+
+def pipeline_state(deployed: Deployed, expected: int) -> str:
+    """What a failed count needs: the wines short of ``expected`` predictions, the
+    application's status (lag per streamlet), and the last lines of every pod's log."""
+    counts = deployed.predictions()
+    short = sorted(i for i in counts if counts[i] < expected)
+    lines = [
+        f"{len(counts)} wines predicted; {len(short)} fewer than {expected} times: {short[:20]}",
+        deployed.try_cli(*deployed.k8s("status", APP)).stdout,
+    ]
+    for pod in deployed.pods():
+        name = pod["metadata"]["name"]
+        tail = deployed.node.kubectl(
+            "-n", deployed.namespace, "logs", name, "--tail", "40", check=False, timeout=60
+        )
+        lines += [f"--- {name} ({pod.get('status', {}).get('phase')})", tail.stdout, tail.stderr]
+    return "\n".join(lines)
 
 
 def running(pod: dict[str, Any]) -> bool:
@@ -180,7 +206,8 @@ def test_the_application_deploys_after_its_own_image_verified_it(deployed: Deplo
 
 def test_every_wine_comes_out_as_a_prediction(deployed: Deployed) -> None:
     wait_for(f"a prediction of each of the {deployed.samples} wines",
-             lambda: len(deployed.predictions()) == deployed.samples)  # fmt: skip
+             lambda: len(deployed.predictions()) == deployed.samples,
+             explain=lambda: pipeline_state(deployed, 1))  # fmt: skip
 
 
 def test_scale_runs_three_real_classifier_pods(deployed: Deployed) -> None:
@@ -220,7 +247,8 @@ def test_configure_rolls_only_its_streamlet_and_nothing_is_lost(deployed: Deploy
     # the new samples pod replays the data set through the three classifiers,
     # one of them the replacement of the killed pod: every wine comes out again
     wait_for(f"a second prediction of each of the {deployed.samples} wines",
-             lambda: min(deployed.predictions().values(), default=0) >= 2)  # fmt: skip
+             lambda: min(deployed.predictions().values(), default=0) >= 2,
+             explain=lambda: pipeline_state(deployed, 2))  # fmt: skip
     counts = deployed.predictions()
     assert len(counts) == deployed.samples
 
