@@ -32,6 +32,9 @@ class Metrics:
     def __init__(self, *, app: str, streamlet: str, replica: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._transaction_offsets: dict[tuple[str, int], int] = {}
+        # The partitions this replica owns (None: not told yet, all of them count).
+        # librdkafka keeps reporting a revoked partition with the offsets it had then.
+        self._owned: set[tuple[str, int]] | None = None
         self.labels = {"app": app, "streamlet": streamlet, "replica": str(replica)}
         names = ["app", "streamlet", "replica"]
         self.records_in = Counter(
@@ -136,9 +139,17 @@ class Metrics:
         self._own[name] = family
         return family
 
+    def own_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions assigned to this replica: their lag is reported from now on."""
+        if self._owned is None:
+            self._owned = set()
+        self._owned.update(partitions)
+
     def forget_partitions(self, partitions: list[tuple[str, int]]) -> None:
         """Drop the lag of partitions this replica no longer owns, so sums stay true."""
         for topic, partition in partitions:
+            if self._owned is not None:
+                self._owned.discard((topic, partition))
             self._transaction_offsets.pop((topic, partition), None)
             with contextlib.suppress(KeyError):
                 self.lag.remove(*self.labels.values(), topic, str(partition))
@@ -162,9 +173,15 @@ class Metrics:
         """
         stats = json.loads(stats_json)
         waiting = 0
+        owned = self._owned
         for topic, tstats in stats.get("topics", {}).items():
             for partition, pstats in tstats.get("partitions", {}).items():
                 if partition == "-1":
+                    continue
+                if owned is not None and (topic, int(partition)) not in owned:
+                    # revoked (its offsets frozen as they were then) or never ours: its
+                    # lag is its owner's, and counted here it made an idle replica look
+                    # stuck to the liveness check and the lag stay in `status`
                     continue
                 lag = pstats.get("consumer_lag", -1)
                 in_transaction = self._transaction_offsets.get((topic, int(partition)), -1)

@@ -207,6 +207,7 @@ class Processor:
         self._assigned_once = True
         log.info("assigned %s", _names(partitions))
         self.delivery.on_assign(partitions)
+        self.metrics.own_partitions([(tp.topic, tp.partition) for tp in partitions])
         if self.state is not None:  # before consume returns any record of them
             self.state.on_assign(partitions)
         if not self._accepting and partitions:

@@ -74,3 +74,23 @@ def test_a_revoked_partition_forgets_its_transaction_offsets() -> None:
     metrics.forget_partitions([("in", 0)])
     metrics.on_stats(_stats(consumer_lag=1000, committed_offset=0, ls_offset=1000))
     assert _lag(metrics) == 1000
+
+
+def test_a_revoked_partition_counts_no_lag_though_librdkafka_still_reports_it() -> None:
+    """librdkafka keeps a revoked partition in its statistics with the offsets it had at
+    the revoke: its lag stayed in `status`, and an idle replica that had lost a partition
+    under load looked stuck to the liveness check (records waiting, none taken)."""
+    metrics = Metrics(app="a", streamlet="s", replica=0)
+    frozen = json.loads(_stats(committed_offset=100, ls_offset=400, hi_offset=400))
+    frozen["brokers"] = {"b1": {"nodeid": 1, "state": "UP"}}
+    stats = json.dumps(frozen)
+    metrics.own_partitions([("in", 0)])
+    assert metrics.on_stats(stats) == 300
+    metrics.forget_partitions([("in", 0)])
+    assert metrics.on_stats(stats) == 0
+    no_lag = metrics.registry.get_sample_value(
+        "streamflow_consumer_lag", {**metrics.labels, "topic": "in", "partition": "0"}
+    )
+    assert no_lag is None
+    metrics.own_partitions([("in", 0)])  # assigned again: its owner's lag counts again
+    assert metrics.on_stats(stats) == 300
