@@ -110,6 +110,23 @@ def test_follow_reads_new_lines_new_replicas_and_survives_a_rotation(tmp_path: P
     assert [line for replica, line in seen if line.startswith("rotating")][-1] == "rotating 3"
 
 
+def test_follow_reads_the_lines_written_before_the_stop(tmp_path: Path) -> None:
+    """A replica's last lines ("stopped cleanly") are written just before the follower is
+    told to stop: they were lost when the stop came during the wait between two rounds
+    (`streamflow run --for` missed them in a clean-clone CI run)."""
+    logs = LogFiles(tmp_path)
+    logs.write("s-0", "old")
+
+    def stop_after_the_last_line(interval: float) -> bool:
+        logs.write("s-0", "stopped cleanly")
+        return True
+
+    seen = list(
+        logfiles.follow(lambda: logfiles.replica_logs(tmp_path, "s"), wait=stop_after_the_last_line)
+    )
+    assert seen == [("s-0", "stopped cleanly")]
+
+
 def test_json_is_written_atomically_and_digested_by_content(tmp_path: Path) -> None:
     path = tmp_path / "apps" / "a" / "app.json"
     digest = store.write_json(path, {"b": 1, "a": [1, 2]})

@@ -50,7 +50,8 @@ def follow(
     start_at_end: bool = True,
     interval: float = 0.25,
 ) -> Iterator[tuple[str, str]]:
-    """``(replica, line)`` as lines are appended, until ``wait(interval)`` returns True.
+    """``(replica, line)`` as lines are appended, until ``wait(interval)`` returns True;
+    then one round more, for what was written before the stop (a replica's last lines).
 
     ``discover`` is asked each round for the current files, so replicas added
     by a scale-up are picked up; files that exist at the start are read from
@@ -58,6 +59,7 @@ def follow(
     """
     positions: dict[str, tuple[int, int]] = {}  # replica -> (inode, offset)
     first = True
+    stopped = False
     while True:
         for replica, path in discover().items():
             try:
@@ -74,8 +76,9 @@ def follow(
             for line in lines:
                 yield replica, line
         first = False
-        if wait(interval):
+        if stopped:
             return
+        stopped = wait(interval)
 
 
 def _read_from(path: Path, offset: int) -> tuple[int, list[str]]:
