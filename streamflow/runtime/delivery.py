@@ -94,6 +94,9 @@ class Delivery:
     # The shortest time between the starts of two batches that are not full: how long
     # a batch may wait for more records when the previous one began that recently.
     batch_interval_s = 0.0
+    # Whether a batch is a transaction: its outputs are shown only once it commits, and
+    # an aborted one raises TransactionAborted from end_batch for its writer to redo.
+    transactional = False
 
     def __init__(self, producer: Producer) -> None:
         self.producer = producer
@@ -360,6 +363,7 @@ class ExactlyOnce(Delivery):
     """
 
     batch_interval_s = 0.05
+    transactional = True
     max_aborts = 8
     # No longer than the transaction's own timeout (``transaction.timeout.ms``, 10 s
     # unless the app sets it): past that the coordinator aborts the transaction, so

@@ -22,7 +22,7 @@ from streamflow.api import aio
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Streamlet
-from streamflow.runtime.delivery import Delivery, ExactlyOnce, Headers, TransactionAborted
+from streamflow.runtime.delivery import Delivery, Headers, TransactionAborted
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
@@ -58,7 +58,7 @@ class SourceRunner:
         self._router = outputs_mod.OutputRouter(descriptor)
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
         # the open chunk's records, to write again if its transaction is aborted
-        self._keep = isinstance(delivery, ExactlyOnce)
+        self._keep = delivery.transactional
         self._chunk: list[tuple[str, bytes, bytes | None, Headers]] = []
 
     def run(self) -> None:
@@ -99,11 +99,11 @@ class SourceRunner:
     def _end_chunk(self) -> None:
         """Commit the chunk; under exactly-once an aborted one is written again.
 
-        A source cannot be rewound (its generator has moved on), so the chunk's
-        encoded records are kept until its transaction commits. An aborted one (a broker
-        restart, a request that timed out) showed none of them to ``read_committed``
-        readers; written again, each is there once. After
-        ``max_aborts`` in a row the delivery gives up and the replica ends.
+        A source cannot be rewound (its generator has moved on), so the chunk's encoded
+        records are kept until its transaction commits. An aborted one (a broker restart,
+        a request that timed out) showed none of them to ``read_committed`` readers;
+        written again, each is there once. After ``max_aborts`` in a row the delivery
+        gives up and the replica ends.
         """
         while True:
             try:
