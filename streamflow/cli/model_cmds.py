@@ -32,7 +32,7 @@ from streamflow.cli import apps, model_wait, output, registry_opts
 from streamflow.operator import backends, targets
 from streamflow.operator.local import store
 from streamflow.runtime import kafka_access
-from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.clients import KafkaClients, watermarks
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 from streamflow.schema.codecs import Codec
@@ -349,10 +349,7 @@ def _end_offsets(clients: KafkaClients, topic: str) -> dict[int, int]:
     consumer = model_wait.consumer(clients)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in meta.partitions
-        }
+        return {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in meta.partitions}
     finally:
         consumer.close()
 
@@ -363,10 +360,7 @@ def _read_all(clients: KafkaClients, topic: str, codec: Codec) -> list[dict[str,
     records: list[tuple[int, dict[str, Any]]] = []
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            for p in meta.partitions
-        }
+        ends = {p: watermarks(consumer, TopicPartition(topic, p)) for p in meta.partitions}
         pending = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
         deadline = time.monotonic() + 30

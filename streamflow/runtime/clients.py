@@ -15,17 +15,25 @@ alone would speak plaintext to a broker the application reaches over TLS.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamflow.blueprint import kafka_keys
 from streamflow.blueprint.model import Application
 
-__all__ = ["ENV_PREFIX", "KafkaClients", "application_config", "config_from_env"]
+__all__ = [
+    "ENV_PREFIX",
+    "KafkaClients",
+    "application_config",
+    "config_from_env",
+    "retry_transient",
+    "watermarks",
+]
 
 ENV_PREFIX = kafka_keys.ENV_PREFIX
 
@@ -157,3 +165,42 @@ class KafkaClients:
 
     def admin(self) -> AdminClient:
         return AdminClient({k: v for k, v in self.config.items() if k != "logger"})
+
+
+_T = TypeVar("_T")
+# What a topic made moments ago (or one whose leader moved with a broker restart) answers
+# until the client's metadata settles; librdkafka does not mark all of them retriable.
+_TRANSIENT = frozenset(
+    (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+)
+
+
+def retry_transient(call: Callable[[], _T], *, timeout_s: float = 30.0, pause_s: float = 0.2) -> _T:
+    """``call()``, asked again while Kafka's answer is transient, for up to ``timeout_s``.
+
+    Any other error, or a transient one past the deadline, is raised as it came.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in _TRANSIENT
+            if not transient or time.monotonic() > deadline:
+                raise
+        time.sleep(pause_s)
+
+
+def watermarks(
+    consumer: Consumer, partition: TopicPartition, *, timeout_s: float = 10.0
+) -> tuple[int, int]:
+    """Where ``partition`` begins and ends: ``get_watermark_offsets``, asked again while
+    the answer is transient (a topic just made says "not leader for partition" at first)."""
+    return retry_transient(
+        lambda: consumer.get_watermark_offsets(partition, timeout=timeout_s), timeout_s=timeout_s
+    )

@@ -20,7 +20,7 @@ from typing import cast
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from streamflow.api.streamlet import Record
-from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.clients import KafkaClients, watermarks
 from streamflow.schema.codecs import Codec, DecodeError
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
@@ -80,7 +80,7 @@ class ControlReader:
         """Replay every control record written before now; returns how many were applied."""
         ends = {}
         for tp in self._partitions:
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
+            low, high = watermarks(self._consumer, tp)
             if high > low:
                 ends[(tp.topic, tp.partition)] = high
         applied = 0

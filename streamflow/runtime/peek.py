@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from streamflow.api import descriptor as descriptors
 from streamflow.blueprint.model import Application, TopicSpec
+from streamflow.runtime.clients import watermarks
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import DecodeError, SchemaStore, SingleObjectCodec
 from streamflow.schema.codecs import MAGIC, Codec
@@ -187,7 +188,7 @@ def assign_last(consumer: Consumer, topic: str, n: int, *, timeout: float = 10) 
         raise PeekError(f"topic {topic!r}: {meta.error.str()}")
     partitions = []
     for p in meta.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+        low, high = watermarks(consumer, TopicPartition(topic, p), timeout_s=timeout)
         partitions.append(TopicPartition(topic, p, max(low, high - n)))
     consumer.assign(partitions)
 
@@ -196,7 +197,7 @@ def drain(consumer: Consumer, *, timeout: float = 30) -> list[Message]:
     """What the assignment holds, up to the ends seen now; later records are not waited for."""
     ends = {}
     for tp in consumer.assignment():
-        _, high = consumer.get_watermark_offsets(tp, timeout=10)
+        _, high = watermarks(consumer, tp)
         ends[tp.partition] = high
     pending = {p for p, high in ends.items() if high > 0}
     records: list[Message] = []

@@ -33,6 +33,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from streamflow.runtime import lineage
+from streamflow.runtime.clients import watermarks
 from streamflow.schema.codecs import Codec, DecodeError, EncodeError
 from streamflow.score.inputs import InputRow
 
@@ -400,7 +401,7 @@ def end_offsets(
         if meta is None or meta.error is not None:
             continue
         offsets[topic] = {
-            str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+            str(p): watermarks(consumer, TopicPartition(topic, p), timeout_s=timeout)[1]
             for p in meta.partitions
         }
     if topics[0] not in offsets:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from streamflow.runtime import lineage
 from streamflow.runtime.inmemory import MemoryConsumer, MemoryProducer
@@ -227,3 +227,44 @@ def test_an_unchecked_row_the_encoder_refuses_is_coerced_or_refused_with_the_rea
     assert converted == [fixable, broken]  # the row the encoder took was not converted
     assert sorted(outcome.results) == [0, 1]
     assert outcome.dead[2].stage == "input" and "expected a long" in outcome.dead[2].error
+
+
+class _NotLeaderYet(MemoryConsumer):
+    """A topic made moments ago: its first answers are "not leader for partition"."""
+
+    def __init__(self, broker: Any, *, refusals: int, code: int) -> None:
+        super().__init__(broker, group="scorer")
+        self.refusals = refusals
+        self.code = code
+        self.asked = 0
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        self.asked += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(self.code, "Broker: Not leader for partition"))
+        return super().get_watermark_offsets(partition, timeout, cached)
+
+
+def test_where_a_new_run_starts_is_asked_again_while_a_fresh_topic_has_no_leader(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # `score --start` makes the topics and asks where they end at once: a clean-clone
+    # CI run failed on the broker's first "not leader for partition"
+    rig = memory_support.rig(Copy(), loop)
+    consumer = _NotLeaderYet(rig.broker, refusals=2, code=KafkaError.NOT_LEADER_FOR_PARTITION)
+    offsets = engine.end_offsets(cast(Consumer, consumer), [OUT, DLQ])
+    assert offsets[OUT] == {str(p): 0 for p in range(len(rig.broker.topics[OUT].partitions))}
+    assert consumer.refusals == 0
+
+
+def test_an_error_that_will_not_pass_is_not_asked_again(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop)
+    consumer = _NotLeaderYet(rig.broker, refusals=5, code=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        engine.end_offsets(cast(Consumer, consumer), [OUT, DLQ])
+    assert consumer.asked == 1

@@ -21,7 +21,7 @@ from confluent_kafka import admin as kafka_admin
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # stubs omit it
 
 from streamflow.api.state import StateError
-from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.clients import KafkaClients, retry_transient
 
 __all__ = ["KafkaChangelog", "ensure_changelogs"]
 
@@ -85,28 +85,14 @@ def _wait_for_leaders(admin: Any, names: list[str]) -> None:
 
 
 _T = TypeVar("_T")
-# what a topic made moments ago (or a broker just restarted) answers for a while
-_TRANSIENT = frozenset(
-    (
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    )
-)
 
 
 def _retrying(what: str, call: Callable[[], _T]) -> _T:
     """``call()``, again while Kafka's answer is transient, for up to ``_TIMEOUT_S``."""
-    deadline = time.monotonic() + _TIMEOUT_S
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            error = exc.args[0]
-            transient = error.retriable() or error.code() in _TRANSIENT
-            if not transient or time.monotonic() > deadline:
-                raise StateError(f"cannot read {what}: {error.str()}") from None
-        time.sleep(0.2)
+    try:
+        return retry_transient(call, timeout_s=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise StateError(f"cannot read {what}: {exc.args[0].str()}") from None
 
 
 class KafkaChangelog:
