@@ -188,12 +188,19 @@ class ChaosRun:
             producer.done.is_set, timeout=SETTLE_TIMEOUT_S, message="the input to be acknowledged"
         )
         assert not producer.failed, f"the input producer lost records: {producer.failed[:5]}"
-        support.wait_for(
-            lambda: reader.distinct() >= len(producer.acked),
-            timeout=SETTLE_TIMEOUT_S,
-            message=f"every id out or dead-lettered ({reader.distinct()} of "
-            f"{len(producer.acked)})\n{log()}",
-        )
+        try:
+            support.wait_for(
+                lambda: reader.distinct() >= len(producer.acked),
+                timeout=SETTLE_TIMEOUT_S,
+                message=f"every id out or dead-lettered ({reader.distinct()} of "
+                f"{len(producer.acked)})",
+            )
+        except AssertionError as exc:
+            lag = traffic.group_lag(self.direct, self.app.consumer_group(STREAMLET), self.in_topic)
+            raise AssertionError(
+                f"{exc}; the group's lag on the input: {lag}; "
+                f"{traffic.where_outputs_stand(self.direct, reader)}\n{log()}"
+            ) from None
         # Nothing can come out any more once the group has committed the whole input...
         support.wait_for(
             lambda: (

@@ -173,6 +173,39 @@ def high_watermarks(bootstrap: str, partitions: list[TopicPartition]) -> dict[tu
         consumer.close()
 
 
+def where_outputs_stand(bootstrap: str, reader: OutputReader) -> str:
+    """Each output partition's end as a plain reader and a ``read_committed`` one see it
+    (a last stable offset held below the end is a transaction left open), and where the
+    reader stopped: what a scenario whose outputs stopped coming says, to tell the two
+    apart."""
+    ends = {}
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"chaos-{uuid.uuid4().hex}",
+                "isolation.level": isolation,
+            }
+        )
+        try:
+            ends[isolation] = {
+                f"{tp.topic}[{tp.partition}]": consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
+                )[1]
+                for tp in reader.partitions
+            }
+        except Exception as exc:  # a diagnostic: say why it has none
+            ends[isolation] = {"error": str(exc)}
+        finally:
+            consumer.close()
+    with reader.lock:
+        stopped = {f"{t}[{p}]": o for (t, p), o in reader.end.items()}
+    return (
+        f"outputs end at {ends['read_uncommitted']}, stable (read_committed) at "
+        f"{ends['read_committed']}; the reader's last end of partition at {stopped}"
+    )
+
+
 def delete_topics(bootstrap: str, names: list[str]) -> None:
     """Delete a scenario's topics, so the shared broker stays small (and restarts fast)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
