@@ -192,13 +192,13 @@ class ChaosRun:
             support.wait_for(
                 lambda: reader.distinct() >= len(producer.acked),
                 timeout=SETTLE_TIMEOUT_S,
-                message=f"every id out or dead-lettered ({reader.distinct()} of "
-                f"{len(producer.acked)})",
+                message="every id out or dead-lettered",
             )
         except AssertionError as exc:
             lag = traffic.group_lag(self.direct, self.app.consumer_group(STREAMLET), self.in_topic)
-            raise AssertionError(
-                f"{exc}; the group's lag on the input: {lag}; "
+            raise AssertionError(  # the counts as they are now, not when the wait began
+                f"{exc} ({reader.distinct()} of {len(producer.acked)}); "
+                f"the group's lag on the input: {lag}; "
                 f"{traffic.where_outputs_stand(self.direct, reader)}\n{log()}"
             ) from None
         # Nothing can come out any more once the group has committed the whole input...

@@ -160,8 +160,18 @@ def group_lag(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
-def high_watermarks(bootstrap: str, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4().hex}"})
+def high_watermarks(
+    bootstrap: str, partitions: list[TopicPartition], *, isolation: str = "read_committed"
+) -> dict[tuple[str, int], int]:
+    """Each partition's end as a reader of ``isolation`` (librdkafka's default,
+    ``read_committed``, sees the last stable offset) finds it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"chaos-{uuid.uuid4().hex}",
+            "isolation.level": isolation,
+        }
+    )
     try:
         return {
             (tp.topic, tp.partition): consumer.get_watermark_offsets(
@@ -178,26 +188,13 @@ def where_outputs_stand(bootstrap: str, reader: OutputReader) -> str:
     (a last stable offset held below the end is a transaction left open), and where the
     reader stopped: what a scenario whose outputs stopped coming says, to tell the two
     apart."""
-    ends = {}
+    ends: dict[str, object] = {}
     for isolation in ("read_uncommitted", "read_committed"):
-        consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"chaos-{uuid.uuid4().hex}",
-                "isolation.level": isolation,
-            }
-        )
         try:
-            ends[isolation] = {
-                f"{tp.topic}[{tp.partition}]": consumer.get_watermark_offsets(
-                    TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
-                )[1]
-                for tp in reader.partitions
-            }
+            found = high_watermarks(bootstrap, reader.partitions, isolation=isolation)
+            ends[isolation] = {f"{t}[{p}]": o for (t, p), o in found.items()}
         except Exception as exc:  # a diagnostic: say why it has none
             ends[isolation] = {"error": str(exc)}
-        finally:
-            consumer.close()
     with reader.lock:
         stopped = {f"{t}[{p}]": o for (t, p), o in reader.end.items()}
     return (
