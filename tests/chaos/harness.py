@@ -24,7 +24,9 @@ What the table's columns mean:
 * **caught up**: seconds from the fault's end until every id produced before
   it is out or dead-lettered: how long the backlog the fault made took to clear.
 * **counts**: ``hold`` when the counts below hold, ``BROKEN`` when they do not
-  or the run never settled (the test fails then too).
+  or the run never settled (the test fails then too). "reader made again" says
+  the yardstick's own consumer stalled after a broker restart and was made again
+  where it stood (see `traffic.OutputReader`): the app's counts are unaffected.
 
 The fault's end is when the injected condition is over: the broker answers
 again, the proxy is healed, the last `kill -9` was sent, the replicas that
@@ -73,6 +75,7 @@ class Row:
     caught_up_s: float | None
     took_s: float
     passed: bool
+    reader_reopened: int = 0  # times the yardstick's own consumer stalled (OutputReader)
 
 
 @dataclass
@@ -247,6 +250,7 @@ class ChaosRun:
             caught_up_s=caught_up,
             took_s=time.monotonic() - self.created,
             passed=settled and self._counts_hold(producer, out, dead),
+            reader_reopened=len(reader.reopened),
         )
 
     def _counts_hold(
@@ -366,10 +370,17 @@ def format_table(rows: list[Row]) -> str:
     lines = [
         f"| {r.scenario} | {r.guarantee} | {r.records_in} | {r.out} | {r.duplicates} "
         f"| {r.dead_letters} | {r.restarts} | {_seconds(r.recover_s)} | {_seconds(r.caught_up_s)} "
-        f"| {r.took_s:.0f} | {'hold' if r.passed else 'BROKEN'} |"
+        f"| {r.took_s:.0f} | {_verdict(r)} |"
         for r in rows
     ]
     return header + "\n".join(lines) + "\n"
+
+
+def _verdict(row: Row) -> str:
+    verdict = "hold" if row.passed else "BROKEN"
+    if row.reader_reopened:
+        verdict += f" (reader made again {row.reader_reopened}x)"
+    return verdict
 
 
 def _seconds(value: float | None) -> str:

@@ -73,26 +73,34 @@ class PacedProducer(threading.Thread):
 
 class OutputReader(threading.Thread):
     """Reads the output and dead-letter topics from the start, ``read_committed``,
-    counting records per id and noting when each id was first seen."""
+    counting records per id and noting when each id was first seen.
+
+    An assigned librdkafka consumer can stop fetching for good after a broker restart
+    while the broker holds committed records past where it stands, until it is made
+    again (confluentinc/librdkafka#5153). The reader is the yardstick, not the subject:
+    when it has read nothing for `STALLED_AFTER_S` although Kafka's last stable offset is
+    past where it stands, it makes its consumer again at the offsets it reached, and
+    says so in `reopened` (the table shows it). A transaction left open is not that:
+    it holds the last stable offset where the reader stands, and the run still fails.
+    """
+
+    STALLED_AFTER_S = 30.0
 
     def __init__(self, bootstrap: str, out_topic: str, dead_topic: str) -> None:
         super().__init__(name="chaos-reader", daemon=True)
+        self.bootstrap = bootstrap
         self.out_topic, self.dead_topic = out_topic, dead_topic
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"chaos-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
+        self._consumer = self._make_consumer()
         self.partitions = [
             TopicPartition(name, partition, OFFSET_BEGINNING)
             for name in (out_topic, dead_topic)
             for partition in self._consumer.list_topics(name, timeout=30).topics[name].partitions
         ]
         self._consumer.assign(self.partitions)
+        self.position: dict[tuple[str, int], int] = {}  # the next offset of each partition
+        self.reopened: list[str] = []  # where the reader stood each time it was made again
+        self.stall_checks = 0  # times it found itself idle and asked Kafka whether it is behind
+        self._moved = time.monotonic()
         self.lock = threading.Lock()
         self.out: Counter[str] = Counter()
         self.dead: Counter[str] = Counter()
@@ -101,34 +109,88 @@ class OutputReader(threading.Thread):
         self.end: dict[tuple[str, int], int] = {}  # the offset of each partition's last EOF
         self._halt = threading.Event()
 
+    def _make_consumer(self) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"chaos-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                self._read(self._consumer.consume(1000, 0.2))
+                if self._read(self._consumer.consume(1000, 0.2)):
+                    self._moved = time.monotonic()
+                elif time.monotonic() - self._moved > self.STALLED_AFTER_S:
+                    self._moved = time.monotonic()
+                    if behind := self._behind():
+                        self._reopen(behind)
         finally:
             self._consumer.close()
+
+    def _behind(self) -> dict[str, tuple[int, int]]:
+        """The partitions whose last stable offset is past where the reader stands."""
+        self.stall_checks += 1
+        try:
+            stable = high_watermarks(self.bootstrap, self.partitions)
+        except Exception:  # the broker is not back yet: ask again after the next wait
+            return {}
+        with self.lock:
+            return {
+                f"{topic}[{partition}]": (self.position.get((topic, partition), 0), end)
+                for (topic, partition), end in stable.items()
+                if end > self.position.get((topic, partition), 0)
+            }
+
+    def _reopen(self, behind: dict[str, tuple[int, int]]) -> None:
+        with contextlib.suppress(Exception):
+            self._consumer.close()
+        self._consumer = self._make_consumer()
+        with self.lock:
+            self._consumer.assign(
+                [
+                    TopicPartition(
+                        tp.topic,
+                        tp.partition,
+                        self.position.get((tp.topic, tp.partition), OFFSET_BEGINNING),
+                    )
+                    for tp in self.partitions
+                ]
+            )
+            where = ", ".join(f"{tp} at {at} of {end}" for tp, (at, end) in behind.items())
+            self.reopened.append(where)
 
     def stop(self) -> None:
         self._halt.set()
         self.join(30)
 
-    def _read(self, messages: list[object]) -> None:
+    def _read(self, messages: list[object]) -> bool:
+        """Count what was read; whether the reader moved on (a record or a new end)."""
         now = time.monotonic()
         with self.lock:
             got_output = False
+            before = dict(self.position)
             for message in messages:
                 error = message.error()  # type: ignore[attr-defined]
                 topic, partition = message.topic(), message.partition()  # type: ignore[attr-defined]
+                offset = message.offset()  # type: ignore[attr-defined]
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        self.end[(topic, partition)] = message.offset()  # type: ignore[attr-defined]
+                        self.end[(topic, partition)] = offset
+                        self.position[(topic, partition)] = offset
                     continue
+                self.position[(topic, partition)] = offset + 1
                 key = message.key().decode()  # type: ignore[attr-defined]
                 (self.out if topic == self.out_topic else self.dead)[key] += 1
                 self.first_seen.setdefault(key, now)
                 got_output = True
             if got_output:
                 self.arrivals.append(now)
+            return self.position != before
 
     def distinct(self) -> int:
         with self.lock:
@@ -197,9 +259,11 @@ def where_outputs_stand(bootstrap: str, reader: OutputReader) -> str:
             ends[isolation] = {"error": str(exc)}
     with reader.lock:
         stopped = {f"{t}[{p}]": o for (t, p), o in reader.end.items()}
+        reopened = list(reader.reopened)
     return (
         f"outputs end at {ends['read_uncommitted']}, stable (read_committed) at "
-        f"{ends['read_committed']}; the reader's last end of partition at {stopped}"
+        f"{ends['read_committed']}; the reader's last end of partition at {stopped}; "
+        f"the reader was made again {len(reopened)}x: {reopened}"
     )
 
 

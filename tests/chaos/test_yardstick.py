@@ -1,0 +1,71 @@
+"""The chaos suite's yardstick: its output reader outlives a stalled consumer of its own,
+and does not mistake a transaction left open (the app's fault) for one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.chaos import traffic
+from tests.runtime import support
+
+
+def _send(bootstrap: str, topic: str, keys: range) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for n in keys:
+        producer.produce(topic, b"v", f"r{n}".encode(), partition=n % 2)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def reader(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> Iterator[traffic.OutputReader]:
+    out, dead = topic_factory("yard-out", partitions=2), topic_factory("yard-dead", partitions=2)
+    reader = traffic.OutputReader(kafka_bootstrap, out, dead)
+    reader.STALLED_AFTER_S = 0.5
+    yield reader
+    if reader.is_alive():
+        reader.stop()
+
+
+def test_a_reader_whose_consumer_stopped_is_made_again_where_it_stood(
+    kafka_bootstrap: str, reader: traffic.OutputReader
+) -> None:
+    _send(kafka_bootstrap, reader.out_topic, range(5))
+    reader.start()
+    support.wait_for(lambda: reader.distinct() == 5, timeout=30, message="the first 5 ids")
+    # what librdkafka's consumer does after some broker restarts: it fetches nothing more
+    reader._consumer.pause(reader.partitions)
+    _send(kafka_bootstrap, reader.out_topic, range(5, 10))
+    support.wait_for(
+        lambda: reader.distinct() == 10, timeout=60, message="the ids sent while it was stalled"
+    )
+    assert len(reader.reopened) == 1, reader.reopened
+    assert set(reader.out.values()) == {1}, "made again where it stood, not from the start"
+
+
+def test_a_transaction_left_open_is_not_taken_for_a_stalled_reader(
+    kafka_bootstrap: str, reader: traffic.OutputReader
+) -> None:
+    _send(kafka_bootstrap, reader.out_topic, range(3))
+    open_one = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"yard-{reader.out_topic}"}
+    )
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    open_one.produce(reader.out_topic, b"v", b"r3", partition=0)
+    assert open_one.flush(30) == 0
+    _send(kafka_bootstrap, reader.out_topic, range(4, 6))  # committed, but past the open one
+    reader.start()
+    support.wait_for(lambda: reader.stall_checks >= 2, timeout=30, message="two idle checks")
+    try:
+        assert reader.reopened == []
+        assert reader.distinct() < 6
+        assert "r3" not in reader.out
+        stands = traffic.where_outputs_stand(kafka_bootstrap, reader)
+        assert f"'{reader.out_topic}[0]': 2" in stands  # the stable end, held at the open one
+    finally:
+        open_one.abort_transaction(30)
