@@ -100,7 +100,7 @@ class OutputReader(threading.Thread):
         self.position: dict[tuple[str, int], int] = {}  # the next offset of each partition
         self.reopened: list[str] = []  # where the reader stood each time it was made again
         self.stall_checks = 0  # times it found itself idle and asked Kafka whether it is behind
-        self._moved = time.monotonic()
+        self._moved = 0.0  # when it last moved on; set when it starts reading
         self.lock = threading.Lock()
         self.out: Counter[str] = Counter()
         self.dead: Counter[str] = Counter()
@@ -121,6 +121,7 @@ class OutputReader(threading.Thread):
         )
 
     def run(self) -> None:
+        self._moved = time.monotonic()
         try:
             while not self._halt.is_set():
                 if self._read(self._consumer.consume(1000, 0.2)):
