@@ -90,7 +90,7 @@ def produce(args: argparse.Namespace) -> None:
     end_us = time.time_ns() // 1000
     if producer.flush(60):
         raise SystemExit("produce: records were not acknowledged within 60 s")
-    common.report("done", records=sent, start_us=start_us, end_us=end_us)
+    common.report("done", records=sent, start_us=start_us, end_us=end_us, start_t=start, end_t=now)
 
 
 class _Probe:
