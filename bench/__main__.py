@@ -169,10 +169,14 @@ def main(argv: list[str] | None = None) -> int:
             attempt("latency", lambda: latency.run_scenario(bootstrap, workdir, settings))
         models = None
         if "models" in steps.keys:
-            with steps.step("models"):
+
+            def train() -> Any:
                 from bench import serving  # TensorFlow: only when a scenario needs it
 
-                models = serving.Models(workdir / "models")
+                return serving.Models(workdir / "models")
+
+            attempt("models", train)  # a failure here is recorded too, not a lost run
+            models = scenarios.pop("models", None)
         if "scaleout" in args.scenarios:
             attempt(
                 "scaleout",
@@ -186,12 +190,12 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
         if "serving" in args.scenarios:
-            from bench import serving
-
-            assert models is not None  # trained above for serving
 
             def serve() -> Any:
-                assert models is not None
+                from bench import serving
+
+                if models is None:
+                    raise RuntimeError("the models were not trained (see the models step)")
                 with serving.model_server(models) as url:
                     return serving.run_scenario(bootstrap, workdir, models, url, n["serving"])
 

@@ -147,20 +147,20 @@ def embedded_run(
     """The wine classifier, embedded and batched, with ``replicas`` replica processes."""
     from bench import serving  # noqa: F401  # puts the repository root on sys.path for tests.*
     from tests.runtime import support
+    from tests.streamlets.serving import kafka_support as k
     from tests.streamlets.serving import serving_support
-    from tests.streamlets.serving.test_serving_kafka import _app, _features, _push, _serving
 
-    app = _app(bootstrap, replicas, workdir / "cache")
+    app = k.app(bootstrap, replicas, workdir / "cache")
     features = support.topic(app, "features")
     predictions = support.topic(app, "predictions")
-    items = [(k.encode(), v) for k, v in _features(models, records)]
+    items = [(key.encode(), v) for key, v in k.features(models, records)]
     gate = gated_input(bootstrap, features, items)
     keras_file = models.v1.keras_file.read_bytes()
-    _push(bootstrap, app, serving_support.descriptor(1, "KERAS", data=keras_file))
+    k.push(bootstrap, app, serving_support.descriptor(1, "KERAS", data=keras_file))
     topics = common.Topics(bootstrap)
     with support.replicas(app, workdir) as running:
         processes = [running.start("classifier", index) for index in range(replicas)]
-        _serving(bootstrap, app, 1, replicas)
+        k.wait_until_serving(bootstrap, app, 1, replicas)
         wait_stable(topics, app.consumer_group("classifier"), replicas)
 
         def cpu() -> float:

@@ -45,14 +45,8 @@ from bench import common  # noqa: E402
 from streamflow import devkit  # noqa: E402
 from tests.model_fixtures import load_wine_trainer  # noqa: E402
 from tests.runtime import support  # noqa: E402
+from tests.streamlets.serving import kafka_support as k  # noqa: E402
 from tests.streamlets.serving import serving_support as s  # noqa: E402
-from tests.streamlets.serving.test_serving_kafka import (  # noqa: E402
-    _app,
-    _codec,
-    _features,
-    _push,
-    _serving,
-)
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
@@ -91,9 +85,9 @@ def time_outputs(
 def streamlet_rate(
     bootstrap: str, tmp: Path, descriptor: dict[str, Any], n: int, batch_size: int, models: Any
 ) -> float:
-    app = _app(bootstrap, 1, tmp / "cache")
-    support.produce(bootstrap, support.topic(app, "features"), _features(models, n))
-    _push(bootstrap, app, descriptor)
+    app = k.app(bootstrap, 1, tmp / "cache")
+    support.produce(bootstrap, support.topic(app, "features"), k.features(models, n))
+    k.push(bootstrap, app, descriptor)
     with support.replicas(app, tmp) as running:
         running.start("classifier", extra_args=("--batch-size", str(batch_size)))
         seconds = time_outputs(bootstrap, support.topic(app, "predictions"), n)
@@ -138,23 +132,23 @@ def naive_remote_rate(url: str, x: np.ndarray, n: int) -> float:
 
 
 def switch_time(bootstrap: str, tmp: Path, models: Any) -> dict[str, float]:
-    app = _app(bootstrap, 1, tmp / "cache")
+    app = k.app(bootstrap, 1, tmp / "cache")
     n = 20_000
-    _push(bootstrap, app, s.descriptor(1, "KERAS", data=models.v1.keras_file.read_bytes()))
+    k.push(bootstrap, app, s.descriptor(1, "KERAS", data=models.v1.keras_file.read_bytes()))
     with support.replicas(app, tmp) as running:
         running.start("classifier")
-        _serving(bootstrap, app, 1, 1)
+        k.wait_until_serving(bootstrap, app, 1, 1)
         feeder = threading.Thread(
             target=support.produce,
-            args=(bootstrap, support.topic(app, "features"), _features(models, n)),
+            args=(bootstrap, support.topic(app, "features"), k.features(models, n)),
         )
         feeder.start()
         support.consume_until(
             bootstrap, support.topic(app, "predictions"), support.count_at_least(2_000), timeout=120
         )
         pushed = time.monotonic()
-        _push(bootstrap, app, s.descriptor(2, "KERAS", data=models.v2.keras_file.read_bytes()))
-        codec = _codec("examples.wine.WinePrediction")
+        k.push(bootstrap, app, s.descriptor(2, "KERAS", data=models.v2.keras_file.read_bytes()))
+        codec = k.codec_of("examples.wine.WinePrediction")
 
         def new_version(records: list[Any]) -> bool:
             return any(codec.decode(m.value())["model_version"] == 2 for m in records[-500:])
