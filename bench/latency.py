@@ -161,7 +161,7 @@ def _max_rate(pipe: _Pipeline, settings: Settings) -> tuple[float, float, float]
     second (the ramp): all four processes busy, as in every step after it. The probe's
     ticks and the producer's window are both ``time.monotonic()``, one clock on one
     machine. The drain after the producer stopped runs with one process fewer on the two
-    cores: it was 1.3-1.9x faster in four runs on 2026-12-02. Taken as the maximum (as it
+    cores: it was 1.1-2.1x faster in the 16 runs of 2026-12-02. Taken as the maximum (as it
     was until then, against this docstring), 90% of it was more than the pipeline could
     carry with its producer running, for the hand-written loop as for streamflow. It is
     kept in the results (``drain_rate``), not used.
