@@ -87,6 +87,12 @@ def _decoded(bootstrap: str, app: Application, topic: str, schema: str, n: int) 
     return [codec.decode(m.value()) for m in records]
 
 
+def _predicted(bootstrap: str, app: Application, n: int) -> None:
+    support.consume_until(
+        bootstrap, support.topic(app, "predictions"), support.count_at_least(n), timeout=120
+    )
+
+
 def _serving_everywhere(bootstrap: str, app: Application, version: int) -> None:
     codec = _codec("streamflow.ml.ModelStatus")
 
@@ -115,7 +121,11 @@ def test_a_model_switch_reaches_reports_and_explanations_and_nothing_is_lost(
             running.start(name)
         _serving_everywhere(kafka_bootstrap, app, 1)
         support.produce(kafka_bootstrap, features, _features(wine_models, 0, half))
+        # a record is served by the model serving when the classifier takes it: wait for
+        # both consumers of the first half (the explainer's and the classifier's) before
+        # the switch, or a slow classifier would serve it with version 2
         _decoded(kafka_bootstrap, app, "explanations", "streamflow.ml.Explanation", half)
+        _predicted(kafka_bootstrap, app, half)
         v2 = s.descriptor(2, "KERAS", data=wine_models.v2.keras_file.read_bytes())
         support.produce(kafka_bootstrap, models, [("wine", descriptor.encode(v2))])
         _serving_everywhere(kafka_bootstrap, app, 2)
