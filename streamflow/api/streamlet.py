@@ -117,6 +117,8 @@ class ConsumedMessage(Protocol):
 
     def key(self) -> bytes | str | None: ...
 
+    def offset(self) -> int | None: ...
+
     def timestamp(self) -> tuple[int, int]: ...
 
     def headers(self) -> Any: ...  # a list of (name, value) pairs, or None
@@ -138,9 +140,9 @@ class Record:
         "_headers",
         "_key",
         "_message",
+        "_offset",
         "_timestamp_ms",
         "inlet",
-        "offset",
         "partition",
         "topic",
         "value",
@@ -150,7 +152,6 @@ class Record:
     inlet: str
     topic: str
     partition: int
-    offset: int
     _message: ConsumedMessage | None
 
     def __init__(
@@ -169,7 +170,7 @@ class Record:
         self.inlet = inlet
         self.topic = topic
         self.partition = partition
-        self.offset = offset
+        self._offset = offset
         self._timestamp_ms = timestamp_ms
         self._headers = headers if headers is not None else {}
         self._message = None
@@ -182,17 +183,27 @@ class Record:
         inlet: str,
         topic: str,
         partition: int,
-        offset: int,
     ) -> Record:
-        """A record read from Kafka; key, timestamp and headers come from ``message`` lazily."""
+        """A record read from Kafka; its offset, key, timestamp and headers come from
+        ``message`` lazily."""
         record = cls.__new__(cls)
         record.value = value
         record.inlet = inlet
         record.topic = topic
         record.partition = partition
-        record.offset = offset
         record._message = message
         return record
+
+    @property
+    def offset(self) -> int:
+        """The record's offset in its partition (-1 for one not read from Kafka)."""
+        try:
+            return self._offset
+        except AttributeError:
+            assert self._message is not None
+            offset: int = self._message.offset()  # type: ignore[assignment]  # never None here
+            self._offset = offset
+            return offset
 
     @property
     def key(self) -> str | None:

@@ -275,8 +275,11 @@ class Processor:
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
         # Records come in runs from one partition: what is per partition (its inlet, its
-        # next offset, the count) is looked up and stored once per run, not per record.
-        topic, partition, offset, run = "", -1, -1, 0
+        # next offset, the count) is looked up and stored once per run, not per record;
+        # the run's last message gives the offset (a record reads its own lazily).
+        if not messages:
+            return
+        topic, partition, run, last = "", -1, 0, messages[0]
         inlet, codec = "", None
         for msg in messages:
             error = msg.error()
@@ -289,11 +292,11 @@ class Processor:
             this_partition: int = msg.partition()  # type: ignore[assignment]
             if this_partition != partition or this_topic != topic:
                 if run:
-                    offsets[(topic, partition)] = offset + 1
+                    offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
                     counts[inlet] = counts.get(inlet, 0) + run
                 topic, partition, run = this_topic, this_partition, 0
                 inlet, codec = inlets[topic]
-            offset = msg.offset()  # type: ignore[assignment]
+            last = msg
             run += 1
             raw = msg.value()
             try:
@@ -307,10 +310,10 @@ class Processor:
                 # never a dead letter: the record is fine, the registry (or access to it) is not
                 self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
                 return
-            keep(consumed(msg, value, inlet, topic, partition, offset))
+            keep(consumed(msg, value, inlet, topic, partition))
             keep_message(msg)
         if run:
-            offsets[(topic, partition)] = offset + 1
+            offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
             counts[inlet] = counts.get(inlet, 0) + run
         state = self.state
         try:

@@ -1,4 +1,4 @@
-"""A Record read from Kafka takes its key, timestamp and headers from the message lazily."""
+"""A Record read from Kafka takes its offset, key, timestamp and headers from the message lazily."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def _message(**overrides: object) -> Message:
 
 
 def test_a_consumed_record_reads_key_timestamp_and_headers_from_its_message() -> None:
-    record = Record.consumed(_message(), {"x": 1}, "in", "in-topic", 2, 7)
+    record = Record.consumed(_message(), {"x": 1}, "in", "in-topic", 2)
+    assert record.offset == 7
     assert record.key == "k1"
     assert record.timestamp_ms == 1_700_000_000_000
     assert record.headers == {"streamflow-schema": b"a.B", "trace": b"t1"}
@@ -29,7 +30,7 @@ def test_a_consumed_record_reads_key_timestamp_and_headers_from_its_message() ->
 
 
 def test_a_consumed_record_equals_the_record_built_by_hand() -> None:
-    consumed = Record.consumed(_message(), {"x": 1}, "in", "in-topic", 2, 7)
+    consumed = Record.consumed(_message(), {"x": 1}, "in", "in-topic", 2)
     built = Record(
         {"x": 1},
         "k1",
@@ -46,9 +47,9 @@ def test_a_consumed_record_equals_the_record_built_by_hand() -> None:
 
 
 def test_no_key_no_headers_and_an_undecodable_key() -> None:
-    bare = Record.consumed(_message(key=None, headers=None), {}, "in", "t", 0, 0)
+    bare = Record.consumed(_message(key=None, headers=None), {}, "in", "t", 0)
     assert bare.key is None and bare.headers == {}
-    odd = Record.consumed(_message(key=b"\xff\xfe"), {}, "in", "t", 0, 0)
+    odd = Record.consumed(_message(key=b"\xff\xfe"), {}, "in", "t", 0)
     assert odd.key == "\ufffd\ufffd"
 
 
