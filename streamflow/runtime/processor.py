@@ -274,11 +274,11 @@ class Processor:
         consumed = Record.consumed
         counts: dict[str, int] = {}
         inlets = self.bindings.inlets_by_topic
+        if not messages:
+            return
         # Records come in runs from one partition: what is per partition (its inlet, its
         # next offset, the count) is looked up and stored once per run, not per record;
         # the run's last message gives the offset (a record reads its own lazily).
-        if not messages:
-            return
         topic, partition, run, last = "", -1, 0, messages[0]
         inlet, codec = "", None
         for msg in messages:
