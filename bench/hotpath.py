@@ -75,9 +75,7 @@ def _codec() -> SingleObjectCodec:
 
 def _values(codec: SingleObjectCodec, size: int, batch: int) -> list[bytes]:
     """A batch's encoded values, each ``size`` bytes (or just over)."""
-    length = next(
-        n for n in range(size) if len(codec.encode(common.make_record(0, b"x" * n))) >= size
-    )
+    length = common.payload_length(common.Wire(common.AVRO, topic=_IN, registry=None), size)
     return [codec.encode(common.make_record(i, b"x" * length)) for i in range(batch)]
 
 
@@ -100,9 +98,7 @@ def _streamflow(
     codec: SingleObjectCodec, batch: int
 ) -> tuple[Callable[[list[Message]], None], Producer]:
     failures = FailedOutputs()
-    producer = Producer(
-        {**_OFFLINE, **common.PRODUCER_SETTINGS, **failures.producer_config()} | _OFFLINE
-    )
+    producer = Producer({**common.PRODUCER_SETTINGS, **failures.producer_config()} | _OFFLINE)
     processor = Processor(
         streamlet=streamlets.PassBatch(),
         descriptor=describe(streamlets.PassBatch),
