@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -173,8 +174,11 @@ def evict(cache_dir: Path, *, keep: int) -> list[str]:
     """
     if not cache_dir.is_dir():
         return []
-    entries = [p for p in cache_dir.iterdir() if _DIGEST.fullmatch(p.name) and p.is_file()]
-    entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    # replicas on one machine share the cache and evict at the same moment (they load
+    # the same descriptor): an entry listed here may be gone by the time it is looked at
+    dated = [(mtime, p) for p in cache_dir.iterdir() if (mtime := _file_mtime(p)) is not None]
+    dated.sort(key=lambda pair: pair[0], reverse=True)
+    entries = [p for _, p in dated]
     evicted = []
     for entry in entries[keep:]:
         for made in (entry.with_name(entry.name + ".keras"), entry):
@@ -196,6 +200,17 @@ def evict(cache_dir: Path, *, keep: int) -> list[str]:
     return evicted
 
 
+def _file_mtime(path: Path) -> float | None:
+    """A digest-named plain file's modification time; None for anything else, or if gone."""
+    if not _DIGEST.fullmatch(path.name):
+        return None
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_mtime if stat.S_ISREG(status.st_mode) else None
+
+
 def _check_digest(expected: str | None, digest: str) -> None:
     if expected and digest != expected:
         raise ArtifactError(
@@ -209,14 +224,17 @@ def _verified_hit(cache_dir: Path, sha256: str) -> Path | None:
     if path.is_symlink() or not path.is_file():
         return None
     hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            hasher.update(chunk)
-    if hasher.hexdigest() != sha256:
-        path.unlink(missing_ok=True)  # tampered or torn: fetch it again
-        shutil.rmtree(path.with_name(path.name + ".d"), ignore_errors=True)
+    try:  # another replica's eviction may remove it at any point: then it is a miss
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                hasher.update(chunk)
+        if hasher.hexdigest() != sha256:
+            path.unlink(missing_ok=True)  # tampered or torn: fetch it again
+            shutil.rmtree(path.with_name(path.name + ".d"), ignore_errors=True)
+            return None
+        os.utime(path)  # most recently used: last to be evicted
+    except FileNotFoundError:
         return None
-    os.utime(path)  # most recently used: last to be evicted
     return path
 
 

@@ -318,7 +318,10 @@ class ModelFollower(Streamlet):
                 limits=bounds,
                 allow_saved_model=self.allow_saved_model,
             )
-            artifacts.evict(cache, keep=self.keep_versions)
+            try:  # housekeeping: a loaded model is not refused because a delete failed
+                artifacts.evict(cache, keep=self.keep_versions)
+            except OSError as exc:
+                log.warning("could not evict old artifacts from %s: %s", cache, exc)
             mapping = self.tensors.bind(embedded.signature)
             for size in (1, 8):  # trace now, so the first real batch does not pay for it
                 embedded.run(mapping.zeros(size))

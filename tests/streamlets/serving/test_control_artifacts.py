@@ -11,10 +11,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import tarfile
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +166,87 @@ def test_old_cache_entries_are_evicted_past_keep_versions(
     names = {p.name for p in (tmp_path / "cache").iterdir()}
     assert hashlib.sha256(v1).hexdigest() not in names, names
     assert hashlib.sha256(v2).hexdigest() in names, names
+
+
+class _SeenThenGone(type(Path())):  # type: ignore[misc]
+    """A cache entry another replica evicts right after this one first looks at it."""
+
+    looked = False
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        status = super().stat(follow_symlinks=follow_symlinks)
+        if not self.looked:
+            self.looked = True
+            os.unlink(self)  # the other replica's eviction, between two looks of ours
+        return status
+
+
+def test_two_replicas_evicting_the_same_cache_at_once_both_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # replicas on one machine share the cache, load the same descriptor and evict at the
+    # same moment: an entry this one lists may be gone when it looks at its age (the CI
+    # failure of a two-replica push over SASL: FileNotFoundError on an old digest)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    digests = [f"{i:x}" * 64 for i in range(1, 5)]
+    for age, digest in enumerate(digests):
+        (cache / digest).write_bytes(b"model")
+        os.utime(cache / digest, (1_000_000 - age, 1_000_000 - age))  # the first is newest
+    listing = Path.iterdir
+
+    def racing(self: Path) -> Iterator[Path]:
+        for entry in listing(self):
+            old = self == cache and entry.name in digests[1:]
+            yield _SeenThenGone(entry) if old else entry
+
+    monkeypatch.setattr(Path, "iterdir", racing)
+    artifacts.evict(cache, keep=1)
+    monkeypatch.undo()
+    assert sorted(p.name for p in cache.iterdir()) == [digests[0]]
+
+
+def test_a_cache_hit_evicted_before_it_is_read_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = b"model bytes"
+    digest = hashlib.sha256(body).hexdigest()
+    cache = tmp_path / "cache"
+    artifacts.private_dir(cache)
+    (cache / digest).write_bytes(body)
+    opening = Path.open
+
+    def evicted_first(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == cache / digest:
+            os.unlink(self)  # another replica's eviction, after our is_file and before open
+        return opening(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", evicted_first)
+    with hostile() as server:
+        server.body("/m.keras", body)
+        path = artifacts.fetch(
+            data=None,
+            location=server.url + "/m.keras",
+            sha256=digest,
+            allowlist=[server.url],
+            cache_dir=cache,
+        )
+    monkeypatch.undo()
+    assert path == cache / digest
+    assert path.read_bytes() == body
+
+
+def test_a_model_that_loaded_is_served_even_when_evicting_old_artifacts_fails(
+    tmp_path: Path, wine_models: WineModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(cache_dir: Path, *, keep: int) -> list[str]:
+        raise PermissionError(13, "Permission denied", str(cache_dir / ANY_DIGEST))
+
+    monkeypatch.setattr(artifacts, "evict", refused)
+    h = s.harness(tmp_path)
+    h.control("model", s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
+    status = s.settle(h, 1)
+    assert status["state"] == "serving", status
 
 
 def test_unpack_limits_are_checked_on_the_archive_alone(tmp_path: Path) -> None:
