@@ -148,7 +148,11 @@ class Passthrough:
         self.convert(messages)
         before, self.seen, self.batches = self.seen, self.seen + len(messages), self.batches + 1
         if before < self.args.records <= self.seen:
-            common.report("produced", records=self.seen, batches=self.batches)
+            # under exactly-once each batch was a transaction
+            transactions = self.batches if self.transactional else 0
+            common.report(
+                "produced", records=self.seen, batches=self.batches, transactions=transactions
+            )
 
     def transaction(self, messages: list[Message]) -> None:
         """One batch as one transaction: its outputs and its offsets commit together."""

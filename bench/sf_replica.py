@@ -5,7 +5,8 @@ The child runs the real command line, ``streamflow.cli.main`` with ``streamlet r
 health server, ``run_replica``. Before that it wraps ``Processor.process_batch`` on the
 class, so it can report when the first batch arrives and when the ``--records``-th input
 has been handed to the producer. That costs one Python call and a comparison per
-*batch*, not per record.
+*batch*, not per record. Under exactly-once it also counts the transactions committed
+by then: under load, full batches share one.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from confluent_kafka import Message
 
 from bench import common
 from streamflow.cli import main as cli
-from streamflow.runtime import processor
+from streamflow.runtime import delivery, processor
 
 
 def _time_batches(records: int) -> None:
-    """Wrap the batch step so the driver learns when consumption starts and ends."""
+    """Wrap the batch step so the driver learns when consumption starts and ends, and
+    the commit of a transaction so it learns how many batches one held."""
     original = processor.Processor.process_batch
-    seen = batches = 0
+    commit = delivery.ExactlyOnce.end_batch
+    seen = batches = transactions = 0
 
     def timed(self: processor.Processor, messages: list[Message]) -> None:
         nonlocal seen, batches
@@ -32,9 +35,15 @@ def _time_batches(records: int) -> None:
         original(self, messages)
         before, seen, batches = seen, seen + len(messages), batches + 1
         if before < records <= seen:
-            common.report("produced", records=seen, batches=batches)
+            common.report("produced", records=seen, batches=batches, transactions=transactions)
+
+    def counted(self: delivery.ExactlyOnce, offsets: delivery.Offsets) -> None:
+        nonlocal transactions
+        commit(self, offsets)
+        transactions += 1
 
     processor.Processor.process_batch = timed  # type: ignore[method-assign]
+    delivery.ExactlyOnce.end_batch = counted  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> None:

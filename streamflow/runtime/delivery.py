@@ -17,6 +17,8 @@ after our last output.
 *Exactly-once* wraps each batch in a Kafka transaction together with the
 consumer offsets (``send_offsets_to_transaction``). Consumers downstream read
 ``read_committed``, so they see a batch's outputs only if its offsets moved.
+Under load, full batches share one transaction for up to ``commit_interval_s``
+(the processor decides, see ``Processor._holds``).
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ class Delivery:
     # The shortest time between the starts of two batches that are not full: how long
     # a batch may wait for more records when the previous one began that recently.
     batch_interval_s = 0.0
+    # How long full batches may share one transaction (0: each batch is its own, or
+    # there are no transactions). See ``Processor._holds``.
+    commit_interval_s = 0.0
     # Whether a batch is a transaction: its outputs are shown only once it commits, and
     # an aborted one raises TransactionAborted from end_batch for its writer to redo.
     transactional = False
@@ -347,11 +352,13 @@ class CallWatchdog:
 
 
 class ExactlyOnce(Delivery):
-    """One transaction per batch; offsets commit atomically with the outputs.
+    """Transactions: ``begin_batch`` opens one, ``end_batch`` commits it with its offsets.
 
     A transaction costs the same few broker round trips whatever its size, so at a
     moderate rate batches are spaced ``batch_interval_s`` apart rather than taken
     one record at a time; a record that arrives after a pause goes out at once.
+    Under load the processor lets full batches share one transaction for up to
+    ``commit_interval_s``: it calls ``end_batch`` once, with the offsets of all.
 
     When a transaction fails, librdkafka says how bad it is. A *fatal* error (this
     producer was fenced by a newer one with its transactional id) ends the replica
@@ -363,6 +370,9 @@ class ExactlyOnce(Delivery):
     """
 
     batch_interval_s = 0.05
+    # Under load a transaction spans the full batches of up to this long: its commit
+    # costs a few round trips whatever it holds (Kafka Streams commits every 100 ms too).
+    commit_interval_s = 0.1
     transactional = True
     max_aborts = 8
     # No longer than the transaction's own timeout (``transaction.timeout.ms``, 10 s

@@ -10,6 +10,13 @@ that does not decode, or whose logic raises, or whose outputs do not encode,
 goes to the dead-letter topic with the error, and the rest of the batch
 carries on. Offsets advance only through the
 :mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe.
+
+Under exactly-once a transaction costs the same few broker round trips whatever
+it holds, so full batches (a sign of load) share one for up to the delivery's
+``commit_interval_s`` (see :meth:`Processor._holds`). It commits as soon as a
+batch is not full, the loop finds no input, an output outside the batches is
+written, partitions are revoked or the loop stops; when it aborts, every batch
+in it is rewound and processed again.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
@@ -96,6 +103,12 @@ class Processor:
         self._produced_since_idle = False  # a batch ran since the loop last found no input
         self._revoked: set[tuple[str, int]] = set()  # by a rebalance, during _consume_more
         self._backoff_reason = ""
+        # Exactly-once batches that share one open transaction (None: none is open), how
+        # long they may, and one that aborted inside a rebalance callback: its batches are
+        # rewound once the consume call that ran the callback returns.
+        self._shared: _Shared | None = None
+        self._share_s = delivery.commit_interval_s if state is None else 0.0
+        self._aborted_in_rebalance: tuple[_Shared, TransactionAborted] | None = None
         self._logic = self._choose_logic()
         self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
         self._router = outputs_mod.OutputRouter(descriptor)
@@ -112,8 +125,13 @@ class Processor:
 
     def run(self) -> None:
         self.start()
-        while not self.stop.is_set():
-            self.turn()
+        try:
+            while not self.stop.is_set():
+                self.turn()
+        except BaseException:
+            self._shared = None  # the delivery's close aborts it: nothing of it shows
+            raise
+        self._settle()  # what the last batches share is committed, not left to abort
 
     def start(self) -> None:
         """Join the group: subscribe to the inlets' topics."""
@@ -157,6 +175,18 @@ class Processor:
         self._side_outputs(self.streamlet.between_batches(), input_key=None)
 
     def _next_batch(self) -> list[Message]:
+        """The next batch, or none when a rebalance aborted the shared transaction."""
+        messages = self._gather()
+        aborted = self._aborted_in_rebalance
+        if aborted is not None:
+            # what this call took lies past the rewound batches: it is taken again later
+            self._aborted_in_rebalance = None
+            shared, exc = aborted
+            self._abandon(shared, exc, messages)
+            return []
+        return messages
+
+    def _gather(self) -> list[Message]:
         """What is queued now; when nothing is, wait for the first record and take it
         with whatever arrived alongside it. ``batch_timeout`` is the longest wait.
 
@@ -167,6 +197,8 @@ class Processor:
         size = self.batch_size
         messages = self.consumer.consume(size, 0)
         if not messages:
+            if not self._settle():  # nothing is queued: what the full batches share commits
+                return messages
             if self._produced_since_idle:
                 # nothing more is coming yet: what the last batch produced goes now
                 self._produced_since_idle = False
@@ -217,6 +249,7 @@ class Processor:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", _names(partitions))
         self._revoked.update((tp.topic, tp.partition) for tp in partitions)
+        self._settle(in_rebalance=True)  # committed while the partitions are still ours
         self.delivery.on_revoke(partitions)
         if self.state is not None:  # after the delivery: what is committed is all written
             self.state.on_revoke(partitions)
@@ -236,6 +269,7 @@ class Processor:
             self._update_ready()
 
     def _rewind(self, messages: list[Message]) -> None:
+        """Seek each partition back to its first record in ``messages`` (in offset order)."""
         first: dict[tuple[str, int], int] = {}
         for msg in messages:
             if msg.error() is None:
@@ -328,9 +362,11 @@ class Processor:
         finally:
             if state is not None:
                 state.writing(False)
+        shared = self._shared
         try:
             self.health.doing("writing the batch's outputs and committing it")
-            self.delivery.begin_batch()
+            if shared is None:
+                self.delivery.begin_batch()
             produced = self._produce_results(decoded, records, results, dead)
             for msg, _, failure, _ in dead:
                 value, key, headers = dlq.dead_letter(msg, failure)
@@ -339,17 +375,75 @@ class Processor:
                 # after the outputs, before the offsets: in the batch's transaction, or
                 # acknowledged before the offsets are stored
                 state.flush(self.delivery.produce_to)
+            tally = _Tally(counts, produced, time.perf_counter() - started, len(messages), dead)
+            if self._holds(len(messages), shared):
+                if shared is None:
+                    shared = self._shared = _Shared(self.clock())
+                shared.add(messages, offsets, tally)
+                return
+            if shared is not None:  # this batch ends the transaction the earlier ones share
+                self._shared = None
+                shared.add(messages, offsets, tally)
+                offsets, messages = shared.offsets, []
+        except TransactionAborted as aborted:  # from begin_batch: nothing was written
+            self._abandon(shared, aborted, messages)
+            return
+        try:
             self.delivery.end_batch(offsets)
         except TransactionAborted as aborted:
-            # exactly-once: nothing of the batch is visible and its offsets did not move
-            retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
-            self._back_off(messages, retry, kind="transaction-aborted")
+            self._abandon(shared, aborted, messages)
             return
         if state is not None:
             state.commit()
-        for msg, inlet, failure, kind in dead:  # once written: a retried batch counts once
+        for done in shared.tallies if shared is not None else (tally,):
+            self._told(done)
+
+    def _holds(self, n: int, shared: _Shared | None) -> bool:
+        """Whether a batch of ``n`` leaves its transaction open for the next batch to share.
+
+        Only full batches do, and only for ``commit_interval_s`` from the first (exactly-once,
+        without state stores: those commit with every batch). A full batch means more is
+        queued, so under load a transaction's round trips are paid once per interval instead
+        of once per batch; when the input is not keeping the loop busy, every batch commits
+        at once and adds no latency.
+        """
+        if not self._share_s or n < self.batch_size:
+            return False
+        return shared is None or self.clock() - shared.since < self._share_s
+
+    def _settle(self, *, in_rebalance: bool = False) -> bool:
+        """Commit the transaction full batches share, if one is open. False when it aborted:
+        its batches are rewound (after the consume call, ``in_rebalance``) and retried."""
+        shared = self._shared
+        if shared is None:
+            return True
+        self._shared = None
+        try:
+            self.delivery.end_batch(shared.offsets)
+        except TransactionAborted as aborted:
+            if in_rebalance:
+                self._aborted_in_rebalance = (shared, aborted)
+            else:
+                self._abandon(shared, aborted, [])
+            return False
+        for done in shared.tallies:
+            self._told(done)
+        return True
+
+    def _abandon(
+        self, shared: _Shared | None, aborted: TransactionAborted, messages: list[Message]
+    ) -> None:
+        """Exactly-once: nothing of the transaction is visible and its offsets did not move,
+        so every batch in it, and ``messages`` after them, is processed again."""
+        retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
+        held = [m for batch in shared.batches for m in batch] if shared is not None else []
+        self._back_off(held + messages, retry, kind="transaction-aborted")
+
+    def _told(self, tally: _Tally) -> None:
+        """A batch is written: its dead letters and counts are told (once, whatever retried)."""
+        for msg, inlet, failure, kind in tally.dead:
             self._dead_lettered(msg, inlet, failure, kind)
-        self._count(counts, produced, started, len(messages))
+        self._count(tally.counts, tally.produced, tally.seconds, tally.n)
 
     def _back_off(
         self, messages: list[Message], exc: Backpressure, *, kind: str = "backpressure"
@@ -458,14 +552,14 @@ class Processor:
         )
 
     def _count(
-        self, counts: dict[str, int], produced: dict[str, int], started: float, n: int
+        self, counts: dict[str, int], produced: dict[str, int], seconds: float, n: int
     ) -> None:
         for inlet, count in counts.items():
             self._in[inlet].inc(count)
         for outlet, count in produced.items():
             self._out[outlet].inc(count)
         labels = self.metrics.labels
-        self.metrics.batch_seconds.labels(**labels).observe(time.perf_counter() - started)
+        self.metrics.batch_seconds.labels(**labels).observe(seconds)
         self.metrics.batch_size.labels(**labels).observe(n)
         self._export_skipped()
 
@@ -558,6 +652,7 @@ class Processor:
         self._export_skipped()
         if result is None:
             return
+        self._settle()  # an output outside the batches is its own transaction: none may be open
         for out in self._router.route(result, input_key=input_key):
             binding = self.bindings.outlets[out.outlet]
             data = binding.codec.encode(out.value)
@@ -574,6 +669,7 @@ class Processor:
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
         log.warning("control record rejected: %s", dlq.describe(error))
         value, key, headers = dlq.dead_letter(msg, error)
+        self._settle()
         self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)
 
 
@@ -668,3 +764,30 @@ def _where(msg: Message) -> tuple[str, int]:
 
 def _names(partitions: list[TopicPartition]) -> str:
     return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"
+
+
+class _Tally(NamedTuple):
+    """What one batch tells once it is written: its counts, its time and its dead letters."""
+
+    counts: dict[str, int]
+    produced: dict[str, int]
+    seconds: float
+    n: int
+    dead: list[_Dead]
+
+
+class _Shared:
+    """Full exactly-once batches sharing one open transaction (see ``Processor._holds``)."""
+
+    __slots__ = ("batches", "offsets", "since", "tallies")
+
+    def __init__(self, since: float) -> None:
+        self.since = since  # when the first batch was held (the processor's clock)
+        self.offsets: Offsets = {}  # each partition's next offset, the latest batch's
+        self.batches: list[list[Message]] = []  # to rewind, should the transaction abort
+        self.tallies: list[_Tally] = []
+
+    def add(self, messages: list[Message], offsets: Offsets, tally: _Tally) -> None:
+        self.batches.append(messages)
+        self.offsets.update(offsets)
+        self.tallies.append(tally)

@@ -59,6 +59,7 @@ def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) ->
     processor.batch_size, processor.batch_timeout = size, 0.1
     processor._last_batch, processor._produced_since_idle = 0.0, False
     processor._revoked = set()
+    processor._shared = processor._aborted_in_rebalance = None
     return processor
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -425,14 +426,155 @@ def test_close_flushes_and_commits_the_last_batch(loop: asyncio.AbstractEventLoo
 # -- exactly-once ------------------------------------------------------------------
 
 
-def test_exactly_once_runs_one_transaction_per_batch(loop: asyncio.AbstractEventLoop) -> None:
+def test_exactly_once_a_batch_that_is_not_full_commits_at_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=4)
+    rig.write(*_ids(3))
+    assert rig.processor.turn() == 3
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1", "r2"]
+    assert rig.committed() == 3
+
+
+def test_exactly_once_full_batches_share_one_transaction_until_one_is_not_full(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Under load (full batches) a transaction's round trips are paid once for several."""
     rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
     rig.write(*_ids(5))
-    while rig.processor.turn():
-        pass
-    assert rig.producer.transactions == {"committed": 3, "aborted": 0}
+    assert rig.processor.turn() == 2
+    assert rig.processor.turn() == 2
+    assert rig.outputs() == [] and rig.committed() is None  # one transaction, still open
+    assert rig.producer.open_transaction
+    assert rig.processor.turn() == 1
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
     assert rig.outputs() == ["r0", "r1", "r2", "r3", "r4"]
     assert rig.committed() == 5
+
+
+def test_exactly_once_a_shared_transaction_commits_once_its_interval_is_over(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(8))
+    rig.processor.turn()
+    rig.clock.now += rig.delivery.commit_interval_s  # full batches for as long as it allows
+    rig.processor.turn()
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"] and rig.committed() == 4
+    rig.processor.turn()
+    assert rig.committed() == 4  # the next full batch opened the next one
+
+
+def test_exactly_once_finding_no_input_commits_the_shared_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(4))
+    assert rig.processor.turn() == 2 and rig.processor.turn() == 2
+    assert rig.committed() is None
+    assert rig.processor.turn() == 0
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"] and rig.committed() == 4
+
+
+def test_exactly_once_a_shared_transaction_that_aborts_redoes_every_batch_in_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(4), {"id": "poison", "poison": True})
+    rig.producer.fail_call("commit_transaction", _rebalanced())
+    while rig.processor.turn():
+        pass
+    assert rig.producer.transactions == {"committed": 0, "aborted": 1}
+    assert rig.outputs() == [] and rig.dead == []
+    rig.clock.now = rig.processor.backoff_until
+    while rig.processor.turn():
+        pass
+    assert rig.producer.transactions == {"committed": 1, "aborted": 1}
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"]  # once each
+    assert [key for key, _, _ in rig.dead] == ["poison"]  # told once, when written
+    assert rig.committed() == 5
+
+
+def test_exactly_once_a_revoke_commits_the_shared_transaction_while_the_partition_is_ours(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(4))
+    rig.processor.turn()
+    rig.consumer.revoke()
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1"] and rig.committed() == 2
+
+
+def test_exactly_once_a_shared_transaction_aborted_in_a_revoke_is_redone_by_each_owner(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The commit in the rebalance callback fails: partition 0 leaves with nothing of
+    ours committed (its new owner starts from the committed offset); partition 1 stays
+    and is rewound, and what the consume call had taken of it is not processed."""
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2, partitions=2)
+    for i in range(8):
+        rig.broker.append(memory_support.IN, json.dumps({"id": f"r{i}"}).encode(), partition=i % 2)
+    assert rig.processor.turn() == 2  # full: the transaction stays open
+    rig.producer.fail_call("commit_transaction", _rebalanced())
+    real = rig.consumer.consume
+
+    def revoking(num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        rig.consumer.consume = real  # type: ignore[method-assign]
+        rig.consumer.revoke([(memory_support.IN, 0)])
+        return real(num_messages, timeout)
+
+    rig.consumer.consume = revoking  # type: ignore[method-assign]
+    assert rig.processor.turn() == 0  # the batch it took lies past the rewind: not processed
+    assert rig.producer.transactions == {"committed": 0, "aborted": 1}
+    assert "generation id is not valid" in (rig.processor.backing_off or "")
+    rig.clock.now = rig.processor.backoff_until
+    while rig.processor.turn():
+        pass
+    assert sorted(rig.outputs()) == ["r1", "r3", "r5", "r7"]  # partition 1's, once each
+    assert rig.broker.committed.get(GROUP, {}) == {(memory_support.IN, 1): 4}
+
+
+def test_exactly_once_an_output_outside_the_batches_commits_the_shared_transaction_first(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=2)
+    rig.write(*_ids(4))
+    rig.processor.turn()
+    bad = rig.broker.append("control", b"not a descriptor", b"c")
+    rig.processor.reject_control(bad, "control", ValueError("unreadable"))
+    assert rig.producer.transactions == {"committed": 2, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1"] and rig.committed() == 2
+    assert list(rig.dead_letters()) == ["c"]
+
+
+class _StopsAt(Copy):
+    """Asks the loop to stop once it has copied ``last`` (a SIGTERM, as it were)."""
+
+    def __init__(self, last: str) -> None:
+        super().__init__()
+        self.last = last
+        self.stop = threading.Event()
+
+    def process(self, record: Record) -> dict[str, Any]:
+        if record.value["id"] == self.last:
+            self.stop.set()
+        return super().process(record)
+
+
+def test_exactly_once_stopping_commits_the_shared_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _StopsAt("r3")
+    rig = memory_support.rig(streamlet, loop, exactly_once=True, batch_size=2)
+    rig.processor.stop = streamlet.stop
+    rig.write(*_ids(6))
+    rig.processor.run()  # two full batches, then the stop
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"] and rig.committed() == 4
 
 
 def test_exactly_once_dead_letters_commit_with_their_batch(

@@ -350,3 +350,16 @@ def test_a_batch_call_that_raises_on_its_only_record_keeps_none_of_its_writes(
     _turn(r)
     assert _seqs(r) == [("a", 1), ("a", 2)]
     assert [kind for _, kind, _ in r.dead] == ["logic"]
+
+
+def test_under_exactly_once_batches_of_a_stateful_streamlet_never_share_a_transaction(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    """Its stores commit with each batch, so each full batch commits its own transaction
+    (a stateless one lets full batches share one, test_processor_units.py)."""
+    rig = _start(loop, tmp_path, exactly_once=True)
+    rig.processor.batch_size = 2
+    rig.write(*({"id": f"k{i}"} for i in range(4)))
+    assert rig.processor.turn() == 2
+    assert rig.producer.transactions == {"committed": 1, "aborted": 0}
+    assert rig.committed() == 2
