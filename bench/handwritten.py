@@ -19,11 +19,14 @@ The price is one flush stall every ``flush-every`` batches, which is cheap at 20
 
 ``--guarantee exactly-once``: what streamflow's exactly-once does, by hand. The
 producer is transactional (``transactional.id``, the runtime's 10 s transaction
-timeout), and every consumed batch is one transaction: ``begin_transaction``,
-the batch's outputs, ``send_offsets_to_transaction`` with the batch's offsets and
-``commit_transaction``. The consumer reads ``read_committed`` and never commits
-by itself (``enable.auto.commit`` false): its offsets move only inside a
-transaction.
+timeout). A batch joins the open transaction (``begin_transaction`` when none is)
+and its outputs are produced; the transaction commits (``send_offsets_to_transaction``
+with the offsets so far, ``commit_transaction``) after a batch that is not full, after
+``--commit-interval`` (0.1 s, the runtime's ``ExactlyOnce.commit_interval_s``) from its
+first batch, or when a consume finds nothing. So under load full batches share a
+transaction, as in the runtime; ``--commit-interval 0`` commits every batch. The
+consumer reads ``read_committed`` and never commits by itself (``enable.auto.commit``
+false): its offsets move only inside a transaction.
 
 It reports (see :mod:`bench.common`) when the first batch arrives and when the
 batch holding the ``--records``-th input has been handed to the producer.
@@ -52,6 +55,7 @@ import base64
 import json
 import signal
 import sys
+import time
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -113,6 +117,8 @@ class Passthrough:
         }[args.format]
         self.pending: dict[tuple[Any, Any], int] = {}  # (topic, partition) -> next offset
         self.seen = self.batches = 0
+        self.transactions = 0  # committed
+        self.opened: float | None = None  # when the open transaction began
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -127,8 +133,11 @@ class Passthrough:
         try:
             while not self.stopping:
                 messages = self.consumer.consume(self.args.batch_size, 0.1)
-                if messages and self.transactional:
-                    self.transaction(messages)
+                if self.transactional:
+                    if messages:
+                        self.transaction(messages)
+                    elif self.opened is not None:  # nothing more is queued
+                        self.commit()
                 elif messages:
                     self.passthrough(messages)
                     batches += 1
@@ -138,6 +147,8 @@ class Passthrough:
             if not self.transactional:
                 self.flush_and_store()
                 _commit(self.consumer)
+            elif self.opened is not None:
+                self.commit()
         finally:
             self.consumer.close()
 
@@ -148,22 +159,33 @@ class Passthrough:
         self.convert(messages)
         before, self.seen, self.batches = self.seen, self.seen + len(messages), self.batches + 1
         if before < self.args.records <= self.seen:
-            # under exactly-once each batch was a transaction
-            transactions = self.batches if self.transactional else 0
             common.report(
-                "produced", records=self.seen, batches=self.batches, transactions=transactions
+                "produced", records=self.seen, batches=self.batches, transactions=self.transactions
             )
 
     def transaction(self, messages: list[Message]) -> None:
-        """One batch as one transaction: its outputs and its offsets commit together."""
-        self.producer.begin_transaction()
+        """A batch in the open transaction; a batch that is not full, or one past the
+        commit interval, commits it (full batches mean more is queued)."""
+        if self.opened is None:
+            self.producer.begin_transaction()
+            self.opened = time.monotonic()
         self.passthrough(messages)
+        if (
+            len(messages) < self.args.batch_size
+            or time.monotonic() - self.opened >= self.args.commit_interval
+        ):
+            self.commit()
+
+    def commit(self) -> None:
+        """The open transaction's outputs and its offsets commit together."""
         offsets = [TopicPartition(t, p, o) for (t, p), o in self.pending.items()]
         self.pending.clear()
         self.producer.send_offsets_to_transaction(
             offsets, self.consumer.consumer_group_metadata(), 30
         )
         self.producer.commit_transaction(60)  # raises when an output was not delivered
+        self.opened = None
+        self.transactions += 1
 
     def _avro(self, messages: list[Message]) -> None:
         producer, parsed, header = self.producer, self.parsed, self.header
@@ -247,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--flush-every", type=int, default=20)
+    parser.add_argument(
+        "--commit-interval",
+        type=float,
+        default=0.1,
+        help="exactly-once: how long full batches share a transaction (0: one per batch)",
+    )
     parser.add_argument("--guarantee", default=AT_LEAST_ONCE, choices=(AT_LEAST_ONCE, EXACTLY_ONCE))
     parser.add_argument("--format", default=common.AVRO, choices=common.FORMATS)
     parser.add_argument("--registry", help="the schema registry's URL (avro-registry)")

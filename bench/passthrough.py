@@ -29,10 +29,9 @@ Why it is built this way:
   registry formats need a schema registry: ``--registry``,
   ``$STREAMFLOW_SCHEMA_REGISTRY_URL``, else the devkit's, started for the run.
 * Each delivery guarantee (``--guarantees``) is interleaved the same way: streamflow
-  with that guarantee in its spec, the hand-written loop with ``--guarantee`` (one
-  transaction per batch for exactly-once; streamflow lets full batches share one for
-  up to 100 ms), each compared with the loop under the same guarantee. The peers run
-  at-least-once only.
+  with that guarantee in its spec, the hand-written loop with ``--guarantee`` (for
+  exactly-once, full batches share a transaction for up to 100 ms in both), each
+  compared with the loop under the same guarantee. The peers run at-least-once only.
 """
 
 from __future__ import annotations
@@ -218,7 +217,6 @@ def measure(
         "outputs": final,
         "duplicates": final - run.records,
         # records per batch, and per transaction under exactly-once, as the child saw them
-        # (the hand-written loop commits each batch; streamflow lets full batches share one)
         "mean_batch": produced["records"] / produced["batches"] if "batches" in produced else None,
         "mean_transaction": (
             produced["records"] / produced["transactions"] if produced.get("transactions") else None
