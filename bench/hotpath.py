@@ -120,6 +120,7 @@ def _streamflow(
         stop=threading.Event(),
         batch_size=batch,
         batch_timeout=0.0,
+        lineage=False,  # as the passthrough's sf-batch: the hand loop copies no lineage either
     )
     return processor.process_batch, producer
 

@@ -85,7 +85,7 @@ class Competitor:
     guarantees: tuple[str, ...] = GUARANTEES  # the delivery guarantees it can run under
 
 
-def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
+def _streamflow(class_name: str, *, lineage: bool = False) -> Callable[[Run], list[str]]:
     def command(run: Run) -> list[str]:
         spec = sfapp.write_spec(
             run.workdir,
@@ -96,6 +96,7 @@ def _streamflow(class_name: str) -> Callable[[Run], list[str]]:
             topic_format=run.format,
             registry=run.registry,
             guarantee=run.guarantee,
+            lineage=lineage,
         )
         return sfapp.command(
             spec, bootstrap=run.bootstrap, records=run.records, batch_size=run.batch_size
@@ -127,8 +128,16 @@ COMPETITORS = {
     for c in (
         Competitor(
             "sf-batch",
-            "streamflow streamlet run, process_batch passthrough",
+            "streamflow streamlet run, process_batch passthrough (lineage: false, so like the "
+            "hand-written loop it copies no lineage headers)",
             _streamflow("PassBatch"),
+        ),
+        Competitor(
+            "sf-lineage",
+            "streamflow streamlet run, process_batch passthrough, copying lineage headers "
+            "(the blueprint's default)",
+            _streamflow("PassBatch", lineage=True),
+            formats=(common.AVRO,),
         ),
         Competitor(
             "sf-record", "streamflow streamlet run, process passthrough", _streamflow("PassRecord")
@@ -158,7 +167,7 @@ COMPETITORS = {
         ),
     )
 }
-DEFAULT_COMPETITORS = ["sf-batch", BASELINE, "quix", "faust"]
+DEFAULT_COMPETITORS = ["sf-batch", BASELINE, "sf-lineage", "quix", "faust"]
 
 
 # -- one measured run ------------------------------------------------------------

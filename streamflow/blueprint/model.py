@@ -115,6 +115,10 @@ class StreamletSpec:
     # A replica with work that takes nothing for this long is not live (restarted);
     # None: the runtime's default (runtime.health.DEFAULT_STALL_AFTER_S)
     stall_after: float | None = None
+    # Whether its outputs carry the lineage headers of `streamflow score` from their
+    # inputs (runtime/lineage.py). Reading every input's headers costs CPU; an
+    # application that is never scored may turn it off.
+    lineage: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,7 @@ class Application:
                     if s.resources is not None
                     else None,
                     **({"stall_after": s.stall_after} if s.stall_after is not None else {}),
+                    **({} if s.lineage else {"lineage": False}),
                 }
                 for name, s in self.streamlets.items()
             },
@@ -281,6 +286,7 @@ class Application:
                     if s.get("resources")
                     else None,
                     stall_after=float(s["stall_after"]) if s.get("stall_after") else None,
+                    lineage=bool(s.get("lineage", True)),
                 )
                 for name, s in data["streamlets"].items()
             },

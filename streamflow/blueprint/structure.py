@@ -44,6 +44,7 @@ STREAMLET_FIELDS = (
     "autoscale",
     "resources",
     "stall_after",
+    "lineage",
 )
 TOPIC_FIELDS = (
     "producers",
@@ -92,6 +93,7 @@ class StreamletDraft:
     autoscale_node: Node | None = None
     resources: dict[str, dict[str, str]] | None = None
     stall_after: float | None = None
+    lineage: bool = True
 
 
 @dataclass
@@ -249,6 +251,9 @@ def _streamlet_fields(report: Reporter, node: Node, draft: StreamletDraft) -> No
             draft.resources = read_resources(report, value, streamlet=draft.name)
         elif text == "stall_after":
             draft.stall_after = _stall_after(report, value, streamlet=draft.name)
+        elif text == "lineage":
+            lineage = _boolean(report, value, what=f"{draft.name}.lineage")
+            draft.lineage = True if lineage is None else lineage
     if draft.autoscale is not None and draft.replicas_node is None:
         draft.replicas = draft.autoscale.min  # autoscaled: it starts at its minimum
 

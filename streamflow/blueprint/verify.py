@@ -331,6 +331,7 @@ def _application(
             autoscale=s.autoscale,
             resources=s.resources,
             stall_after=s.stall_after,
+            lineage=s.lineage,
         )
         for name, s in draft.streamlets.items()
     }

@@ -76,9 +76,12 @@ class Processor:
         clock: Callable[[], float] = time.monotonic,
         on_dead_letter: DeadLetterHook | None = None,
         state: StateManager | None = None,
+        lineage: bool = True,
     ) -> None:
         """``state``: the stores of a stateful streamlet (restored on assignment, written
-        with each batch, see :mod:`streamflow.runtime.state.manager`)."""
+        with each batch, see :mod:`streamflow.runtime.state.manager`). ``lineage``: copy
+        the lineage headers of each input to its outputs (:mod:`streamflow.runtime.lineage`);
+        off, no input's headers are read on the way to an output."""
         self.streamlet = streamlet
         self.descriptor = descriptor
         self.bindings = bindings
@@ -94,6 +97,7 @@ class Processor:
         self.clock = clock
         self.on_dead_letter = on_dead_letter
         self.state = state
+        self.lineage = lineage
         self._accepting = True
         self._pending_pause = False
         self._skipped_exported: dict[str, int] = {}
@@ -470,6 +474,9 @@ class Processor:
         extra_headers = _HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
+        # Reading a consumed record's headers costs about a microsecond (librdkafka parses
+        # them, the client builds Python objects): done only where lineage is carried.
+        lineage_on = self.lineage
         if fast is not None:
             fast_encode, fast_topic = fast.codec.encode, fast.topic
             fast_headers = self._fast_headers
@@ -487,7 +494,7 @@ class Processor:
                 if fast_topic is not None:
                     # a scored record's run and row go with its output (runtime/lineage.py);
                     # they are two headers, so a record with fewer has none to carry
-                    consumed_headers = msg.headers()
+                    consumed_headers = msg.headers() if lineage_on else None
                     lineage = (
                         carried(consumed_headers)
                         if consumed_headers is not None and len(consumed_headers) > 1
@@ -510,7 +517,7 @@ class Processor:
             except Exception as exc:
                 dead.append((msg, record.inlet, exc, "encode"))
                 continue
-            lineage = carried(msg.headers()) if encoded else None
+            lineage = carried(msg.headers()) if encoded and lineage_on else None
             for binding, key, data, out in encoded:
                 produced[binding.outlet] = produced.get(binding.outlet, 0) + 1
                 if binding.topic is None:

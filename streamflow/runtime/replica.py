@@ -280,6 +280,7 @@ def _run_processor(
         batch_size=options.batch_size,
         batch_timeout=options.batch_timeout,
         state=state,
+        lineage=app.streamlets[name].lineage,
     )
     health.set_ready(False, ["replaying control inlets"] if control else ["joining the group"])
     try:

@@ -51,6 +51,7 @@ def plan(app: Application, *, into: str | None = None, read_from: str | None = N
     if output_topic.name == input_topic.name:
         raise PlanError("the output topic must not be the input topic")
     downstream = _downstream(app, input_topic.name)
+    _check_lineage(app, downstream)
     return ScorePlan(
         app=app,
         input_topic=input_topic,
@@ -133,6 +134,20 @@ def _downstream(app: Application, topic: str) -> set[str]:
                     if any(p.streamlet == ref.streamlet for p in t.producers)
                 ]
     return reached
+
+
+def _check_lineage(app: Application, downstream: set[str]) -> None:
+    """Results are told from live traffic by the lineage headers every streamlet on the
+    way copies (runtime/lineage.py): one that writes without them would lose the run."""
+    writers = {ref.streamlet for topic in app.topics.values() for ref in topic.producers}
+    off = sorted(s for s in downstream & writers if not app.streamlets[s].lineage)
+    if off:
+        raise PlanError(
+            f"{', '.join(off)} {'has' if len(off) == 1 else 'have'} 'lineage: false' in the "
+            "blueprint, so the outputs do not carry the run and row of their inputs and the "
+            "run could not find its results: remove the setting (or set it to true) and "
+            "run or deploy the application again"
+        )
 
 
 def _schema(app: Application, refs: list[PortRef], verb: str) -> str:

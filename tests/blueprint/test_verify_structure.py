@@ -201,6 +201,47 @@ def test_invalid_guarantee_hints_at_the_spelling() -> None:
     assert problem.hint == "did you mean `exactly-once`?"
 
 
+def test_lineage_is_on_unless_turned_off_and_survives_the_spec() -> None:
+    result = verify(
+        """
+        name: app
+        schemas: [schemas]
+        streamlets:
+          source:
+            class: bp_fixture_streamlets:Source
+          quiet:
+            class: bp_fixture_streamlets:Source
+            lineage: false
+        topics:
+          readings:
+            producers: [source.out]
+          others:
+            producers: [quiet.out]
+        """
+    )
+    assert result.valid, result.problems
+    app = result.application
+    assert app is not None
+    assert (app.streamlets["source"].lineage, app.streamlets["quiet"].lineage) == (True, False)
+    again = type(app).from_dict(app.to_dict())
+    assert (again.streamlets["source"].lineage, again.streamlets["quiet"].lineage) == (True, False)
+
+
+def test_lineage_that_is_not_a_boolean_is_a_clear_error() -> None:
+    result = verify(
+        """
+        name: app
+        streamlets:
+          source:
+            class: bp_fixture_streamlets:Source
+            lineage: "no"
+        """
+    )
+    problem = only(result, "wrong-type")
+    assert where(problem) == (5, 14)
+    assert problem.message == "source.lineage must be true or false, got the string 'no'"
+
+
 def test_empty_application() -> None:
     result = verify(
         """

@@ -178,9 +178,11 @@ def rig(
     partitions: int = 1,
     broker: MemoryBroker | None = None,
     state_dir: Path | None = None,
+    lineage: bool = True,
 ) -> Rig:
     """A processor for ``streamlet`` over a fresh broker (or ``broker``: a restart),
-    subscribed and ready to turn; a stateful streamlet keeps its stores in ``state_dir``."""
+    subscribed and ready to turn; a stateful streamlet keeps its stores in ``state_dir``;
+    ``lineage`` as a blueprint's ``lineage`` sets it."""
     broker = broker or MemoryBroker()
     broker.create_topic(IN, partitions)
     consumer = MemoryConsumer(broker, group=GROUP)
@@ -222,6 +224,7 @@ def rig(
             ((msg.key() or b"").decode(), kind, type(error).__name__)
         ),
         state=state,
+        lineage=lineage,
     )
     processor.start()
     return Rig(broker, consumer, producer, delivery, processor, clock, dead)

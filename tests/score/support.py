@@ -17,7 +17,7 @@ FEATURES = [
 ]  # fmt: skip
 
 
-def blueprint(tmp_path: Path, models: WineModels) -> Path:
+def blueprint(tmp_path: Path, models: WineModels, *, lineage: bool = True) -> Path:
     tag = uuid.uuid4().hex[:8]
     config = {
         "name": f"wine-score-{tag}",
@@ -57,6 +57,8 @@ def blueprint(tmp_path: Path, models: WineModels) -> Path:
             f"status-{tag}": {"producers": ["classifier.status"]},
         },
     }
+    if not lineage:
+        config["streamlets"]["classifier"]["lineage"] = False  # type: ignore[index]
     path = tmp_path / "wine-score.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     return path

@@ -20,6 +20,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from streamflow.api.streamlet import Record
 from streamflow.runtime import lineage
 from streamflow.runtime.inmemory import MemoryConsumer, MemoryProducer
 from streamflow.schema.codecs import DecodeError
@@ -121,6 +122,39 @@ def test_lineage_headers_reach_outputs_and_dead_letters(loop: asyncio.AbstractEv
     assert [(h[lineage.RUN], h[lineage.ROW]) for h in out] == [(b"r-42", b"0"), (b"r-42", b"2")]
     dead = memory_support.headers_of(rig.broker.records(DLQ)[0])
     assert (dead[lineage.RUN], dead[lineage.ROW]) == (b"r-42", b"1")
+
+
+class _CopyTwice(Copy):
+    """Two outputs a record: the general output path, not the one-dict fast path."""
+
+    def process(self, record: Record) -> list[dict[str, Any]]:
+        return [super().process(record)] * 2
+
+
+@pytest.mark.parametrize("streamlet", [Copy, _CopyTwice])
+def test_a_streamlet_with_lineage_off_writes_no_lineage_and_its_dead_letters_keep_it(
+    loop: asyncio.AbstractEventLoop, streamlet: type[Copy]
+) -> None:
+    rig = memory_support.rig(streamlet(), loop, lineage=False)
+    rig.broker.append(
+        IN,
+        json.dumps({"id": "a", "seq": 1, "value": 1.0}).encode(),
+        None,
+        [(lineage.RUN, b"r-7"), (lineage.ROW, b"0")],
+    )
+    rig.broker.append(
+        IN,
+        json.dumps({"id": "b", "seq": 2, "value": 2.0, "poison": True}).encode(),
+        None,
+        [(lineage.RUN, b"r-7"), (lineage.ROW, b"1")],
+    )
+    rig.processor.turn()
+    rig.delivery.poll()
+    outs = rig.broker.records(OUT)
+    assert len(outs) == (1 if streamlet is Copy else 2)
+    assert all([name for name, _ in out.headers() or []] == ["streamflow-schema"] for out in outs)
+    dead = memory_support.headers_of(rig.broker.records(DLQ)[0])
+    assert (dead[lineage.RUN], dead[lineage.ROW]) == (b"r-7", b"1")  # the record as it came
 
 
 def test_records_without_lineage_get_no_extra_headers(loop: asyncio.AbstractEventLoop) -> None:

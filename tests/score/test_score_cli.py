@@ -64,6 +64,21 @@ def test_a_topic_the_application_lacks_is_named_with_the_ones_it_has(
     assert "has no topic 'nope' (topics: features-" in result.stderr, result.stderr
 
 
+def test_an_application_whose_streamlet_has_lineage_off_is_refused_before_anything_runs(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    app = blueprint(tmp_path, wine_models, lineage=False)
+    data = tmp_path / "wines.jsonl"
+    _wines(wine_models, data, 3)
+    result = _score(
+        tmp_path, str(app), "-b", "127.0.0.1:1", "-i", str(data), "-o", str(tmp_path / "o.csv")
+    )
+    assert result.returncode == 1
+    assert "classifier has 'lineage: false' in the blueprint" in result.stderr, result.stderr
+    assert "remove the setting" in result.stderr, result.stderr
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_an_application_not_running_is_said_plainly(
     kafka_bootstrap: str, wine_models: WineModels, tmp_path: Path
 ) -> None:

@@ -87,6 +87,11 @@ def _streamlet() -> dict[str, Any]:
                 "description": "Seconds a pod with records waiting may take none before its "
                 "liveness probe fails (default 60).",
             },
+            "lineage": {
+                "type": "boolean",
+                "description": "Copy the lineage headers of `streamflow score` from each "
+                "input to its outputs (default true).",
+            },
         },
     }
 
