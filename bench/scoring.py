@@ -89,7 +89,9 @@ def run_scenario(
     topics.create(input_topic)
     topics.create(output_topic)
     blueprint = _blueprint(workdir, tag, input_topic, output_topic)
-    spec = sfapp.write_spec(workdir, name=tag, input_topic=input_topic, output_topic=output_topic)
+    spec = sfapp.write_spec(
+        workdir, name=tag, input_topic=input_topic, output_topic=output_topic, lineage=True
+    )  # the scorer finds its results by the lineage the replica copies
     data = _rows_file(workdir, rows)
     processor = Child(
         sfapp.command(spec, bootstrap=bootstrap, records=10**12), workdir / f"{tag}.log"

@@ -272,9 +272,10 @@ class Processor:
             self._accepting = accepting
             self._update_ready()
 
-    def _rewind(self, messages: list[Message]) -> None:
-        """Seek each partition back to its first record in ``messages`` (in offset order)."""
-        first: dict[tuple[str, int], int] = {}
+    def _rewind(self, messages: list[Message], earlier: Offsets | None = None) -> None:
+        """Seek each partition back to its first record in ``messages`` (in offset order),
+        or to its offset in ``earlier`` (batches before them), where it has one."""
+        first: Offsets = dict(earlier) if earlier else {}
         for msg in messages:
             if msg.error() is None:
                 first.setdefault(_where(msg), cast(int, msg.offset()))
@@ -304,6 +305,7 @@ class Processor:
     def process_batch(self, messages: list[Message]) -> None:
         started = time.perf_counter()
         offsets: Offsets = {}
+        starts: Offsets = {}  # each partition's first offset in the batch
         dead: list[_Dead] = []
         # the records that decoded, and their messages (two lists: no tuple per record)
         records: list[Record] = []
@@ -334,6 +336,7 @@ class Processor:
                     counts[inlet] = counts.get(inlet, 0) + run
                 topic, partition, run = this_topic, this_partition, 0
                 inlet, codec = inlets[topic]
+                starts.setdefault((topic, partition), msg.offset())  # type: ignore[arg-type]
             last = msg
             run += 1
             raw = msg.value()
@@ -383,11 +386,11 @@ class Processor:
             if self._holds(len(messages), shared):
                 if shared is None:
                     shared = self._shared = _Shared(self.clock())
-                shared.add(messages, offsets, tally)
+                shared.add(starts, offsets, tally)
                 return
             if shared is not None:  # this batch ends the transaction the earlier ones share
                 self._shared = None
-                shared.add(messages, offsets, tally)
+                shared.add(starts, offsets, tally)
                 offsets, messages = shared.offsets, []
         except TransactionAborted as aborted:  # from begin_batch: nothing was written
             self._abandon(shared, aborted, messages)
@@ -440,8 +443,8 @@ class Processor:
         """Exactly-once: nothing of the transaction is visible and its offsets did not move,
         so every batch in it, and ``messages`` after them, is processed again."""
         retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
-        held = [m for batch in shared.batches for m in batch] if shared is not None else []
-        self._back_off(held + messages, retry, kind="transaction-aborted")
+        earlier = shared.starts if shared is not None else None
+        self._back_off(messages, retry, kind="transaction-aborted", earlier=earlier)
 
     def _told(self, tally: _Tally) -> None:
         """A batch is written: its dead letters and counts are told (once, whatever retried)."""
@@ -450,12 +453,18 @@ class Processor:
         self._count(tally.counts, tally.produced, tally.seconds, tally.n)
 
     def _back_off(
-        self, messages: list[Message], exc: Backpressure, *, kind: str = "backpressure"
+        self,
+        messages: list[Message],
+        exc: Backpressure,
+        *,
+        kind: str = "backpressure",
+        earlier: Offsets | None = None,
     ) -> None:
-        """Retry the whole batch later: nothing of it was written, nothing is committed."""
+        """Retry the whole batch later (and the batches before it that ``earlier`` starts
+        from): nothing of it was written, nothing is committed."""
         if self.state is not None:
             self.state.rollback()  # the retry starts from the state the batch started from
-        self._rewind(messages)
+        self._rewind(messages, earlier)
         self._backoff_until = self.clock() + exc.retry_after
         self._backoff_reason = str(exc)
         self.metrics.port(self.metrics.errors, "*", kind=kind).inc()
@@ -786,15 +795,19 @@ class _Tally(NamedTuple):
 class _Shared:
     """Full exactly-once batches sharing one open transaction (see ``Processor._holds``)."""
 
-    __slots__ = ("batches", "offsets", "since", "tallies")
+    __slots__ = ("offsets", "since", "starts", "tallies")
 
     def __init__(self, since: float) -> None:
         self.since = since  # when the first batch was held (the processor's clock)
         self.offsets: Offsets = {}  # each partition's next offset, the latest batch's
-        self.batches: list[list[Message]] = []  # to rewind, should the transaction abort
+        # Each partition's first offset in the transaction: where an abort rewinds to. Only
+        # offsets are kept, not the messages: a transaction holds 10,000 records and more,
+        # and their messages would keep librdkafka's fetch buffers alive until it commits.
+        self.starts: Offsets = {}
         self.tallies: list[_Tally] = []
 
-    def add(self, messages: list[Message], offsets: Offsets, tally: _Tally) -> None:
-        self.batches.append(messages)
+    def add(self, starts: Offsets, offsets: Offsets, tally: _Tally) -> None:
+        for where, offset in starts.items():
+            self.starts.setdefault(where, offset)
         self.offsets.update(offsets)
         self.tallies.append(tally)

@@ -498,6 +498,26 @@ def test_exactly_once_a_shared_transaction_that_aborts_redoes_every_batch_in_it(
     assert rig.committed() == 5
 
 
+def test_exactly_once_an_abort_rewinds_each_partition_to_its_first_offset_in_the_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The shared transaction keeps each partition's first offset, not its messages: the
+    partitions of every batch in it, however they interleave, are read again from there."""
+    rig = memory_support.rig(Copy(), loop, exactly_once=True, batch_size=3, partitions=2)
+    for i in range(10):
+        rig.broker.append(memory_support.IN, json.dumps({"id": f"r{i}"}).encode(), partition=i % 2)
+    rig.producer.fail_call("commit_transaction", _rebalanced())
+    while rig.processor.turn():
+        pass
+    assert rig.producer.transactions == {"committed": 0, "aborted": 1}
+    assert rig.outputs() == []
+    rig.clock.now = rig.processor.backoff_until
+    while rig.processor.turn():
+        pass
+    assert sorted(rig.outputs()) == sorted(f"r{i}" for i in range(10))  # each once
+    assert rig.broker.committed[GROUP] == {(memory_support.IN, 0): 5, (memory_support.IN, 1): 5}
+
+
 def test_exactly_once_a_revoke_commits_the_shared_transaction_while_the_partition_is_ours(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
