@@ -10,7 +10,7 @@ devkit's registry.
 
 The streamlet runs with ``lineage: false``: the hand-written loop it is measured
 against copies no lineage headers, so both do the same work. Reading every input's
-headers for ``streamflow score`` costs about a microsecond a record; the passthrough
+headers for ``streamflow score`` costs up to a microsecond a record; the passthrough
 measures that too, as its own competitor (``sf-lineage``, the blueprint's default).
 """
 

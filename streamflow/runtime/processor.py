@@ -483,7 +483,7 @@ class Processor:
         extra_headers = _HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
-        # Reading a consumed record's headers costs about a microsecond (librdkafka parses
+        # Reading a consumed record's headers costs up to a microsecond (librdkafka parses
         # them, the client builds Python objects): done only where lineage is carried.
         lineage_on = self.lineage
         if fast is not None:
