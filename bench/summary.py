@@ -95,7 +95,8 @@ def headline(result: dict[str, Any]) -> list[dict[str, Any]]:
             if cost["competitor"] == SF:
                 target = cost["target"]
                 add(
-                    f"streamflow {cost['format']} / avro, {cost['size']} B: CPU per record",
+                    f"streamflow {cost['format']} / avro, {cost['size']} B, {cost['guarantee']}: "
+                    "CPU per record",
                     cost["cpu_ratio"],
                     f"<= {target:g}x" if target else "-",
                     cost["met"],

@@ -108,6 +108,53 @@ def test_a_failed_read_is_tried_again_though_the_topic_did_not_move() -> None:
     assert [r["severity"] for r in records.drift["drift"]] == ["HIGH"]
 
 
+class NewTopic(OneRecord):
+    """A report topic made moments ago: its first watermark requests find no leader yet."""
+
+    def __init__(self, transient: int) -> None:
+        super().__init__(failures=0)
+        self.transient = transient
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        if self.transient:
+            self.transient -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return (0, 1)
+
+
+def test_a_topic_whose_leader_is_not_known_yet_is_read_without_a_problem_shown() -> None:
+    reader = topics.TopicReader(
+        bootstrap="unused:9092",
+        config={},
+        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
+        store=STORE,
+    )
+    kafka = NewTopic(transient=2)
+    reader.poll(kafka)  # type: ignore[arg-type]
+    records = reader.records()
+    assert records.problem is None
+    assert [r["severity"] for r in records.drift["drift"]] == ["HIGH"]
+    assert kafka.transient == 0
+
+
+def test_a_watermark_error_that_is_not_transient_is_shown_at_once() -> None:
+    reader = topics.TopicReader(
+        bootstrap="unused:9092",
+        config={},
+        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
+        store=STORE,
+    )
+
+    class Denied(OneRecord):
+        def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    reader.poll(Denied(failures=0))  # type: ignore[arg-type]
+    problem = reader.records().problem
+    assert problem is not None and "cannot read the report topics" in problem
+    assert "TOPIC_AUTHORIZATION_FAILED" in problem
+
+
 def test_each_partition_keeps_its_own_newest_verdict() -> None:
     """A detector's windows are per input partition: partition 1's calm report after
     partition 0's drifted one does not make the application's verdict "no drift"."""

@@ -30,6 +30,7 @@ from streamflow.blueprint.graph import Graph
 from streamflow.blueprint.model import Application
 from streamflow.operator.web import snapshot
 from streamflow.runtime import peek
+from streamflow.runtime.clients import watermarks
 from streamflow.schema import SchemaStore
 
 __all__ = ["DEAD_LETTER_HEADERS", "TopicReader", "dead_letters", "report_topics"]
@@ -135,8 +136,10 @@ class TopicReader:
         meta = reader.list_topics(topic, timeout=5).topics.get(topic)
         if meta is None or meta.error is not None:
             return  # not created yet: nothing was reported
+        # asked again while the answer is transient: a report topic made moments ago says
+        # "not leader for partition" at first, which is no problem to show on the page
         ends = tuple(
-            reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+            watermarks(reader, TopicPartition(topic, p), timeout_s=5)[1]
             for p in sorted(meta.partitions)
         )
         if self._ends.get(topic) == ends:
