@@ -49,10 +49,48 @@ LIVENESS_EVERY_S = 5.0
 LIVENESS_FAILURES = 3
 
 
-def free_port() -> int:
+_RECENT_S = 120.0  # long enough for a replica to start and listen on what it was given
+_recent: dict[int, float] = {}  # port -> when this process handed it out (monotonic)
+_recent_lock = threading.Lock()
+
+
+def _kernel_pick() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port() -> int:
+    """A port nobody on this machine listens on now, and not one handed out here lately.
+
+    Free now, not reserved: the kernel may pick the same port again once its socket is
+    closed, before the replica told to use it listens there. So a port is not handed out
+    twice within ``_RECENT_S``; a :class:`ProcessGroup` also never gives one of its
+    replicas' ports to another (:meth:`ProcessGroup.free_port`).
+    """
+    with _recent_lock:
+        now = time.monotonic()
+        for port, at in list(_recent.items()):
+            if now - at > _RECENT_S:
+                del _recent[port]
+        for _ in range(100):
+            port = _kernel_pick()
+            if port not in _recent:
+                _recent[port] = now
+                return port
+    raise OSError("no free port found for a replica's health server")
+
+
+def _port_is_free(port: int) -> bool:
+    """Whether a replica could listen on ``port`` now (with ``SO_REUSEADDR``, as its
+    health server does: a closed connection still in TIME_WAIT does not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def replica_command(
@@ -115,6 +153,12 @@ class ReplicaProcess:
     @property
     def name(self) -> str:
         return f"{self.streamlet}-{self.replica}"
+
+    def move_to(self, port: int) -> None:
+        """Serve health and metrics on ``port`` from the next start on."""
+        at = self.command.index("--health-port") + 1
+        self.command[at] = str(port)
+        self.health_port = port
 
     @property
     def running(self) -> bool:
@@ -210,6 +254,16 @@ class ProcessGroup:
         """The replicas now, for readers on another thread."""
         with self._lock:
             return list(self.replicas.values())
+
+    def free_port(self) -> int:
+        """A free port that none of these replicas has been given: two replicas told the
+        same port would leave one of them failing to start for good."""
+        taken = {r.health_port for r in self.snapshot()}
+        for _ in range(100):
+            port = free_port()
+            if port not in taken:
+                return port
+        raise OSError("no free port found for a replica's health server")
 
     def _spawn(self, replica: ReplicaProcess) -> None:
         env = {**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"}
@@ -325,7 +379,21 @@ class ProcessGroup:
                 replica.backoff = min(replica.backoff * 2, _BACKOFF_MAX)
                 replica.next_start = 0.0
                 replica.adopted_pid = None  # ours from now on
+                self._free_its_port(replica)
                 self._spawn(replica)
+
+    def _free_its_port(self, replica: ReplicaProcess) -> None:
+        """Give a replica about to restart a new port when another process holds its own:
+        it was free when it was picked, not reserved, and a replica that cannot listen
+        exits at once, restart after restart."""
+        if _port_is_free(replica.health_port):
+            return
+        taken = replica.health_port
+        replica.move_to(self.free_port())
+        self._on_event(
+            f"{replica.name}: port {taken} is taken by another process; "
+            f"its health and metrics move to port {replica.health_port}"
+        )
 
     def _kill_not_live(self, replica: ReplicaProcess) -> None:
         """SIGKILL: a stuck loop may not finish a batch, and SIGTERM waits for that."""

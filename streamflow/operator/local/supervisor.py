@@ -315,7 +315,7 @@ class LocalSupervisor:
     def _replica(self, running: _Running, streamlet: str, index: int) -> processes.ReplicaProcess:
         """A replica to start (or adopt), its restart count carried from before."""
         source = Path(running.app.source).parent if running.app.source else None
-        port = processes.free_port()
+        port = running.group.free_port()
         restarts, reason = running.carried.pop(f"{streamlet}-{index}", (0, ""))
         return processes.ReplicaProcess(
             streamlet=streamlet,
