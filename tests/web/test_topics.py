@@ -92,13 +92,17 @@ class OneRecord:
         return []
 
 
-def test_a_failed_read_is_tried_again_though_the_topic_did_not_move() -> None:
-    reader = topics.TopicReader(
+def _reader() -> topics.TopicReader:
+    return topics.TopicReader(
         bootstrap="unused:9092",
         config={},
         topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
         store=STORE,
     )
+
+
+def test_a_failed_read_is_tried_again_though_the_topic_did_not_move() -> None:
+    reader = _reader()
     kafka = OneRecord(failures=1)
     reader.poll(kafka)  # type: ignore[arg-type]
     assert reader.records().problem is not None and not reader.records().drift
@@ -123,12 +127,7 @@ class NewTopic(OneRecord):
 
 
 def test_a_topic_whose_leader_is_not_known_yet_is_read_without_a_problem_shown() -> None:
-    reader = topics.TopicReader(
-        bootstrap="unused:9092",
-        config={},
-        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
-        store=STORE,
-    )
+    reader = _reader()
     kafka = NewTopic(transient=2)
     reader.poll(kafka)  # type: ignore[arg-type]
     records = reader.records()
@@ -138,12 +137,7 @@ def test_a_topic_whose_leader_is_not_known_yet_is_read_without_a_problem_shown()
 
 
 def test_a_watermark_error_that_is_not_transient_is_shown_at_once() -> None:
-    reader = topics.TopicReader(
-        bootstrap="unused:9092",
-        config={},
-        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
-        store=STORE,
-    )
+    reader = _reader()
 
     class Denied(OneRecord):
         def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
@@ -158,12 +152,7 @@ def test_a_watermark_error_that_is_not_transient_is_shown_at_once() -> None:
 def test_each_partition_keeps_its_own_newest_verdict() -> None:
     """A detector's windows are per input partition: partition 1's calm report after
     partition 0's drifted one does not make the application's verdict "no drift"."""
-    reader = topics.TopicReader(
-        bootstrap="unused:9092",
-        config={},
-        topics={TOPIC: ("drift", snapshot.DRIFT_REPORT)},
-        store=STORE,
-    )
+    reader = _reader()
     kafka = OneRecord(failures=0)
     codec = SingleObjectCodec(STORE.get(snapshot.DRIFT_REPORT), store=STORE)
 
