@@ -364,9 +364,9 @@ class ExactlyOnce(Delivery):
     producer was fenced by a newer one with its transactional id) ends the replica
     with :class:`DeliveryError`. Anything else is aborted and raised as
     :class:`TransactionAborted`, so the batch is retried; after
-    ``max_aborts`` aborts in a row with nothing committed in between, the replica
-    gives up (``DeliveryError``) and is restarted. Every transactional call is
-    watched by a :class:`CallWatchdog`.
+    ``max_aborts`` aborts in a row with nothing committed in between, or at once when
+    the abort itself fails, the replica gives up (``DeliveryError``) and is restarted.
+    Every transactional call is watched by a :class:`CallWatchdog`.
     """
 
     batch_interval_s = 0.05
@@ -471,9 +471,20 @@ class ExactlyOnce(Delivery):
         error = exc.args[0] if exc.args else None
         reason = error.str() if isinstance(error, KafkaError) else str(exc)
         fatal = isinstance(error, KafkaError) and error.fatal()
-        self.abort()
+        unaborted = self.abort()
         if fatal:
             raise DeliveryError(f"transaction failed in {call}: {reason}") from None
+        if unaborted is not None:
+            # librdkafka wants a failed abort called again before anything else, and after
+            # a broker restart it can keep timing out (its coordinator connection stuck):
+            # each retry, each begin_transaction ("conflicting abort_transaction call in
+            # progress") fails, for as many aborts as max_aborts allows, minutes. A fresh
+            # producer fences this one, and its transaction with it, within seconds.
+            raise DeliveryError(
+                f"transaction failed in {call}: {reason}; its abort failed too "
+                f"({unaborted}), so this producer cannot go on: the replica ends and "
+                "resumes from the committed offsets"
+            ) from None
         self._aborts += 1
         if self._aborts > self.max_aborts:
             raise DeliveryError(
@@ -484,13 +495,19 @@ class ExactlyOnce(Delivery):
             retry_after=min(0.1 * 2 ** (self._aborts - 1), 5.0),
         ) from None
 
-    def abort(self) -> None:
+    def abort(self) -> str | None:
+        """Abort the open transaction; why the abort failed, or None when it did not."""
         try:
             with self.watchdog.bounded("abort_transaction", 30):
                 self.producer.abort_transaction(30)
         except KafkaException as exc:
-            log.warning("abort failed: %s", exc.args[0].str())
-        self._open = False
+            error = exc.args[0] if exc.args else None
+            reason = error.str() if isinstance(error, KafkaError) else str(exc)
+            log.warning("abort failed: %s", reason)
+            return reason
+        finally:
+            self._open = False
+        return None
 
     def close(self, timeout: float = 30.0) -> None:
         if self._open:

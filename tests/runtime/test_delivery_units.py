@@ -256,6 +256,24 @@ def test_a_fatal_error_ends_the_replica() -> None:
     assert broker.records(OUT) == []
 
 
+def test_a_transaction_whose_abort_fails_too_ends_the_replica_at_once() -> None:
+    """After a broker restart librdkafka's abort can time out for good: every later
+    begin_transaction then conflicts with it. Retrying batch after batch took minutes (a
+    clean-clone CI run); a fresh replica's producer fences this one in seconds."""
+    delivery, producer, broker = _exactly_once()
+    producer.fail_call("commit_transaction", _aborting())
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation to finish")
+    producer.fail_call("abort_transaction", KafkaException(timed_out))
+    with pytest.raises(
+        DeliveryError,
+        match="failed in commit_transaction: generation; its abort failed too "
+        r"\(Timed out waiting for operation to finish\)",
+    ):
+        _batch(delivery, outputs=2, next_offset=3)
+    assert broker.records(OUT) == []
+    assert GROUP not in broker.committed
+
+
 def test_a_lost_output_aborts_its_transaction_for_a_retry() -> None:
     delivery, producer, broker = _exactly_once()
     producer.fail_next()
