@@ -30,6 +30,7 @@ from confluent_kafka import Producer
 from streamflow import devkit
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.io import Synthesiser
+from tests import stopping
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 N = 40
@@ -339,9 +340,7 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
         assert process.wait(40) == 0, log.read_text()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stopping.stop(process)  # after a failed assertion: its replicas too
     return ANSI.sub("", log.read_text()), pids
 
 

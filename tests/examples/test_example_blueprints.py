@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from streamflow import devkit
+from tests import stopping
 from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
@@ -198,9 +199,7 @@ def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
         assert process.wait(60) == 0, log()[-6000:]
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stopping.stop(process)  # after a failed assertion: its replicas too
         server.stop()
     text = log()
     _clean(text)
