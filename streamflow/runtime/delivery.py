@@ -59,6 +59,12 @@ class DeliveryError(Exception):
     """An output could not be delivered; the replica must restart from committed offsets."""
 
 
+def _reason(exc: KafkaException) -> str:
+    """What librdkafka says went wrong, in words."""
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
 def _produce(
     producer: Producer, topic: str, value: bytes | None, key: bytes | None, **where: Any
 ) -> None:
@@ -469,7 +475,7 @@ class ExactlyOnce(Delivery):
 
     def _failed(self, exc: KafkaException, call: str) -> None:
         error = exc.args[0] if exc.args else None
-        reason = error.str() if isinstance(error, KafkaError) else str(exc)
+        reason = _reason(exc)
         fatal = isinstance(error, KafkaError) and error.fatal()
         unaborted = self.abort()
         if fatal:
@@ -501,8 +507,7 @@ class ExactlyOnce(Delivery):
             with self.watchdog.bounded("abort_transaction", 30):
                 self.producer.abort_transaction(30)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            reason = error.str() if isinstance(error, KafkaError) else str(exc)
+            reason = _reason(exc)
             log.warning("abort failed: %s", reason)
             return reason
         finally:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,13 +60,14 @@ def _kernel_pick() -> int:
         return int(sock.getsockname()[1])
 
 
-def free_port() -> int:
-    """A port nobody on this machine listens on now, and not one handed out here lately.
+def free_port(exclude: Collection[int] = ()) -> int:
+    """A port nobody on this machine listens on now, not one handed out here lately, and
+    not one in ``exclude``.
 
     Free now, not reserved: the kernel may pick the same port again once its socket is
     closed, before the replica told to use it listens there. So a port is not handed out
-    twice within ``_RECENT_S``; a :class:`ProcessGroup` also never gives one of its
-    replicas' ports to another (:meth:`ProcessGroup.free_port`).
+    twice within ``_RECENT_S``; a :class:`ProcessGroup` also excludes its replicas' ports
+    (:meth:`ProcessGroup.free_port`).
     """
     with _recent_lock:
         now = time.monotonic()
@@ -75,7 +76,7 @@ def free_port() -> int:
                 del _recent[port]
         for _ in range(100):
             port = _kernel_pick()
-            if port not in _recent:
+            if port not in _recent and port not in exclude:
                 _recent[port] = now
                 return port
     raise OSError("no free port found for a replica's health server")
@@ -258,12 +259,7 @@ class ProcessGroup:
     def free_port(self) -> int:
         """A free port that none of these replicas has been given: two replicas told the
         same port would leave one of them failing to start for good."""
-        taken = {r.health_port for r in self.snapshot()}
-        for _ in range(100):
-            port = free_port()
-            if port not in taken:
-                return port
-        raise OSError("no free port found for a replica's health server")
+        return free_port(exclude={r.health_port for r in self.snapshot()})
 
     def _spawn(self, replica: ReplicaProcess) -> None:
         env = {**os.environ, **replica.env, "PYTHONUNBUFFERED": "1"}
