@@ -19,7 +19,11 @@ them:
   vanish on abort; a test may make the next transactional call raise;
 * ``consume`` honours ``pause``/``resume`` and ``seek``, and the subscription's
   ``on_assign`` runs on the first ``consume``; :meth:`MemoryConsumer.revoke`
-  plays a rebalance that takes partitions away.
+  plays a rebalance that takes partitions away, and :meth:`MemoryConsumer.give_back`
+  one that returns them;
+* a partition paused when a rebalance takes it is still paused when a later one
+  gives it back, as librdkafka keeps it under a subscription (cooperative-sticky);
+  only ``assign``, outside a group, starts it unpaused.
 
 Everything runs on the caller's thread (the serve runner's poller thread only
 calls ``poll``); nothing waits on a clock, except that an idle ``poll(timeout)``
@@ -131,6 +135,7 @@ class MemoryConsumer:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
+            self._paused.discard((tp.topic, tp.partition))
             self._take(tp.topic, tp.partition, tp.offset)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
@@ -236,22 +241,28 @@ class MemoryConsumer:
         if callback is not None:
             callback(self, [TopicPartition(t, p) for t, p in gone])
         for where in gone:
-            self._assigned.remove(where)
-            self._paused.discard(where)
+            self._assigned.remove(where)  # paused or not, it stays so (see the module)
             self.stored.pop(where, None)
+
+    def give_back(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """A rebalance gives ``partitions`` back, from the group's committed offsets:
+        ``on_assign`` runs once they are taken."""
+        back = list(partitions)
+        committed = self.broker.committed.get(self.group, {})
+        for topic, p in back:
+            self._take(topic, p, committed.get((topic, p), _OFFSET_BEGINNING))
+        callback = self._callbacks.get("on_assign")
+        if callback is not None:
+            callback(self, [TopicPartition(t, p) for t, p in back])
 
     def _partitions(self, topic: str) -> list[list[Message]]:
         self.broker.create_topic(topic)
         return self.broker.topics[topic].partitions
 
     def _assign_subscription(self) -> None:
-        fresh = [(topic, p) for topic in self._topics for p in range(len(self._partitions(topic)))]
-        committed = self.broker.committed.get(self.group, {})
-        for topic, p in fresh:
-            self._take(topic, p, committed.get((topic, p), _OFFSET_BEGINNING))
-        callback = self._callbacks.get("on_assign")
-        if callback is not None:
-            callback(self, [TopicPartition(t, p) for t, p in fresh])
+        self.give_back(
+            [(topic, p) for topic in self._topics for p in range(len(self._partitions(topic)))]
+        )
 
     def _take(self, topic: str, partition: int, offset: int) -> None:
         self._partitions(topic)

@@ -246,8 +246,14 @@ class Processor:
         self.metrics.own_partitions([(tp.topic, tp.partition) for tp in partitions])
         if self.state is not None:  # before consume returns any record of them
             self.state.on_assign(partitions)
-        if not self._accepting and partitions:
-            self._pending_pause = True
+        if partitions:
+            # librdkafka keeps a partition's pause through a cooperative revoke and a
+            # later assignment: one taken while the streamlet held data back would come
+            # back paused, and never be read again. Each starts as the gate wants it.
+            if self._accepting:
+                consumer.resume(partitions)
+            else:
+                self._pending_pause = True
         self._update_ready()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos import harness
+from streamflow.blueprint.model import Application
+from tests.chaos import harness, traffic
 from tests.model_fixtures import WineModels
 from tests.runtime import support
 from tests.streamlets.serving import kafka_support as k
@@ -28,6 +29,23 @@ N = 2_000  # before the switch, paced through the restart
 AFTER = 400  # sent once both replicas serve v2
 RATE = 200.0
 pytestmark = pytest.mark.timeout(900)
+
+
+def _missing(bootstrap: str, app: Application, out: set[str]) -> str:
+    """Where the ids that never came out are: in the input or not, and how far the
+    classifier's group has committed on it (a lost record and a stalled replica differ)."""
+    missing = {f"w{i}" for i in range(N + AFTER)} - out
+    codec = k.codec_of("examples.wine.WineFeatures")
+    features = support.topic(app, "features")
+    sent = support.consume_until(bootstrap, features, lambda r: False, timeout=5)
+    where = {codec.decode(m.value())["id"]: (m.partition(), m.offset()) for m in sent}
+    lag = traffic.group_lag(bootstrap, app.consumer_group("classifier"), features)
+    first = sorted(missing, key=lambda i: int(i[1:]))[:10]
+    return (
+        f"{len(missing)} ids never came out, {len(missing & set(where))} of them in the input "
+        f"(first: {[(i, where.get(i)) for i in first]}); the classifier's group has "
+        f"{lag} input records not committed"
+    )
 
 
 @pytest.mark.parametrize("hard", [False, True], ids=["graceful", "kill-9"])
@@ -90,7 +108,7 @@ def test_a_model_switch_after_a_broker_restart_reaches_every_replica(
             passed=everything and not dead and set(late.values()) == {2},
         )
     )
-    assert everything, log
+    assert everything, _missing(bootstrap, app, set(ids)) + "\n" + log
     assert not dead, [dict(m.headers() or ()) for m in dead[:3]]
     assert set(late.values()) == {2}, f"records sent after the switch served by {late}\n{log}"
     assert restarts == 0, log

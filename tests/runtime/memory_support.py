@@ -111,16 +111,17 @@ class Copy(Streamlet):
         return {"id": value["id"]}
 
 
-def bindings() -> Bindings:
-    """The ports of a one-inlet, one-outlet streamlet, on the topics ``in`` and ``out``."""
+def bindings(*, inp: str = IN, out: str = OUT, dlq: str = DLQ) -> Bindings:
+    """The ports of a one-inlet, one-outlet streamlet, on the topics ``in`` and ``out``
+    (or those given: a broker test's own)."""
     return Bindings(
-        inlets_by_topic={IN: ("in", JsonCodec(_READING))},
+        inlets_by_topic={inp: ("in", JsonCodec(_READING))},
         outlets={
             "out": OutletBinding(
-                outlet="out", topic=OUT, codec=JsonCodec(_SCALED), schema_header=_SCALED.encode()
+                outlet="out", topic=out, codec=JsonCodec(_SCALED), schema_header=_SCALED.encode()
             )
         },
-        dlq_topic=DLQ,
+        dlq_topic=dlq,
     )
 
 

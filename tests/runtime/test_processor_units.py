@@ -339,6 +339,48 @@ def test_a_streamlet_that_starts_accepting_data_gets_it(
     assert not rig.consumer.paused
 
 
+def test_a_partition_paused_when_it_was_revoked_is_read_when_it_comes_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """librdkafka keeps a partition's pause through a cooperative revoke and a later
+    assignment: one taken away while the model was loading came back paused for good,
+    and its records were never read (a chaos run after a broker ``kill -9``)."""
+    streamlet = _Gated()
+    rig = memory_support.rig(streamlet, loop)
+    rig.write(*_ids(3))
+    rig.processor.turn()  # the first consume assigns, and is rewound
+    rig.processor.turn()  # paused: no model yet
+    assert rig.consumer.paused
+    rig.consumer.revoke()  # a rebalance takes it while it is paused
+    streamlet.ready = True
+    assert rig.processor.turn() == 0  # accepting now, with nothing assigned
+    rig.consumer.give_back([(IN, 0)])
+    assert rig.processor.turn() == 3
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2"]
+
+
+def test_a_partition_given_while_the_streamlet_is_not_accepting_waits_paused(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    streamlet = _Gated()
+    streamlet.ready = True
+    rig = memory_support.rig(streamlet, loop)
+    rig.write(*_ids(2))
+    assert rig.processor.turn() == 2
+    rig.consumer.revoke()
+    streamlet.ready = False
+    rig.processor.turn()
+    rig.write(*_ids(2, start=2))
+    rig.consumer.give_back([(IN, 0)])
+    assert rig.processor.turn() == 0
+    assert rig.consumer.paused
+    streamlet.ready = True
+    assert sum(rig.processor.turn() for _ in range(3)) == 2  # from the committed offset
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r1", "r2", "r3"]
+
+
 # -- adaptive batching: linger only under load --------------------------------------
 
 
