@@ -14,17 +14,22 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamflow import devkit
+from tests import tiers, timing
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
 pytest_plugins = [
+    "tests.builds",
+    "tests.chaos.gather",
+    "tests.tiers",
     "tests.model_fixtures",
     "tests.k8s_fixtures",
     "tests.image_fixtures",
@@ -33,6 +38,27 @@ pytest_plugins = [
 
 BOOTSTRAP_ENV = "STREAMFLOW_KAFKA_BOOTSTRAP"
 SCHEMA_REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
+ROOT = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.register(config)
+    timing.register(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the tiers set here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.apply(items, ROOT)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A `$STREAMFLOW_HOME` of each worker's own, so no test reads or writes a user's."""
+    home = tmp_path_factory.mktemp("streamflow-home")
+    home.chmod(0o700)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMFLOW_HOME", str(home))
+        yield home
 
 
 @pytest.fixture(scope="session")

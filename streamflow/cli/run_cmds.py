@@ -73,8 +73,15 @@ def run(
     ] = None,
     log_format: Annotated[str, typer.Option(help="Replica log format: text or json.")] = "text",
     registry: registry_opts.RegistryOpt = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also show TensorFlow's and absl's start-up lines in replicas."
+        ),
+    ] = False,
 ) -> None:
     """Run an application locally until Ctrl-C."""
+    quiet_libraries(verbose=verbose)
     try:
         duration = overrides_mod.duration_seconds(run_for) if run_for else None
     except overrides_mod.OverrideError as exc:
@@ -97,6 +104,16 @@ def run(
         console.print(_panel(started.app, started.bootstrap, started.replicas))
         _supervise(started.supervisor, duration)
     console.print("[bold]streamflow[/]: stopped")
+
+
+def quiet_libraries(*, verbose: bool) -> None:
+    """Replicas inherit this process's environment: TensorFlow's C++ start-up lines (and
+    absl's note that they come before its logging starts) stay out of the user's way
+    unless asked for, or unless the user chose a level."""
+    if verbose:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    else:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -444,6 +444,24 @@ def test_an_edit_remakes_streamflows_wheel_alone(
     assert wheels.keys(ROOT, ["streamflow[k8s]"], content="b" * 64).deps != first.deps
 
 
+def test_two_builds_making_the_same_wheels_at_once_both_get_them(tmp_path: Path) -> None:
+    """Two `streamflow build`s on one machine (two CI jobs, two terminals) made the same
+    wheel directory at once: the second removed the first's half-made one under it, and
+    the first failed with NotADirectoryError (seen when the suite ran in parallel)."""
+    house = tmp_path / "wheels" / "deps-0123"
+
+    def other_build(into: Path) -> None:
+        (into / "numpy.whl").write_text("the other build's")
+
+    def this_build(into: Path) -> None:
+        (into / "numpy.whl").write_text("this build's")
+        wheels._made(house, other_build)  # the other build starts and finishes meanwhile
+
+    assert wheels._made(house, this_build) == house
+    assert (house / ".complete").is_file() and (house / "numpy.whl").read_text()
+    assert [p.name for p in house.parent.iterdir()] == ["deps-0123"]  # no temporary left
+
+
 def test_a_failed_build_leaves_no_context(
     fake_docker: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -382,6 +382,22 @@ def test_a_replica_stuck_sending_offsets_ends_soon_after_its_transaction_timed_o
     assert exits.codes == [CallWatchdog.EXIT_STUCK]
 
 
+def test_by_default_a_stuck_replica_ends_five_seconds_past_its_transaction_timeout() -> None:
+    """The bound of exactly-once recovery after a broker or network fault: librdkafka
+    enforces its timeouts to the millisecond when it works, so a grace of 5 s only
+    waits for a call that is truly stuck; the replica then ends within
+    transaction.timeout.ms (10 s) + 5 s + one poll of the watching thread."""
+    clock, exits = ManualClock(), _Exits()
+    watchdog = CallWatchdog(clock=clock, exit=exits)
+    with watchdog.bounded("send_offsets_to_transaction", 10):
+        clock.now = 14.9
+        watchdog.check()
+        assert exits.codes == []
+        clock.now = 15.1
+        watchdog.check()
+        assert exits.codes == [CallWatchdog.EXIT_STUCK]
+
+
 def test_a_retriable_timeout_calls_the_same_method_again_without_aborting() -> None:
     """librdkafka wants a timed-out transactional call repeated; an abort in between
     fails with a conflict, and every later transaction with it."""

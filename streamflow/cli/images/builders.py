@@ -203,10 +203,15 @@ def write_archive(builder: Builder, image: str, kind: str, path: Path) -> None:
     cached = images_dir() / "archives" / f"{key}.{kind}.tar"
     if not cached.is_file():
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.with_suffix(".tmp").unlink(missing_ok=True)
+        # this build's own file: another build of the same image may be writing one too
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
         say(f"writing the {kind} of {image} (a minute or two for TensorFlow) ...")
-        run(builder.save(image, kind, cached.with_suffix(".tmp")), what=kind, quiet=True)
-        cached.with_suffix(".tmp").rename(cached)
+        try:
+            run(builder.save(image, kind, tmp), what=kind, quiet=True)
+            tmp.replace(cached)
+        finally:
+            tmp.unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     try:

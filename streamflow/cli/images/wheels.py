@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Callable
@@ -105,17 +106,29 @@ def keys(source: Path | None, requirements: list[str], *, content: str) -> Keys:
 
 
 def _made(house: Path, make: Callable[[Path], None]) -> Path:
-    """``house``, made by ``make`` (into a temporary directory) unless it is complete already."""
+    """``house``, made by ``make`` (into a temporary directory) unless it is complete already.
+
+    Two builds on one machine may make the same house at once: each makes its own
+    temporary directory, and the first to finish puts its in place (a complete
+    house is never removed, so a build that found one can use it throughout).
+    """
     if (house / ".complete").is_file():
         (house / ".complete").touch()  # used: what prune goes by
         return house
-    tmp = house.with_name(house.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    make(tmp)
-    (tmp / ".complete").write_text("")
-    shutil.rmtree(house, ignore_errors=True)
-    tmp.rename(house)
+    house.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{house.name}.", suffix=".tmp", dir=house.parent))
+    try:
+        make(tmp)
+        (tmp / ".complete").write_text("")
+        if not (house / ".complete").is_file():
+            shutil.rmtree(house, ignore_errors=True)  # an interrupted one's leftovers
+            try:
+                tmp.rename(house)
+            except OSError:
+                if not (house / ".complete").is_file():  # not another build's, just made
+                    raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return house
 
 
