@@ -18,15 +18,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+
+from tests.waiting import wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 
@@ -175,14 +176,6 @@ def processes_mentioning(marker: str) -> list[int]:
     return found
 
 
-def wait_for(condition: Callable[[], bool], *, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
-        time.sleep(0.1)  # a polling interval, not a synchronisation
-
-
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -211,7 +204,7 @@ def stop_leftovers(project: Project) -> None:
     pid = project.daemon_pid()
     if pid is not None and alive(pid):
         os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: not alive(pid), timeout=60, message="the daemon to stop")
+        wait_until(lambda: not alive(pid), timeout=60, what="the daemon to stop")
     for stray in processes_mentioning(str(project.home)):
         os.kill(stray, signal.SIGKILL)
 
@@ -264,7 +257,7 @@ def test_deploy_prints_what_it_did_and_waits_until_every_replica_is_ready(
     assert sorted(pids) == ["numbers-0", "scale-0", "sink-0"]
     assert all(alive(pid) for pid in pids.values())
     # replicas run in the blueprint's directory: the sink's relative path lands there
-    wait_for(lambda: (project.root / "out.jsonl").exists(), timeout=60, message="the sink's file")
+    wait_until(lambda: (project.root / "out.jsonl").exists(), timeout=60, what="the sink's file")
 
     listed = project.cli("list", "-o", "json")
     assert listed.returncode == 0, listed.stderr
@@ -405,10 +398,10 @@ def test_logs_show_each_replicas_lines(deployed: Deployed) -> None:
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(
+        wait_until(
             lambda: "health and metrics on" in followed.read_text(),
             timeout=30,
-            message="logs -f to print the existing lines",
+            what="logs -f to print the existing lines",
         )
         assert process.poll() is None  # still following
         process.send_signal(signal.SIGINT)
@@ -434,7 +427,7 @@ def test_undeploy_stops_every_replica_keeps_the_topics_and_the_daemon_exits(
     assert "its topics are kept" in result.stderr
     assert not [pid for pid in pids.values() if alive(pid)]
     assert not project.app_dir.exists()
-    wait_for(lambda: not alive(daemon), timeout=30, message="the daemon to exit")
+    wait_until(lambda: not alive(daemon), timeout=30, what="the daemon to exit")
     assert processes_mentioning(str(project.home)) == []
 
     listed = project.cli("list", "-o", "json")
@@ -482,16 +475,16 @@ def test_deploy_without_kafka_runs_an_embedded_broker_in_the_daemon(tmp_path: Pa
         runtime = json.loads((project.app_dir / "runtime.json").read_text())
         assert runtime["embedded"] is True and runtime["bootstrap"].startswith("127.0.0.1:")
         assert (project.home / "kafka" / "data" / "meta.properties").exists()  # kept data
-        wait_for(
+        wait_until(
             lambda: project.status()["phase"] == "Running",
             timeout=90,
-            message="the app to run on the embedded broker",
+            what="the app to run on the embedded broker",
         )
         daemon = project.daemon_pid()
         undeployed = project.cli("undeploy", project.app, "--delete-topics")
         assert undeployed.returncode == 0, undeployed.stderr
         assert f"{project.app}-numbers" in undeployed.stderr  # the deleted topics are named
-        wait_for(lambda: not alive(daemon), timeout=60, message="the daemon to exit")
+        wait_until(lambda: not alive(daemon), timeout=60, what="the daemon to exit")
         assert processes_mentioning(str(project.home)) == []  # the broker stopped with it
     finally:
         stop_leftovers(project)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_deploy_cmds import Project, stop_leftovers, wait_for
+from tests.cli.test_deploy_cmds import Project, stop_leftovers
+from tests.waiting import wait_until
 
 N = 400
 HANG_AT = 50  # the record of a replica's life on which it hangs (once)
@@ -128,7 +129,7 @@ def test_a_stuck_replica_is_shown_logged_killed_and_replaced_and_nothing_is_lost
         deployed = project.cli("deploy", str(project.blueprint), "-b", kafka_bootstrap)
         assert deployed.returncode == 0, deployed.stderr
         marker = project.root / "hung.marker"
-        wait_for(marker.exists, timeout=120, message="the streamlet to hang")
+        wait_until(marker.exists, timeout=120, what="the streamlet to hang")
         hung_at = time.monotonic()
 
         # status shows it, with the replica's own reason
@@ -136,16 +137,16 @@ def test_a_stuck_replica_is_shown_logged_killed_and_replaced_and_nothing_is_lost
             text = project.cli("status", project.app).stdout
             return "not live" in text and "in the streamlet's process" in text
 
-        wait_for(shown, timeout=120, message="status to show the replica not live")
+        wait_until(shown, timeout=120, what="status to show the replica not live")
         status = project.status()
         assert status["phase"] == "Degraded"
         assert "not live, to be restarted: hangs-0 (stuck for" in status["message"]
 
         # the supervisor kills it and starts another, which finishes the stream
-        wait_for(
+        wait_until(
             lambda: int(_hangs(project)["restarts"]) >= 1,  # type: ignore[call-overload]
             timeout=180,
-            message="the supervisor to replace the stuck replica",
+            what="the supervisor to replace the stuck replica",
         )
         replaced_after = time.monotonic() - hung_at
         row = _hangs(project)
@@ -154,7 +155,7 @@ def test_a_stuck_replica_is_shown_logged_killed_and_replaced_and_nothing_is_lost
         assert replaced_after < STALL_AFTER_S + 15 + 60, replaced_after
 
         out = project.root / "out.jsonl"
-        wait_for(lambda: len(set(_ids(out))) >= N, timeout=180, message=f"{N} ids in the file")
+        wait_until(lambda: len(set(_ids(out))) >= N, timeout=180, what=f"{N} ids in the file")
         ids = _ids(out)
         assert len(set(ids)) == N  # at-least-once: the hung batch is taken again, none lost
 

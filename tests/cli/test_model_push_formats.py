@@ -134,15 +134,18 @@ def test_push_writes_json_and_reads_json_statuses(
 
 
 def test_push_registers_the_descriptor_and_reads_registry_statuses(
-    kafka_bootstrap: str, tmp_path: Path, wine_models: WineModels, schema_registry_url: str
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    wine_models: WineModels,
+    schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
 ) -> None:
     home = tmp_path / "home"
     app = _app(kafka_bootstrap, tmp_path / "cache", control="avro-registry", status="json-registry")
     app = _with_registry(app, schema_registry_url, RegisterPolicy.AUTO)
     _register(home, app, kafka_bootstrap)
     raw, _ = _push_and_check_status(app, home, kafka_bootstrap, wine_models, tmp_path)
-    client = SchemaRegistryClient({"url": schema_registry_url})
-    registered = client.get_latest_version(f"{support.topic(app, 'models')}-value")
+    registered = schema_registry_client.get_latest_version(f"{support.topic(app, 'models')}-value")
     assert raw[0] == 0 and int.from_bytes(raw[1:5], "big") == registered.schema_id
     assert json.loads(registered.schema.schema_str)["name"].endswith("ModelDescriptor")
 

@@ -31,6 +31,8 @@ from streamflow import devkit
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.io import Synthesiser
 from tests import stopping
+from tests.runtime.support import ERROR_HEADERS
+from tests.waiting import exited, wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 N = 40
@@ -217,20 +219,6 @@ def processes_mentioning(marker: str) -> list[str]:
     return found
 
 
-def wait_for(condition, *, timeout: float, message: str, process=None, log: Path | None = None):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process is not None and process.poll() is not None:
-            output = log.read_text() if log else ""
-            raise AssertionError(
-                f"streamflow exited ({process.returncode}) before {message}\n{output}"
-            )
-        if time.monotonic() > deadline:
-            output = log.read_text() if log else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}\n{output}")
-        time.sleep(0.1)  # a polling interval, not a synchronisation
-
-
 # -- one run of the pipeline, shared by the run and tail tests --------------------------------
 
 
@@ -327,12 +315,12 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(
+        wait_until(
             lambda: len(project.written()) >= project.count,
+            what=f"{project.count} records in the file",
             timeout=40,
-            message=f"{project.count} records in the file",
-            process=process,
-            log=log,
+            gave_up=exited(process, "streamflow"),
+            explain=log.read_text,
         )
         pids = project.replica_pids()
         assert len(pids) == 3 and all(alive(pid, "streamlet") for pid in pids)
@@ -487,15 +475,6 @@ def test_tail_as_json_has_keys_headers_and_values(finished_run: FinishedRun) -> 
         assert "raw" not in record
 
 
-DLQ_HEADERS = (
-    "streamflow-error",
-    "streamflow-error-type",
-    "streamflow-source-topic",
-    "streamflow-source-partition",
-    "streamflow-source-offset",
-)
-
-
 def test_tail_shows_dead_letters_as_raw_bytes_with_the_error_headers(
     finished_run: FinishedRun,
 ) -> None:
@@ -512,7 +491,7 @@ def test_tail_shows_dead_letters_as_raw_bytes_with_the_error_headers(
     assert "b'not avro 1'" in text.stdout and "b'\\xc3\\x01" in text.stdout
     headers = [line for line in lines if line.startswith("    headers: ")]
     assert len(headers) == 5
-    assert all(name in line for line in headers for name in DLQ_HEADERS)
+    assert all(name in line for line in headers for name in ERROR_HEADERS)
     assert "'streamflow-error-type': 'DecodeError'" in headers[0]
     assert f"'streamflow-source-topic': '{project.numbers}'" in headers[0]
 
@@ -523,7 +502,7 @@ def test_tail_shows_dead_letters_as_raw_bytes_with_the_error_headers(
     for letter in letters:
         assert letter["value"] is None and letter["decode_error"]
         assert base64.b64decode(letter["raw"]) == run.garbage[letter["key"]]
-        assert set(DLQ_HEADERS) <= set(letter["headers"])
+        assert set(ERROR_HEADERS) <= set(letter["headers"])
         assert letter["headers"]["streamflow-source-topic"] == project.numbers
     # the two with a valid marker are recognised by their fingerprint, then fail to decode
     assert [r["schema"] for r in letters[-2:]] == ["clitest.Number", "clitest.Number"]

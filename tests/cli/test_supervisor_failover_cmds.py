@@ -17,7 +17,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.cli.test_deploy_cmds import alive, make_project, one_line, stop_leftovers, wait_for
+from tests.cli.test_deploy_cmds import alive, make_project, one_line, stop_leftovers
+from tests.waiting import wait_until
 
 
 def _rows(app_dir: Path) -> dict[str, dict[str, Any]]:
@@ -44,27 +45,27 @@ def test_a_killed_supervisor_loses_no_log_and_its_successor_adopts_and_keeps_cou
 
         # a replica crash before the daemon dies: its count must survive the daemon
         os.kill(rows["scale-0"]["pid"], signal.SIGKILL)
-        wait_for(
+        wait_until(
             lambda: (
                 _rows(project.app_dir)["scale-0"]["restarts"] == 1
                 and alive(_rows(project.app_dir)["scale-0"]["pid"])
             ),
             timeout=120,
-            message="scale-0 restarted once",
+            what="scale-0 restarted once",
         )
         rows = _rows(project.app_dir)
         daemon = project.daemon_pid()
         assert daemon is not None
         os.kill(daemon, signal.SIGKILL)
-        wait_for(lambda: not alive(daemon), timeout=30, message="the daemon to die")
+        wait_until(lambda: not alive(daemon), timeout=30, what="the daemon to die")
 
         # the replicas run on, and what they say still reaches their own files
         assert all(alive(r["pid"]) for r in rows.values())
         out = project.root / "out.jsonl"
         before = _lines(out)
-        wait_for(lambda: _lines(out) > before + 20, timeout=120, message="records to flow on")
+        wait_until(lambda: _lines(out) > before + 20, timeout=120, what="records to flow on")
         os.kill(rows["scale-0"]["pid"], signal.SIGTERM)
-        wait_for(lambda: not alive(rows["scale-0"]["pid"]), timeout=60, message="scale-0 to stop")
+        wait_until(lambda: not alive(rows["scale-0"]["pid"]), timeout=60, what="scale-0 to stop")
         log = (project.app_dir / "logs" / "scale-0.log").read_text()
         assert "received SIGTERM; finishing the current batch" in log
         assert "stopped cleanly" in log
@@ -79,10 +80,10 @@ def test_a_killed_supervisor_loses_no_log_and_its_successor_adopts_and_keeps_cou
         assert again.returncode == 0, again.stderr
         said = one_line(again.stdout + again.stderr)
         assert "the local supervisor was not running (killed?)" in said, said
-        wait_for(
+        wait_until(
             lambda: alive(_rows(project.app_dir).get("scale-0", {}).get("pid")),
             timeout=120,
-            message="scale-0 started again",
+            what="scale-0 started again",
         )
         after = _rows(project.app_dir)
         for name in ("numbers-0", "sink-0"):  # adopted: the same processes
@@ -95,18 +96,18 @@ def test_a_killed_supervisor_loses_no_log_and_its_successor_adopts_and_keeps_cou
 
         # an adopted replica that dies is restarted by its new supervisor
         os.kill(rows["sink-0"]["pid"], signal.SIGKILL)
-        wait_for(
+        wait_until(
             lambda: (
                 _rows(project.app_dir)["sink-0"]["restarts"] == 1
                 and alive(_rows(project.app_dir)["sink-0"]["pid"])
             ),
             timeout=120,
-            message="the adopted sink-0 restarted",
+            what="the adopted sink-0 restarted",
         )
         row = _rows(project.app_dir)["sink-0"]
         assert row["pid"] != rows["sink-0"]["pid"]
         assert "adopted from a previous supervisor" in row["last_exit_reason"]
         before = _lines(out)
-        wait_for(lambda: _lines(out) > before + 20, timeout=120, message="records to flow again")
+        wait_until(lambda: _lines(out) > before + 20, timeout=120, what="records to flow again")
     finally:
         stop_leftovers(project)

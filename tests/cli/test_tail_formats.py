@@ -26,7 +26,8 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tests.runtime.registry_support import value_context
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -234,11 +235,11 @@ def test_tail_shows_registry_records_decoded_with_their_schema_id(
     topic_factory: Callable[..., str],
     kafka_bootstrap: str,
     schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
 ) -> None:
     project = make_project(tmp_path, topic_factory, kafka_bootstrap, "avro-registry")
-    client = SchemaRegistryClient({"url": schema_registry_url})
-    serializer = AvroSerializer(client, json.dumps(SCHEMA), conf=TOPIC_STRATEGY)
-    context = SerializationContext(project.source, MessageField.VALUE)
+    serializer = AvroSerializer(schema_registry_client, json.dumps(SCHEMA), conf=TOPIC_STRATEGY)
+    context = value_context(project.source)
     values = readings(3)
     framed = [serializer(v, context) for v in values]
     assert framed[0] is not None and framed[0][0] == 0  # the Confluent wire format, not ours
@@ -274,11 +275,13 @@ def test_tail_shows_json_registry_records_and_registry_dead_letters(
     topic_factory: Callable[..., str],
     kafka_bootstrap: str,
     schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
 ) -> None:
     project = make_project(tmp_path, topic_factory, kafka_bootstrap, "json-registry")
-    client = SchemaRegistryClient({"url": schema_registry_url})
-    serializer = JSONSerializer(json.dumps(JSON_SCHEMA), client, conf=TOPIC_STRATEGY)
-    context = SerializationContext(project.source, MessageField.VALUE)
+    serializer = JSONSerializer(
+        json.dumps(JSON_SCHEMA), schema_registry_client, conf=TOPIC_STRATEGY
+    )
+    context = value_context(project.source)
     value = {"id": "r1", "value": 2.5, "unit": "F"}
     framed = serializer(value, context)
     assert framed is not None and framed[0] == 0

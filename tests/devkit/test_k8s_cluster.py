@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,10 @@ import pytest
 
 from streamflow.devkit import KUBE_BINARIES, DevkitError, KubeCluster, find_k8s_bin
 from tests.k8s_fixtures import Kubectl
+from tests.waiting import wait_until
 
 _WAIT_S = 60.0
-
-
-def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = _WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.25)
+_POLL_S = 0.25  # each poll runs kubectl
 
 
 @pytest.fixture
@@ -98,7 +93,12 @@ def test_a_deleted_pod_is_replaced_by_the_replicaset(
         pods = running_ready_pods(kubectl, namespace, web)
         return len(pods) == 2 and victim not in pods
 
-    wait_until(replaced, what=f"a Running, Ready replacement for pod {victim}")
+    wait_until(
+        replaced,
+        what=f"a Running, Ready replacement for pod {victim}",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
 
 
 def test_a_service_gets_a_cluster_ip_and_endpoints_for_ready_pods(
@@ -122,7 +122,12 @@ def test_a_service_gets_a_cluster_ip_and_endpoints_for_ready_pods(
             if endpoint.get("conditions", {}).get("ready")
         )
 
-    wait_until(lambda: ready_endpoints() == 2, what="2 ready endpoints in the EndpointSlices")
+    wait_until(
+        lambda: ready_endpoints() == 2,
+        what="2 ready endpoints in the EndpointSlices",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
 
 
 _CRD = {

@@ -14,24 +14,18 @@ import json
 import socket
 import ssl
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streamflow import devkit
+from tests.waiting import wait_until
 
 _WAIT_S = 90.0
-
-
-def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = _WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.25)
+_POLL_S = 0.25  # each poll runs kubectl
 
 
 def pod(name: str, script: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -82,7 +76,12 @@ class Namespace:
         return bool(statuses) and "running" in statuses[0]["state"] and statuses[0]["ready"]
 
     def wait_running(self, name: str) -> None:
-        wait_until(lambda: self.running(name), what=f"pod {self.name}/{name} to run")
+        wait_until(
+            lambda: self.running(name),
+            what=f"pod {self.name}/{name} to run",
+            timeout=_WAIT_S,
+            interval=_POLL_S,
+        )
 
     def logs_contain(self, name: str, text: str) -> None:
         """Wait for `text` in the pod's logs (which fail until its container has started)."""
@@ -91,7 +90,7 @@ class Namespace:
             result = self.node.kubectl("-n", self.name, "logs", name, check=False)
             return result.returncode == 0 and text in result.stdout
 
-        wait_until(logged, what=f"{text!r} in {name}'s logs")
+        wait_until(logged, what=f"{text!r} in {name}'s logs", timeout=_WAIT_S, interval=_POLL_S)
 
 
 @pytest.fixture
@@ -102,6 +101,8 @@ def ns(real_node: devkit.RealNode) -> Iterator[Namespace]:
     wait_until(
         lambda: real_node.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
         what=f"the default ServiceAccount of {name}",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
     )
     yield Namespace(real_node, name)
     real_node.kubectl("delete", "namespace", name, "--wait=false")
@@ -210,7 +211,12 @@ def test_a_pod_reaches_a_listener_on_the_host(
     target = f"{real_node.host_address} {port}"
     ns.apply(pod("caller", f"echo from-pod | nc -w 5 {target}; sleep 3600 & wait"))
     ns.logs_contain("caller", "hello-from-host")
-    wait_until(lambda: b"from-pod\n" in received, what="the pod's line at the host")
+    wait_until(
+        lambda: b"from-pod\n" in received,
+        what="the pod's line at the host",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
 
 
 def test_a_service_cluster_ip_reaches_a_pod_on_the_node(ns: Namespace) -> None:
@@ -251,7 +257,12 @@ def test_a_deleted_pod_of_a_deployment_is_replaced_by_a_new_container(ns: Namesp
             and "running" in statuses[0]["state"]
         }
 
-    wait_until(lambda: len(running_pods()) == 1, what="the worker pod to run")
+    wait_until(
+        lambda: len(running_pods()) == 1,
+        what="the worker pod to run",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
     [(victim, container)] = running_pods().items()
     ns.kubectl("delete", "pod", victim, "--wait=false")
 
@@ -259,7 +270,12 @@ def test_a_deleted_pod_of_a_deployment_is_replaced_by_a_new_container(ns: Namesp
         pods = running_pods()
         return len(pods) == 1 and victim not in pods and container not in pods.values()
 
-    wait_until(replaced, what=f"a new running container replacing pod {victim}")
+    wait_until(
+        replaced,
+        what=f"a new running container replacing pod {victim}",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
     [replacement] = running_pods()
     ns.logs_contain(replacement, "started")
 

@@ -25,10 +25,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import pytest
 from streamflow import devkit
 from streamflow.operator.kubernetes.names import APP_LABEL, STREAMLET_LABEL
 from tests.image_fixtures import CLASSIFIER, BuiltImages
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -97,22 +97,6 @@ class Deployed:
             return Counter()
         values = [json.loads(line)["value"] for line in result.stdout.splitlines() if line.strip()]
         return Counter(str(value["id"]) for value in values)
-
-
-def wait_for(
-    what: str,
-    condition: Callable[[], bool],
-    *,
-    timeout: float = _WAIT_S,
-    explain: Callable[[], str] | None = None,
-) -> None:
-    """Poll ``condition``; past ``timeout`` fail with ``what`` and what ``explain`` finds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            detail = f"\n{explain()}" if explain is not None else ""
-            pytest.fail(f"{what}: not within {timeout:.0f} s{detail}")
-        time.sleep(_POLL_S)  # polling a condition, not waiting for time to pass
 
 
 def pipeline_state(deployed: Deployed, expected: int) -> str:
@@ -185,7 +169,12 @@ def test_the_operator_runs_in_a_pod_of_the_streamflow_image(deployed: Deployed) 
                 return dict(pod)
         return None
 
-    wait_for("the operator's pod running and ready", lambda: operator_pod() is not None)
+    wait_until(
+        lambda: operator_pod() is not None,
+        what="the operator's pod running and ready",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
 
 
 def test_the_application_deploys_after_its_own_image_verified_it(deployed: Deployed) -> None:
@@ -205,14 +194,23 @@ def test_the_application_deploys_after_its_own_image_verified_it(deployed: Deplo
 
 
 def test_every_wine_comes_out_as_a_prediction(deployed: Deployed) -> None:
-    wait_for(f"a prediction of each of the {deployed.samples} wines",
-             lambda: len(deployed.predictions()) == deployed.samples,
-             explain=lambda: pipeline_state(deployed, 1))  # fmt: skip
+    wait_until(
+        lambda: len(deployed.predictions()) == deployed.samples,
+        what=f"a prediction of each of the {deployed.samples} wines",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+        explain=lambda: pipeline_state(deployed, 1),
+    )
 
 
 def test_scale_runs_three_real_classifier_pods(deployed: Deployed) -> None:
     deployed.cli(*deployed.k8s("scale", APP, "classifier=3"))
-    wait_for("three classifier pods running", lambda: len(ready_pods(deployed, "classifier")) == 3)
+    wait_until(
+        lambda: len(ready_pods(deployed, "classifier")) == 3,
+        what="three classifier pods running",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
 
 
 def test_a_killed_pod_is_replaced_by_a_new_container(deployed: Deployed) -> None:
@@ -223,13 +221,19 @@ def test_a_killed_pod_is_replaced_by_a_new_container(deployed: Deployed) -> None
         names = {p["metadata"]["name"] for p in ready_pods(deployed, "classifier")}
         return len(names) == 3 and victim not in names
 
-    wait_for("the killed classifier pod replaced", replaced)
+    wait_until(
+        replaced, what="the killed classifier pod replaced", timeout=_WAIT_S, interval=_POLL_S
+    )
 
 
 def test_logs_come_from_the_pods(deployed: Deployed) -> None:
     pod = ready_pods(deployed, "accuracy")[0]["metadata"]["name"]
-    wait_for("the accuracy logger's lines in kubectl logs",
-             lambda: "accuracy:" in deployed.kubectl("logs", pod))  # fmt: skip
+    wait_until(
+        lambda: "accuracy:" in deployed.kubectl("logs", pod),
+        what="the accuracy logger's lines in kubectl logs",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
     ours = deployed.cli(*deployed.k8s("logs", APP, "accuracy", "--tail", "50")).stdout
     assert "accuracy:" in ours
 
@@ -241,14 +245,22 @@ def test_configure_rolls_only_its_streamlet_and_nothing_is_lost(deployed: Deploy
     others = {s: uids(s) for s in ("models", "classifier", "accuracy")}
     samples_before = uids("samples")
     deployed.cli(*deployed.k8s("configure", APP, "--set", "samples.rate=50"))
-    wait_for("a new samples pod running",
-             lambda: bool(uids("samples")) and not uids("samples") & samples_before)  # fmt: skip
+    wait_until(
+        lambda: bool(uids("samples")) and not uids("samples") & samples_before,
+        what="a new samples pod running",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+    )
     assert {s: uids(s) for s in others} == others  # nobody else rolled
     # the new samples pod replays the data set through the three classifiers,
     # one of them the replacement of the killed pod: every wine comes out again
-    wait_for(f"a second prediction of each of the {deployed.samples} wines",
-             lambda: min(deployed.predictions().values(), default=0) >= 2,
-             explain=lambda: pipeline_state(deployed, 2))  # fmt: skip
+    wait_until(
+        lambda: min(deployed.predictions().values(), default=0) >= 2,
+        what=f"a second prediction of each of the {deployed.samples} wines",
+        timeout=_WAIT_S,
+        interval=_POLL_S,
+        explain=lambda: pipeline_state(deployed, 2),
+    )
     counts = deployed.predictions()
     assert len(counts) == deployed.samples
 

@@ -15,8 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from streamflow import devkit
 from tests import stopping
 from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
+from tests.waiting import exited, wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -146,18 +145,6 @@ def test_the_monitored_digits_alert_on_drift_and_explain_pixels(
     assert re.search(r"explanations-0 .*digit \d \(p=[\d.]+\) by digits:1, .*image\[\d,\d,0\]", log)
 
 
-def _wait_for(
-    condition: Callable[[], bool], *, timeout: float, what: str, process: subprocess.Popen[str]
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process.poll() is not None:
-            raise AssertionError(f"streamflow run exited ({process.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)  # polling the run's log, not synchronising
-
-
 def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
     digits_models: DigitsModels, tmp_path: Path
 ) -> None:
@@ -177,10 +164,17 @@ def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
     def log() -> str:
         return ANSI.sub("", log_file.read_text())
 
-    try:
-        _wait_for(
-            lambda: _served(log(), "digits:1"), timeout=180, what="version 1", process=process
+    def wait_served(version: int, *, timeout: float) -> None:
+        wait_until(
+            lambda: _served(log(), f"digits:{version}"),
+            what=f"version {version}",
+            timeout=timeout,
+            interval=0.5,  # polling the run's log
+            gave_up=exited(process, "streamflow run"),
         )
+
+    try:
+        wait_served(1, timeout=180)
         onnx = _cli(
             tmp_path, "model", "push", "digits-classifier", "classifier",
             "--onnx", str(digits_models.onnx_file), timeout=180,
@@ -193,9 +187,7 @@ def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
             "--url", server.url, "--protocol", "v2", timeout=180,
         )  # fmt: skip
         assert remote.returncode == 0, remote.stdout + remote.stderr + log()[-4000:]
-        _wait_for(
-            lambda: _served(log(), "digits:3"), timeout=120, what="version 3", process=process
-        )
+        wait_served(3, timeout=120)
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
         assert process.wait(60) == 0, log()[-6000:]
     finally:

@@ -28,6 +28,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.model_fixtures import WineModels
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BLUEPRINT = ROOT / "blueprints" / "wine" / "registry.yaml"
@@ -43,15 +44,6 @@ def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMFLOW_HOME=str(home), NO_COLOR="1", COLUMNS="250", TF_CPP_MIN_LOG_LEVEL="2")
     return env
-
-
-def _wait_for(condition: Any, *, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-5000:]}")
 
 
 def _predictions_logged(log: Path, at_least: int) -> bool:
@@ -74,11 +66,12 @@ def test_the_registry_example_runs_and_any_confluent_client_reads_its_prediction
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        _wait_for(
+        wait_until(
             lambda: _predictions_logged(log, 200) or run.poll() is not None,
-            timeout=200,
             what="200 predictions by wine:1",
-            log=log,
+            timeout=200,
+            interval=0.5,
+            explain=lambda: log.read_text()[-5000:],
         )
         assert run.poll() is None, log.read_text()[-5000:]
         text = ANSI.sub("", log.read_text())

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from confluent_kafka.serialization import SerializationError
 
 from streamflow.runtime.registry import ConfluentRegistry
 from streamflow.schema import SchemaStore
@@ -26,7 +26,15 @@ from streamflow.schema import jsonschema as json_schemas
 from streamflow.schema.formats import subject_for
 from streamflow.schema.registry import RegistryAvroCodec, registry_text, schema_id_of
 from tests.runtime import support
-from tests.runtime.registry_support import READING, SCALED, no_more_than, reading, registry_app
+from tests.runtime.registry_support import (
+    OLDER_READING,
+    READING,
+    SCALED,
+    reading,
+    registry_app,
+    scaled_outputs,
+    value_context,
+)
 
 READING_AVSC = (support.HERE / "schemas" / "reading.avsc").read_text()
 # What a team outside streamflow would hand-write for the readings it produces.
@@ -42,10 +50,6 @@ READING_JSON_SCHEMA = {
     },
     "required": ["id", "seq", "value"],
 }
-
-
-def value_context(topic: str) -> SerializationContext:
-    return SerializationContext(topic, MessageField.VALUE)
 
 
 def scaled(i: int) -> dict[str, Any]:
@@ -65,14 +69,7 @@ def test_avro_serializer_in_and_avro_deserializer_out(
     serialize = AvroSerializer(schema_registry_client, READING_AVSC)
     inputs = [(f"r{i}", serialize(reading(i), value_context(source))) for i in range(150)]
     assert inputs[0][1] is not None and inputs[0][1][0] == 0
-    support.produce(kafka_bootstrap, source, inputs)  # type: ignore[arg-type]
-
-    with support.replicas(app, tmp_path) as running:
-        running.start("scale")
-        out = support.consume_until(
-            kafka_bootstrap, sink, lambda records: no_more_than(records, 150)
-        )
-        assert len(out) == 150, running.log()
+    out = scaled_outputs(kafka_bootstrap, app, tmp_path, inputs)  # type: ignore[arg-type]
 
     any_writer = AvroDeserializer(schema_registry_client)
     with_reader = AvroDeserializer(
@@ -98,14 +95,7 @@ def test_json_serializer_in_and_json_deserializer_out(
     source, sink = support.topic(app, "in"), support.topic(app, "out")
     serialize = JSONSerializer(json.dumps(READING_JSON_SCHEMA), schema_registry_client)
     inputs = [(f"r{i}", serialize(reading(i), value_context(source))) for i in range(150)]
-    support.produce(kafka_bootstrap, source, inputs)  # type: ignore[arg-type]
-
-    with support.replicas(app, tmp_path) as running:
-        running.start("scale")
-        out = support.consume_until(
-            kafka_bootstrap, sink, lambda records: no_more_than(records, 150)
-        )
-        assert len(out) == 150, running.log()
+    out = scaled_outputs(kafka_bootstrap, app, tmp_path, inputs)  # type: ignore[arg-type]
 
     registered = schema_registry_client.get_latest_version(subject_for(sink))
     assert registered.schema.schema_type == "JSON"
@@ -158,9 +148,10 @@ def test_our_readers_take_avro_serializer_bytes_of_an_older_version(
     schema_registry_url: str, schema_registry_client: SchemaRegistryClient
 ) -> None:
     topic = f"readings-{uuid.uuid4().hex[:10]}"
-    older = {**READING.raw, "fields": [f for f in READING.raw["fields"] if f["name"] != "poison"]}
-    schema_registry_client.register_schema(subject_for(topic), Schema(json.dumps(older), "AVRO"))
-    serialize = AvroSerializer(schema_registry_client, json.dumps(older))
+    schema_registry_client.register_schema(
+        subject_for(topic), Schema(json.dumps(OLDER_READING), "AVRO")
+    )
+    serialize = AvroSerializer(schema_registry_client, json.dumps(OLDER_READING))
     data = serialize({"id": "r1", "seq": 1, "value": 1.5}, value_context(topic))
     ours = RegistryAvroCodec(
         READING, ConfluentRegistry(schema_registry_url), subject=subject_for(topic), register=False

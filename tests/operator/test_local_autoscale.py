@@ -29,7 +29,8 @@ from confluent_kafka.admin import AdminClient
 
 from streamflow.runtime import grouplag
 from streamflow.schema import SchemaStore, SingleObjectCodec
-from tests.cli.test_deploy_cmds import Project, stop_leftovers, wait_for
+from tests.cli.test_deploy_cmds import Project, stop_leftovers
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)  # a deploy, a burst, its drain and two windows
 
@@ -118,15 +119,15 @@ def test_a_burst_scales_the_slow_streamlet_up_then_down_losing_nothing(
     _produce(kafka_bootstrap, source, values)
     written = time.time()
 
-    wait_for(
+    wait_until(
         lambda: _scaling(project)["replicas"] >= 4,
         timeout=SCALED_UP_WITHIN_S,
-        message="the autoscaler to scale up after the burst",
+        what="the autoscaler to scale up after the burst",
     )
-    wait_for(
+    wait_until(
         lambda: _running(project) == _scaling(project)["replicas"],
         timeout=120,
-        message="the scaled-up replicas to run",
+        what="the scaled-up replicas to run",
     )
     running_at = time.time()
     peak = _scaling(project)["replicas"]
@@ -135,16 +136,16 @@ def test_a_burst_scales_the_slow_streamlet_up_then_down_losing_nothing(
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     group = f"{project.app}.scorer"
-    wait_for(
+    wait_until(
         lambda: grouplag.measure(admin, group=group, topics=[source]).lag == 0,
         timeout=300,
-        message="the lag to drain",
+        what="the lag to drain",
     )
     drained = time.time()
-    wait_for(
+    wait_until(
         lambda: _scaling(project)["replicas"] == 1 and _running(project) == 1,
         timeout=SCALE_DOWN_AFTER_S + 60,
-        message="the autoscaler to scale back down to 1",
+        what="the autoscaler to scale back down to 1",
     )
 
     ids = _distinct_keys(kafka_bootstrap, sink, until=BURST, timeout=180)

@@ -23,6 +23,7 @@ from streamflow.operator.local import autoscaler, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime import grouplag
 from tests.runtime import support
+from tests.waiting import wait_until
 
 
 class Lag:
@@ -113,21 +114,21 @@ def test_the_supervisor_runs_the_autoscalers_count_through_scales_and_rolls(
     ]
 
     lag.value = 2500  # 3 wanted
-    support.wait_for(
+    wait_until(
         lambda: supervised.running(app) == ["scale-0", "scale-1", "scale-2"],
         timeout=30,
-        message="the supervisor to start the replicas the autoscaler asked for",
+        what="the supervisor to start the replicas the autoscaler asked for",
     )
     assert lag.groups[0] == app.consumer_group("scale")
     assert any(
         e.startswith("autoscale: scale 1 → 3: scaled up: lag 2500") for e in supervised.events
     )
-    support.wait_for(
+    wait_until(
         lambda: (
             supervised.recorded(app)["streamlets"]["scale"].get("autoscale", {}).get("lag") == 2500
         ),
         timeout=10,
-        message="the decision in status.json",
+        what="the decision in status.json",
     )
     recorded = supervised.recorded(app)["streamlets"]["scale"]
     assert recorded["replicas"] == 3 and recorded["autoscale"]["replicas"] == 3
@@ -145,10 +146,10 @@ def test_the_supervisor_runs_the_autoscalers_count_through_scales_and_rolls(
     ]
 
     lag.value = 0  # down to min once 1 s of wanting it has passed
-    support.wait_for(
+    wait_until(
         lambda: supervised.running(app) == ["scale-0"],
         timeout=30,
-        message="the scale-down to min",
+        what="the scale-down to min",
     )
     assert any(e.startswith("autoscale: scale 3 → 1: scaled down") for e in supervised.events)
 
@@ -159,9 +160,9 @@ def test_the_supervisor_runs_the_autoscalers_count_through_scales_and_rolls(
         planner.Scale("scale", 2, 1)
     ]
     lag.value = 10_000
-    support.wait_for(
+    wait_until(
         lambda: "autoscale" not in supervised.recorded(app)["streamlets"]["scale"],
         timeout=10,
-        message="the autoscale entry to go from status.json",
+        what="the autoscale entry to go from status.json",
     )
     assert supervised.running(app) == ["scale-0", "scale-1"]

@@ -14,7 +14,7 @@ import pytest
 
 from streamflow.operator.local import processes
 from streamflow.operator.local.processes import ProcessGroup, ReplicaProcess
-from tests.runtime.support import wait_for
+from tests.waiting import wait_until
 
 # What a replica does with its port: listen there, or exit 1 when it cannot, as
 # `streamflow streamlet run` does ("OSError: [Errno 98] Address already in use").
@@ -72,7 +72,7 @@ def test_a_replica_whose_port_another_process_holds_restarts_on_a_free_one(
             moved = replica.health_port != taken  # the squatter answers on `taken`
             return moved and replica.running and _listens(replica.health_port)
 
-        wait_for(serving, timeout=60, message=f"the replica listening elsewhere than {taken}")
+        wait_until(serving, timeout=60, what=f"the replica listening elsewhere than {taken}")
         assert replica.restarts >= 1 and replica.running
         assert replica.command[replica.command.index("--health-port") + 1] == str(
             replica.health_port
@@ -93,7 +93,7 @@ def test_a_replica_that_exits_keeps_its_port_when_nobody_else_holds_it(
     port = replicas.free_port()
     replica = _replica(port)
     replicas.add(replica)
-    wait_for(lambda: _listens(port), timeout=30, message=f"the replica listening on {port}")
+    wait_until(lambda: _listens(port), timeout=30, what=f"the replica listening on {port}")
     replica.process.kill()  # type: ignore[union-attr]
     replica.process.wait()  # type: ignore[union-attr]
 
@@ -101,7 +101,7 @@ def test_a_replica_that_exits_keeps_its_port_when_nobody_else_holds_it(
         replicas.supervise_once()
         return replica.restarts >= 1 and _listens(port)
 
-    wait_for(back, timeout=60, message=f"the replica back on {port}")
+    wait_until(back, timeout=60, what=f"the replica back on {port}")
     assert replica.health_port == port
     assert not [e for e in events if "is taken" in e], events
 

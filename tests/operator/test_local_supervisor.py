@@ -25,6 +25,7 @@ from streamflow.operator.local import store
 from streamflow.operator.local.processes import ReplicaProcess
 from streamflow.operator.local.supervisor import LocalSupervisor
 from tests.runtime import support
+from tests.waiting import wait_until
 
 N = 30_000
 
@@ -137,10 +138,10 @@ def test_scale_from_1_to_3_while_records_flow_rebalances_and_loses_nothing(
     assert sorted(pids) == ["scale-0", "scale-1", "scale-2"]
     assert pids["scale-0"] == pid_0 and len(set(pids.values())) == 3
     for name in ("scale-1", "scale-2"):
-        support.wait_for(
+        wait_until(
             lambda name=name: _assigned_something(supervised.log(app, name)),  # type: ignore[misc]
             timeout=90,
-            message=f"{name} to be assigned partitions",
+            what=f"{name} to be assigned partitions",
         )
     during.join(60)
     support.produce(
@@ -174,21 +175,21 @@ def test_a_replica_killed_with_sigkill_is_restarted(
     replica = supervised.replicas(app)["scale-0"]
     victim = replica.pid
     assert victim is not None
-    support.wait_for(
+    wait_until(
         lambda: "health and metrics on" in supervised.log(app, "scale-0"),
         timeout=60,
-        message="scale-0 to start",
+        what="scale-0 to start",
     )
     os.kill(victim, signal.SIGKILL)
-    support.wait_for(
+    wait_until(
         lambda: replica.restarts == 1 and replica.running and replica.pid != victim,
         timeout=30,
-        message="scale-0 to be restarted",
+        what="scale-0 to be restarted",
     )
-    support.wait_for(
+    wait_until(
         lambda: supervised.status(app)["replicas"][0]["restarts"] == 1,
         timeout=10,
-        message="the restart in status.json",
+        what="the restart in status.json",
     )
     row = supervised.status(app)["replicas"][0]
     assert row["last_exit"] == -signal.SIGKILL and row["pid"] == replica.pid and row["running"]
@@ -214,10 +215,10 @@ def test_a_config_change_rolls_only_that_streamlet_and_a_second_apply_does_nothi
     before = supervised.pids(app)
     assert sorted(before) == ["count-0", "scale-0", "scale-1"]
     for name in before:
-        support.wait_for(
+        wait_until(
             lambda name=name: "health and metrics on" in supervised.log(app, name),  # type: ignore[misc]
             timeout=60,
-            message=f"{name} to start",
+            what=f"{name} to start",
         )
     assert supervisor.apply(app, bootstrap=kafka_bootstrap) == []  # idempotent
     assert supervised.pids(app) == before

@@ -50,6 +50,7 @@ __all__ = [
     "IN",
     "OUT",
     "Copy",
+    "Gated",
     "JsonCodec",
     "ManualClock",
     "Rig",
@@ -109,6 +110,24 @@ class Copy(Streamlet):
         if value.get("bogus"):
             return {"id": value["id"], "bogus": 1}
         return {"id": value["id"]}
+
+
+class Gated(Copy):
+    """A Copy that takes data only once ``ready`` (a first model loaded, say); notes the ids
+    it processed in ``seen``."""
+
+    ready = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def accepts_data(self) -> bool:
+        return self.ready
+
+    def process(self, record: Record) -> dict[str, Any]:
+        self.seen.add(record.value["id"])
+        return super().process(record)
 
 
 def bindings(*, inp: str = IN, out: str = OUT, dlq: str = DLQ) -> Bindings:

@@ -1,4 +1,5 @@
-"""Helpers for the registry-format tests: an app on registry topics, its inputs and metrics.
+"""Helpers for the registry-format tests: an app on registry topics, its inputs and metrics,
+and what confluent-kafka's own serializers need.
 
 What a test asserts is absent (no output, no dead letter) it reads with
 `read_topic`: every record up to the topic's end as of the call, so the
@@ -14,10 +15,12 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 from confluent_kafka import Message
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamflow.blueprint.model import Application
 from streamflow.operator.local import ReplicaProcess
@@ -28,9 +31,11 @@ from streamflow.schema.formats import subject_for
 from streamflow.schema.registry import RegistryAvroCodec
 from tests.runtime import support
 from tests.streamlets.io_kafka.iohelpers import read_topic
+from tests.waiting import wait_until
 
 __all__ = [
     "ERROR_HEADERS",
+    "OLDER_READING",
     "READING",
     "SCALED",
     "RegistryRoute",
@@ -41,19 +46,20 @@ __all__ = [
     "read_topic",
     "reading",
     "registry_app",
+    "scaled_outputs",
     "unready_reasons",
+    "value_context",
     "wait_showing_log",
 ]
 
 READING = support.STORE.get("tests.runtime.Reading")
 SCALED = support.STORE.get("tests.runtime.Scaled")
-ERROR_HEADERS = (
-    "streamflow-error",
-    "streamflow-error-type",
-    "streamflow-source-topic",
-    "streamflow-source-partition",
-    "streamflow-source-offset",
-)
+ERROR_HEADERS = support.ERROR_HEADERS
+# An older version of Reading, without `poison`: what a producer that has not upgraded writes.
+OLDER_READING = {
+    **READING.raw,
+    "fields": [f for f in READING.raw["fields"] if f["name"] != "poison"],
+}
 
 
 def registry_app(
@@ -84,6 +90,27 @@ def registry_app(
     )
     ensure_topics(KafkaClients(bootstrap=bootstrap).admin(), app)
     return app
+
+
+def scaled_outputs(
+    bootstrap: str, app: Application, tmp_path: Path, inputs: list[tuple[str, bytes]]
+) -> list[Message]:
+    """``inputs`` through a `registry_app`: produced to its `in` topic, then its `scale`
+    replica started and its `out` topic read until one output for each, and never more;
+    those outputs. Fewer fails the test, with the replica's log."""
+    support.produce(bootstrap, support.topic(app, "in"), inputs)
+    with support.replicas(app, tmp_path) as running:
+        running.start("scale")
+        out = support.consume_until(
+            bootstrap, support.topic(app, "out"), lambda records: no_more_than(records, len(inputs))
+        )
+        assert len(out) == len(inputs), running.log()
+    return out
+
+
+def value_context(topic: str) -> SerializationContext:
+    """What confluent-kafka's serializers are called with for a record's value on ``topic``."""
+    return SerializationContext(topic, MessageField.VALUE)
 
 
 def reading(i: int) -> dict[str, Any]:
@@ -147,11 +174,8 @@ def _health(replica: ReplicaProcess, path: str) -> httpx.Response:
 def wait_showing_log(
     condition: Callable[[], bool], running: support.Replicas, *, timeout: float, message: str
 ) -> None:
-    """`support.wait_for`, with the replicas' log in the failure."""
-    try:
-        support.wait_for(condition, timeout=timeout, message=message)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{running.log()}") from None
+    """:func:`wait_until`, with the replicas' log in the failure."""
+    wait_until(condition, what=message, timeout=timeout, explain=running.log)
 
 
 class RegistryRoute:
@@ -159,7 +183,8 @@ class RegistryRoute:
 
     While cut, every connection (open ones too) is closed at once, as a registry
     that crashed or a network that dropped would close it; the registry behind
-    it keeps its subjects and ids, so the same ids resolve once restored.
+    it keeps its subjects and ids, so the same ids resolve once restored. Closed on
+    leaving a ``with`` block.
     """
 
     def __init__(self, upstream_url: str) -> None:
@@ -188,6 +213,12 @@ class RegistryRoute:
     def close(self) -> None:
         self.cut()
         self._listener.close()
+
+    def __enter__(self) -> RegistryRoute:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _accept(self) -> None:
         while True:

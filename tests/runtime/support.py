@@ -18,9 +18,18 @@ from streamflow.operator.local.processes import free_port
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.topics import ensure_topics
 from streamflow.schema import SchemaStore, SingleObjectCodec
+from tests.waiting import wait_until
 
 HERE = Path(__file__).parent
 STORE = SchemaStore([HERE / "schemas"])
+# The headers a dead letter carries: what failed, and where its record came from.
+ERROR_HEADERS = (
+    "streamflow-error",
+    "streamflow-error-type",
+    "streamflow-source-topic",
+    "streamflow-source-partition",
+    "streamflow-source-offset",
+)
 
 
 def codec(name: str) -> SingleObjectCodec:
@@ -172,9 +181,6 @@ def replicas(app: Application, tmp_path: Path) -> Iterator[Replicas]:
         running.stop()
 
 
-def wait_for(condition: Callable[[], bool], *, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
-        time.sleep(0.1)
+def wait_for(condition: Callable[[], object], *, timeout: float, message: str) -> None:
+    """:func:`tests.waiting.wait_until` under its former name, which the chaos tests still call."""
+    wait_until(condition, what=message, timeout=timeout)

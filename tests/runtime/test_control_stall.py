@@ -20,6 +20,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.control import STALLED_AFTER_S, ControlInletBinding, ControlReader
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer
 from tests.runtime import support
+from tests.waiting import wait_until
 
 FACTOR = support.codec("tests.runtime.Factor")
 
@@ -180,7 +181,7 @@ def _send(bootstrap: str, topic: str, versions: range, producer: Producer | None
 def _poll_until(
     reader: ControlReader, applied: _Applied, done: Callable[[], bool], message: str
 ) -> None:
-    support.wait_for(lambda: applied.poll(reader) >= 0 and done(), timeout=60, message=message)
+    wait_until(lambda: applied.poll(reader) >= 0 and done(), timeout=60, what=message)
 
 
 def _idle_check(reader: ControlReader, applied: _Applied) -> None:

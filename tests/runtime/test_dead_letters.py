@@ -47,13 +47,7 @@ def test_bad_records_are_dead_lettered_and_good_ones_flow(
     by_key = {m.key().decode(): dict(m.headers()) for m in dead}
     assert set(by_key) == {"r7", "r150", "r299", "g1", "g2", "g3", "w1"}
     for headers in by_key.values():
-        for name in (
-            "streamflow-error",
-            "streamflow-error-type",
-            "streamflow-source-topic",
-            "streamflow-source-partition",
-            "streamflow-source-offset",
-        ):
+        for name in support.ERROR_HEADERS:
             assert name in headers
         assert headers["streamflow-source-topic"] == support.topic(app, "in").encode()
     assert by_key["g1"]["streamflow-error-type"] == b"DecodeError"

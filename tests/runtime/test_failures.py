@@ -11,6 +11,7 @@ import pytest
 
 from streamflow import devkit
 from tests.runtime import support
+from tests.waiting import wait_until
 
 N = 100_000
 
@@ -41,7 +42,7 @@ def test_kill_9_of_one_replica_mid_run(
         out = support.consume_until(kafka_bootstrap, out_topic, _all_keys(N), timeout=240)
         if guarantee == "exactly-once":
             # let anything that would be a duplicate arrive before counting
-            support.wait_for(lambda: victim.restarts >= 1, timeout=60, message="a restart")
+            wait_until(lambda: victim.restarts >= 1, timeout=60, what="a restart")
             out = support.consume_until(kafka_bootstrap, out_topic, _all_keys(N), timeout=60)
         log = running.log()
 
@@ -78,7 +79,7 @@ def test_broker_restart_mid_run_loses_nothing(
     out_topic = support.topic(app, "out")
     with support.replicas(app, tmp_path) as running:
         scale = running.start("scale")
-        support.wait_for(lambda: "assigned" in running.log(), timeout=60, message="assignment")
+        wait_until(lambda: "assigned" in running.log(), timeout=60, what="assignment")
         source = running.start("count")
         support.consume_until(bootstrap, out_topic, support.count_at_least(1), timeout=60)
         kafka_broker.restart(hard=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 
 from tests.runtime import support
+from tests.waiting import wait_until
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -37,8 +38,8 @@ def test_health_readiness_metrics_and_log_fields(kafka_bootstrap: str, tmp_path:
             except httpx.HTTPError:
                 return False
 
-        support.wait_for(lambda: answers("/healthz"), timeout=30, message="/healthz")
-        support.wait_for(lambda: answers("/readyz"), timeout=30, message="/readyz")
+        wait_until(lambda: answers("/healthz"), timeout=30, what="/healthz")
+        wait_until(lambda: answers("/readyz"), timeout=30, what="/readyz")
         support.consume_until(
             kafka_bootstrap, support.topic(app, "out"), support.count_at_least(298)
         )
@@ -47,7 +48,7 @@ def test_health_readiness_metrics_and_log_fields(kafka_bootstrap: str, tmp_path:
             text = httpx.get(base + "/metrics", timeout=2).text
             return _metric(text, "streamflow_records_in_total", port="in") >= 300
 
-        support.wait_for(counted, timeout=30, message="the metrics to count every record")
+        wait_until(counted, timeout=30, what="the metrics to count every record")
         text = httpx.get(base + "/metrics", timeout=2).text
         log = running.log()
     assert _metric(text, "streamflow_records_in_total", port="in") == 300

@@ -21,7 +21,7 @@ from streamflow import Inlet, Outlet, Record, Streamlet
 from streamflow.api.streamlet import Backpressure
 from streamflow.runtime.delivery import IDLE_FLUSH_S, DeliveryError
 from tests.runtime import memory_support
-from tests.runtime.memory_support import GROUP, IN, Copy
+from tests.runtime.memory_support import GROUP, IN, Copy, Gated
 
 
 @pytest.fixture
@@ -52,15 +52,6 @@ class _Flaky(Streamlet):
         for r in records:
             self.seen[r.value["id"]] = self.seen.get(r.value["id"], 0) + 1
         return [{"id": r.value["id"]} for r in records]
-
-
-class _Gated(Copy):
-    """Takes data only once ``ready`` (a first model loaded, say)."""
-
-    ready = False
-
-    def accepts_data(self) -> bool:
-        return self.ready
 
 
 class _BatchCopy(Copy):
@@ -315,7 +306,7 @@ def test_a_batch_that_backed_off_is_processed_exactly_once_later(
 def test_a_streamlet_not_accepting_data_is_paused_with_nothing_consumed(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    rig = memory_support.rig(_Gated(), loop)
+    rig = memory_support.rig(Gated(), loop)
     rig.write(*_ids(3))
     assert rig.processor.turn() == 0  # the first consume assigns, and is rewound
     assert rig.processor.turn() == 0
@@ -327,7 +318,7 @@ def test_a_streamlet_not_accepting_data_is_paused_with_nothing_consumed(
 def test_a_streamlet_that_starts_accepting_data_gets_it(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    streamlet = _Gated()
+    streamlet = Gated()
     rig = memory_support.rig(streamlet, loop)
     rig.write(*_ids(3))
     rig.processor.turn()
@@ -345,7 +336,7 @@ def test_a_partition_paused_when_it_was_revoked_is_read_when_it_comes_back(
     """librdkafka keeps a partition's pause through a cooperative revoke and a later
     assignment: one taken away while the model was loading came back paused for good,
     and its records were never read (a chaos run after a broker ``kill -9``)."""
-    streamlet = _Gated()
+    streamlet = Gated()
     rig = memory_support.rig(streamlet, loop)
     rig.write(*_ids(3))
     rig.processor.turn()  # the first consume assigns, and is rewound
@@ -363,7 +354,7 @@ def test_a_partition_paused_when_it_was_revoked_is_read_when_it_comes_back(
 def test_a_partition_given_while_the_streamlet_is_not_accepting_waits_paused(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    streamlet = _Gated()
+    streamlet = Gated()
     streamlet.ready = True
     rig = memory_support.rig(streamlet, loop)
     rig.write(*_ids(2))

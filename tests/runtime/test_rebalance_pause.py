@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
-from streamflow import Record
 from streamflow.api.descriptor import describe
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
@@ -29,37 +27,25 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.processor import Processor
 from tests.runtime import memory_support
-from tests.runtime.memory_support import Copy
+from tests.runtime.memory_support import Gated
+from tests.waiting import wait_until
 
 PARTITIONS = 4
 N = 40
 
 
-class _Gated(Copy):
-    """Takes data only once ``ready`` (a first model loaded, say); notes what it saw."""
-
-    ready = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def accepts_data(self) -> bool:
-        return self.ready
-
-    def process(self, record: Record) -> dict[str, str]:
-        self.seen.add(record.value["id"])
-        return {"id": record.value["id"]}
-
-
 def _turn_until(processor: Processor, done: Callable[[], bool], what: str, *also: Consumer) -> None:
-    deadline = time.monotonic() + 60
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after 60s waiting for {what}")
+    """Turn the processor (and poll ``also``) until ``done``: its turns are the waiting."""
+
+    def turned() -> bool:
+        if done():
+            return True
         processor.turn()
         for consumer in also:  # a group member only takes part in a rebalance when polled
             consumer.consume(10, 0.05)
+        return False
+
+    wait_until(turned, what=what, timeout=60, interval=0)
 
 
 def test_partitions_revoked_while_paused_are_read_when_they_come_back(
@@ -78,11 +64,11 @@ def test_partitions_revoked_while_paused_are_read_when_they_come_back(
     consumer = clients.consumer(group=group, client_id="gated.0")
     failures = FailedOutputs()
     producer = clients.producer(client_id="gated.0", **failures.producer_config())
-    streamlet = _Gated()
+    streamlet = Gated()
     loop = asyncio.new_event_loop()
     processor = Processor(
         streamlet=streamlet,
-        descriptor=describe(_Gated),
+        descriptor=describe(Gated),
         bindings=memory_support.bindings(inp=inp, out=out, dlq=dlq),
         consumer=consumer,
         delivery=AtLeastOnce(producer, consumer, failures),

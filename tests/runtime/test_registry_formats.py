@@ -17,7 +17,6 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from confluent_kafka.serialization import MessageField, SerializationContext
 from typer.testing import CliRunner
 
 from streamflow.cli.main import app as cli
@@ -33,6 +32,7 @@ from streamflow.schema.registry import (
 from tests.runtime import support
 from tests.runtime.registry_support import (
     ERROR_HEADERS,
+    OLDER_READING,
     READING,
     SCALED,
     RegistryRoute,
@@ -43,7 +43,9 @@ from tests.runtime.registry_support import (
     read_topic,
     reading,
     registry_app,
+    scaled_outputs,
     unready_reasons,
+    value_context,
     wait_showing_log,
 )
 
@@ -55,14 +57,8 @@ def test_avro_registry_in_and_json_registry_out_lose_nothing(
         kafka_bootstrap, schema_registry_url, in_format="avro-registry", out_format="json-registry"
     )
     source, sink = support.topic(app, "in"), support.topic(app, "out")
-    support.produce(kafka_bootstrap, source, avro_inputs(schema_registry_url, source, range(300)))
-
-    with support.replicas(app, tmp_path) as running:
-        running.start("scale")
-        out = support.consume_until(
-            kafka_bootstrap, sink, lambda records: no_more_than(records, 300)
-        )
-        assert len(out) == 300, running.log()
+    inputs = avro_inputs(schema_registry_url, source, range(300))
+    out = scaled_outputs(kafka_bootstrap, app, tmp_path, inputs)
 
     registry = ConfluentRegistry(schema_registry_url)
     registered = registry.latest(subject_for(sink))
@@ -134,11 +130,8 @@ def test_a_registry_outage_is_backpressure_not_dead_letters(
     # The app reaches the registry through a route this test cuts: the outage is
     # the app's alone (the session's registry keeps serving the other tests), and
     # the same ids resolve when the route is restored, as after a registry restart.
-    route = RegistryRoute(schema_registry_url)
-    try:
+    with RegistryRoute(schema_registry_url) as route:
         _outage(kafka_bootstrap, route, tmp_path)
-    finally:
-        route.close()
 
 
 def _outage(kafka_bootstrap: str, registry: RegistryRoute, tmp_path: Path) -> None:
@@ -148,13 +141,12 @@ def _outage(kafka_bootstrap: str, registry: RegistryRoute, tmp_path: Path) -> No
     source, sink = support.topic(app, "in"), support.topic(app, "out")
     subject = subject_for(source)
     # An older version of Reading (no `poison`): the replica has not met its id yet.
-    older = {**READING.raw, "fields": [f for f in READING.raw["fields"] if f["name"] != "poison"]}
     client = SchemaRegistryClient({"url": registry.url})
-    older_id = client.register_schema(subject, Schema(json.dumps(older), "AVRO"))
+    older_id = client.register_schema(subject, Schema(json.dumps(OLDER_READING), "AVRO"))
     older_serializer = AvroSerializer(
-        client, json.dumps(older), conf={"auto.register.schemas": False}
+        client, json.dumps(OLDER_READING), conf={"auto.register.schemas": False}
     )
-    context = SerializationContext(source, MessageField.VALUE)
+    context = value_context(source)
     held_back = [
         (f"r{i}", older_serializer({"id": f"r{i}", "seq": i, "value": float(i)}, context))
         for i in range(100, 150)
@@ -262,7 +254,7 @@ def test_a_producer_evolves_compatibly_mid_stream_and_an_incompatible_schema_is_
     source, sink = support.topic(app, "in"), support.topic(app, "out")
     subject = subject_for(source)
     schema_registry_client.set_compatibility(subject_name=subject, level="BACKWARD")
-    context = SerializationContext(source, MessageField.VALUE)
+    context = value_context(source)
     v1 = AvroSerializer(schema_registry_client, json.dumps(READING.raw))
     v2 = AvroSerializer(schema_registry_client, json.dumps(V2))
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamflow.blueprint.model import Application
 from streamflow.runtime.clients import KafkaClients
@@ -28,6 +27,7 @@ from tests.runtime.registry_support import (
     read_topic,
     registry_app,
     unready_reasons,
+    value_context,
     wait_showing_log,
 )
 
@@ -35,8 +35,7 @@ from tests.runtime.registry_support import (
 def test_a_registry_down_at_start_keeps_the_replica_up_and_waiting(
     kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path
 ) -> None:
-    route = RegistryRoute(schema_registry_url)
-    try:
+    with RegistryRoute(schema_registry_url) as route:
         app = registry_app(
             kafka_bootstrap, route.url, in_format="avro-registry", out_format="json-registry"
         )
@@ -65,8 +64,6 @@ def test_a_registry_down_at_start_keeps_the_replica_up_and_waiting(
             assert unready_reasons(replica) == []  # also asserts it was never restarted
             assert "replica failed" not in running.log()
             assert read_topic(kafka_bootstrap, app.dlq_topic("scale")) == []
-    finally:
-        route.close()
 
 
 def _controlled_app(bootstrap: str, registry_url: str) -> Application:
@@ -92,13 +89,14 @@ def _controlled_app(bootstrap: str, registry_url: str) -> Application:
 
 
 def test_a_control_record_waits_for_the_registry_and_is_applied_when_it_is_back(
-    kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    schema_registry_client: SchemaRegistryClient,
+    tmp_path: Path,
 ) -> None:
-    route = RegistryRoute(schema_registry_url)
-    try:
+    with RegistryRoute(schema_registry_url) as route:
         app = _controlled_app(kafka_bootstrap, route.url)
         factor_topic, applied_topic = support.topic(app, "factor"), support.topic(app, "applied")
-        client = SchemaRegistryClient({"url": schema_registry_url})
         subject = f"{factor_topic}-value"
         factor = support.STORE.get("tests.runtime.Factor").raw
         # a later version of Factor, with a note: an id the replica has not met
@@ -106,12 +104,14 @@ def test_a_control_record_waits_for_the_registry_and_is_applied_when_it_is_back(
             **factor,
             "fields": [*factor["fields"], {"name": "note", "type": "string", "default": ""}],
         }
-        context = SerializationContext(factor_topic, MessageField.VALUE)
-        first = AvroSerializer(client, json.dumps(factor))({"version": 1, "factor": 2.0}, context)
-        client.register_schema(subject, Schema(json.dumps(noted), "AVRO"))
-        second = AvroSerializer(client, json.dumps(noted), conf={"auto.register.schemas": False})(
-            {"version": 2, "factor": 3.0, "note": "after the outage"}, context
+        context = value_context(factor_topic)
+        first = AvroSerializer(schema_registry_client, json.dumps(factor))(
+            {"version": 1, "factor": 2.0}, context
         )
+        schema_registry_client.register_schema(subject, Schema(json.dumps(noted), "AVRO"))
+        second = AvroSerializer(
+            schema_registry_client, json.dumps(noted), conf={"auto.register.schemas": False}
+        )({"version": 2, "factor": 3.0, "note": "after the outage"}, context)
         applied = support.codec("tests.runtime.Applied")
 
         def versions(records: list) -> set[int]:  # type: ignore[type-arg]
@@ -140,5 +140,3 @@ def test_a_control_record_waits_for_the_registry_and_is_applied_when_it_is_back(
             support.consume_until(kafka_bootstrap, applied_topic, lambda r: 2 in versions(r))
             assert unready_reasons(replica) == []  # also asserts it was never restarted
             assert read_topic(kafka_bootstrap, app.dlq_topic("ctl")) == [], running.log()
-    finally:
-        route.close()

@@ -18,8 +18,9 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import MemoryBroker, MemoryProducer
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.source import SourceRunner
-from tests.runtime import memory_support, support
+from tests.runtime import memory_support
 from tests.runtime.memory_support import OUT
+from tests.waiting import wait_until
 
 
 class _Ticks(Streamlet):
@@ -128,9 +129,7 @@ def test_exactly_once_a_chunk_whose_transaction_aborted_is_written_again_once(
     thread = threading.Thread(target=runner.run)
     thread.start()
     try:
-        support.wait_for(
-            lambda: len(broker.records(OUT)) >= 5, timeout=30, message="the five records"
-        )
+        wait_until(lambda: len(broker.records(OUT)) >= 5, timeout=30, what="the five records")
     finally:
         stop.set()
         thread.join(30)

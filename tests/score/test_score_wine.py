@@ -14,7 +14,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 
 from tests.model_fixtures import WineModels
 from tests.score.support import FEATURES, blueprint, cli_env
+from tests.waiting import wait_until
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
@@ -55,14 +55,6 @@ def _progress(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith('{"event": "progress"')]
 
 
-def _wait_for(condition: Any, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.mark.timeout(900)
 def test_a_parquet_data_set_is_scored_killed_half_way_resumed_and_every_row_accounted_for(
     kafka_bootstrap: str, wine_models: WineModels, tmp_path: Path
@@ -83,25 +75,27 @@ def test_a_parquet_data_set_is_scored_killed_half_way_resumed_and_every_row_acco
         "--input", str(data), "--output", str(results), "--progress", "json",
     ]  # fmt: skip
     try:
-        _wait_for(
+        wait_until(
             lambda: (
                 "Ctrl-C stops everything" in (tmp_path / "app.log").read_text()
                 or app.poll() is not None
             ),
-            "the application's topics and replicas",
+            what="the application's topics and replicas",
             timeout=180,
+            interval=0.2,
         )
         assert app.poll() is None, (tmp_path / "app.log").read_text()[-3000:]
         first_log = tmp_path / "first.log"
         with open(first_log, "w") as err:
             first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=err)
-        _wait_for(
+        wait_until(
             lambda: (
                 any(p["results"] >= ROWS // 3 for p in _progress(first_log))
                 or first.poll() is not None
             ),
-            "a third of the results",
+            what="a third of the results",
             timeout=420,
+            interval=0.2,
         )
         assert first.poll() is None, first_log.read_text()[-3000:]
         first.send_signal(signal.SIGKILL)

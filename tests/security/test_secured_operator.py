@@ -17,8 +17,9 @@ from confluent_kafka.admin import AdminClient
 from streamflow import devkit
 from tests.k8s_fixtures import Kubectl
 from tests.operator.k8s.conftest import crd, namespace, start_operator  # noqa: F401
-from tests.operator.k8s.support import OperatorThread, get_json, make_application, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json, make_application
 from tests.operator.k8s.test_k8s_trust import apply, secret
+from tests.waiting import wait_until
 
 
 def test_the_operator_creates_topics_with_a_labelled_secrets_sasl_credentials(
@@ -53,6 +54,11 @@ def test_the_operator_creates_topics_with_a_labelled_secrets_sasl_credentials(
                 return str(condition.get("message"))
         return ""
 
-    wait_until(topics_ready, what="the topics, created with the Secret's SASL_SSL credentials")
+    wait_until(
+        topics_ready,
+        what="the topics, created with the Secret's SASL_SSL credentials",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     admin = AdminClient(secured_kafka.admin_config())
     assert set(app.topics) <= set(admin.list_topics(timeout=10).topics)

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[att
 from streamflow import devkit
 from tests.model_fixtures import WineModels
 from tests.security.conftest import grant
+from tests.waiting import exited, wait_until
 from tests.web import wine
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
@@ -87,17 +88,27 @@ def _secured_copy(
 def _wait_for_predictions(
     app: SecuredApp, process: subprocess.Popen[str] | None, *, version: int
 ) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            pytest.fail(
-                f"streamflow exited early:\n{process.stdout.read() if process.stdout else ''}"
-            )
+    def predicted() -> list[dict[str, Any]] | None:
         records = app.predictions(strict=False)
         if any(r["headers"].get("streamflow-model") == f"wine:{version}" for r in records):
             return records
-        time.sleep(1)  # polling a condition: the tail itself takes most of a second
-    pytest.fail(f"no predictions of wine:{version} within 120 s")
+        return None
+
+    def output() -> str:
+        """What streamflow printed, once it has exited (its pipe is still open until then)."""
+        if process is None or process.poll() is None or process.stdout is None:
+            return ""
+        return process.stdout.read()
+
+    records: list[dict[str, Any]] = wait_until(
+        predicted,
+        what=f"predictions of wine:{version}",
+        timeout=120,
+        interval=1,  # the tail itself takes most of a second
+        gave_up=exited(process, "streamflow") if process is not None else None,
+        explain=output,
+    )
+    return records
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Helpers of the operator tests: the test application, an in-process operator, waiting.
+"""Helpers of the operator tests: the test application, an in-process operator, how long to wait.
 
 The operator runs in this process, on a thread of its own, exactly as
 ``streamflow operator run`` runs it (the same :class:`Operator`), watching
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,17 +23,9 @@ from streamflow.operator.kubernetes.runner import Operator
 
 BLUEPRINT = Path(__file__).parent / "app" / "blueprint.yaml"
 WAIT_S = 60.0
+POLL_S = 0.2  # how often a wait asks the API server again
 # kwok's nodes pull nothing: any image reference will do, as long as there is one.
 TEST_IMAGE = "registry.example/streamflow-tests:1"
-
-
-def wait_until(condition: Callable[[], Any], *, what: str, timeout: float = WAIT_S) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.2)  # polling the API server
-    return result
 
 
 def make_application(*, bootstrap: str) -> Application:

@@ -28,8 +28,9 @@ from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes import names
 from streamflow.operator.kubernetes.target import KubernetesTarget
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json
 from tests.operator.k8s.test_k8s_operator import app_resource, cli, event_reasons, wait_running
+from tests.waiting import wait_until
 
 KEDA_CRD = Path(__file__).with_name("keda-scaledobjects-crd.yaml")
 AUTOSCALE = {"min": 1, "max": 8, "target_lag": 10, "scale_up_after": 0, "scale_down_after": 5}
@@ -48,6 +49,8 @@ def keda_crd(kube_cluster: devkit.KubeCluster) -> str:
             "scaledobjects" in kube_cluster.kubectl("api-resources", "--api-group=keda.sh").stdout
         ),
         what="scaledobjects.keda.sh to be discoverable",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     return name
 
@@ -85,6 +88,8 @@ def wait_topics(kubectl: Kubectl, namespace: str, app: Application) -> None:
     wait_until(
         lambda: condition(kubectl, namespace, app, "TopicsReady").get("status") == "True",
         what="the TopicsReady condition",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
 
 
@@ -138,12 +143,16 @@ def test_the_operator_scales_by_lag_up_then_down_and_says_why_without_keda(
     wait_until(
         lambda: "KedaMissing" in event_reasons(kubectl, namespace, app.name),
         what="a KedaMissing event",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
 
     produce(kafka_bootstrap, scorer_input(app), 200)  # lag 200, 10 per replica: 20 wanted
     wait_until(
         lambda: scorer_replicas(kubectl, namespace, app) == 2,
         what="the scorer scaled up to its input's 2 partitions",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     record = autoscale_record(kubectl, namespace, app)
     assert (record["by"], record["replicas"], record["decisions"]) == ("operator", 2, 1)
@@ -165,12 +174,16 @@ def test_the_operator_scales_by_lag_up_then_down_and_says_why_without_keda(
     wait_until(
         lambda: scorer_replicas(kubectl, namespace, app) == 1,
         what="the scorer scaled back down to min once the lag stayed at 0 for 5 s",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     record = autoscale_record(kubectl, namespace, app)
     assert (record["replicas"], record["decisions"]) == (1, 2)
     messages = wait_until(
         lambda: (found := autoscaled_events(kubectl, namespace, app)) and len(found) >= 2 and found,
         what="two Autoscaled events",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     assert [m.split(" (")[0] for m in messages] == [
         "scorer: 1 -> 2 replicas",
@@ -196,7 +209,12 @@ def test_with_keda_the_operator_writes_a_scaled_object_and_leaves_the_replicas_t
         listing = get_json(kubectl, "scaledobjects.keda.sh", "-n", namespace)
         return {item["metadata"]["name"]: item for item in listing["items"]}
 
-    found = wait_until(lambda: scaled_objects().get(child), what="the scorer's ScaledObject")
+    found = wait_until(
+        lambda: scaled_objects().get(child),
+        what="the scorer's ScaledObject",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     assert set(scaled_objects()) == {child}  # only the autoscaled streamlet
     owner = found["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("StreamflowApplication", resource["metadata"]["uid"])
@@ -225,6 +243,8 @@ def test_with_keda_the_operator_writes_a_scaled_object_and_leaves_the_replicas_t
             }
         ),
         what="the status to show KEDA's count",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     wait_running(kubectl, namespace, app.name)
     assert scorer_replicas(kubectl, namespace, app) == 3
@@ -235,9 +255,16 @@ def test_with_keda_the_operator_writes_a_scaled_object_and_leaves_the_replicas_t
     kubectl(
         "patch", "sfapp", app.name, "-n", namespace, "--type=json", f"--patch={json.dumps(patch)}"
     )
-    wait_until(lambda: child not in scaled_objects(), what="the ScaledObject to be deleted")
+    wait_until(
+        lambda: child not in scaled_objects(),
+        what="the ScaledObject to be deleted",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     wait_until(
         lambda: scorer_replicas(kubectl, namespace, app) == 1,
         what="the operator to scale the scorer down to min itself",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     assert autoscale_record(kubectl, namespace, app)["by"] == "operator"

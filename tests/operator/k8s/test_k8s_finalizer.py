@@ -15,7 +15,8 @@ from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes import spec
 from streamflow.operator.kubernetes.handlers import LEGACY_FINALIZER
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json
+from tests.waiting import wait_until
 
 IMAGE = "reg.example/wine:1"
 StartOperator = Callable[..., OperatorThread]
@@ -37,7 +38,9 @@ def _running(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
         status = found.get("status") or {}
         return found if status.get("phase") == "Running" else None
 
-    found: dict[str, Any] = wait_until(running, what=f"{name} to be Running")
+    found: dict[str, Any] = wait_until(
+        running, what=f"{name} to be Running", timeout=WAIT_S, interval=POLL_S
+    )
     return found
 
 
@@ -57,6 +60,8 @@ def test_with_the_operator_stopped_a_delete_completes_and_the_children_are_colle
     wait_until(
         lambda: not _deployments(kubectl, namespace, name),
         what="the garbage collector to delete the Deployments",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
 
 
@@ -72,5 +77,7 @@ def test_the_finalizer_an_older_operator_left_is_removed(
     def released() -> bool:
         return not _resource(kubectl, namespace, name)["metadata"].get("finalizers")
 
-    wait_until(released, what=f"{LEGACY_FINALIZER} to be taken off {name}")
+    wait_until(
+        released, what=f"{LEGACY_FINALIZER} to be taken off {name}", timeout=WAIT_S, interval=POLL_S
+    )
     _running(kubectl, namespace, name)

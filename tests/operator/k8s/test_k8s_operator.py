@@ -25,7 +25,8 @@ from streamflow.operator import planner
 from streamflow.operator.kubernetes.target import KubernetesTarget
 from streamflow.operator.targets import TargetError
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json
+from tests.waiting import wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 CHECKSUM = "streamflow.io/config-checksum"
@@ -58,7 +59,9 @@ def wait_running(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
         done = current and status.get("phase") == "Running" and status.get("ready") == "3/3"
         return found if done else None
 
-    found: dict[str, Any] = wait_until(running, what=f"{name} to be Running with 3/3 ready")
+    found: dict[str, Any] = wait_until(
+        running, what=f"{name} to be Running with 3/3 ready", timeout=WAIT_S, interval=POLL_S
+    )
     return found
 
 
@@ -210,7 +213,7 @@ def test_deploy_creates_each_streamlets_children_and_the_status_follows_the_pods
         conditions = app_resource(kubectl, namespace, name)["status"]["conditions"]
         return any(c["type"] == "TopicsReady" and c["status"] == "True" for c in conditions)
 
-    wait_until(topics_ready, what="the TopicsReady condition")
+    wait_until(topics_ready, what="the TopicsReady condition", timeout=WAIT_S, interval=POLL_S)
     topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert set(application.topics) | {f"{name}.scorer.dlq"} <= set(topics)
 
@@ -308,7 +311,7 @@ def test_configure_rolls_only_the_changed_streamlet(
         status = app_resource(kubectl, namespace, name).get("status") or {}
         return status if status.get("phase") == "Failed" else None
 
-    status = wait_until(failed, what="the Failed phase")
+    status = wait_until(failed, what="the Failed phase", timeout=WAIT_S, interval=POLL_S)
     assert "scorer" in status["message"] and "threshold" in status["message"]
     assert checksums(kubectl, namespace, name) == after
 
@@ -338,7 +341,12 @@ def test_an_operator_restart_resumes_without_repeating_an_action(
 
     second = start_operator()
     # The resume handler reconciles the app, and each Deployment's initial event does too.
-    wait_until(lambda: len(second.history) >= 1 + len(STREAMLETS), what="the resumed reconciles")
+    wait_until(
+        lambda: len(second.history) >= 1 + len(STREAMLETS),
+        what="the resumed reconciles",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     assert [o.actions for o in second.history] == [[] for _ in second.history]
     assert [o.repairs for o in second.history] == [[] for _ in second.history]
     assert versions() == before
@@ -361,7 +369,7 @@ def test_deleted_pods_and_deployments_come_back(
         pods = ready_pods(kubectl, namespace, name, "scorer")
         return len(pods) == 2 and victim not in pods
 
-    wait_until(replaced, what=f"a replacement for pod {victim}")
+    wait_until(replaced, what=f"a replacement for pod {victim}", timeout=WAIT_S, interval=POLL_S)
     wait_running(kubectl, namespace, name)
 
     logger = children(kubectl, namespace, "deployments", name)["logger"]["metadata"]["uid"]
@@ -371,7 +379,12 @@ def test_deleted_pods_and_deployments_come_back(
         found = children(kubectl, namespace, "deployments", name).get("logger")
         return found is not None and found["metadata"]["uid"] != logger
 
-    wait_until(recreated, what="the operator to recreate the logger's Deployment")
+    wait_until(
+        recreated,
+        what="the operator to recreate the logger's Deployment",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     wait_running(kubectl, namespace, name)
 
 
@@ -389,6 +402,8 @@ def test_undeploy_collects_every_child_and_keeps_the_topics(
     wait_until(
         lambda: set(application.topics) <= set(admin.list_topics(timeout=10).topics),
         what="the topics",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
 
     result = cli(kube_cluster, namespace, "undeploy", name)
@@ -401,6 +416,11 @@ def test_undeploy_collects_every_child_and_keeps_the_topics(
             for kind in ("deployments", "replicasets", "pods", "configmaps", "services")
         )
 
-    wait_until(collected, what="the garbage collector to delete the app's objects")
+    wait_until(
+        collected,
+        what="the garbage collector to delete the app's objects",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     assert kubectl("get", "sfapp", "-n", namespace, "-o=name") == ""
     assert set(application.topics) <= set(admin.list_topics(timeout=10).topics)

@@ -20,7 +20,8 @@ from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes import manifests
 from streamflow.operator.kubernetes.target import KubernetesTarget
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S
+from tests.waiting import wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 
@@ -60,7 +61,12 @@ def test_operator_run_reconciles_with_its_role_and_stops_cleanly_on_sigterm(
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         target.deploy(application, bootstrap=None)
-        wait_until(lambda: target.status(application.name).settled, what="the app to settle")
+        wait_until(
+            lambda: target.status(application.name).settled,
+            what="the app to settle",
+            timeout=WAIT_S,
+            interval=POLL_S,
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)

@@ -27,12 +27,14 @@ from streamflow.blueprint.model import Application, KafkaSpec
 from streamflow.operator.kubernetes import names, spec
 from tests.k8s_fixtures import Kubectl
 from tests.operator.k8s.support import (
+    POLL_S,
     TEST_IMAGE,
+    WAIT_S,
     OperatorThread,
     get_json,
     make_application,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 LABEL = "streamflow.io/kafka-credentials"
 
@@ -118,7 +120,9 @@ def test_an_unlabelled_secret_is_refused_and_nothing_is_sent(
     start_operator()
     app = with_kafka(application, bootstrap=listener.address, secret="db-creds")
     name = apply(kubectl, namespace, app)
-    message = wait_until(failed_with(kubectl, namespace, name), what="the refusal")
+    message = wait_until(
+        failed_with(kubectl, namespace, name), what="the refusal", timeout=WAIT_S, interval=POLL_S
+    )
     assert "db-creds" in message and LABEL in message
     assert "hunter2" not in message
     events = kubectl("get", "events", "-n", namespace, "-o=json")
@@ -147,7 +151,12 @@ def test_a_labelled_secrets_bootstrap_wins_over_the_resources(
             for c in status.get("conditions") or []
         )
 
-    wait_until(topics_ready, what="the topics, created through the Secret's bootstrap")
+    wait_until(
+        topics_ready,
+        what="the topics, created through the Secret's bootstrap",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     assert set(app.topics) <= set(admin.list_topics(timeout=10).topics)
     assert listener.connections == 0
@@ -164,7 +173,9 @@ def test_a_secret_without_a_bootstrap_is_refused(
     start_operator()
     app = with_kafka(application, bootstrap=listener.address, secret="no-bootstrap")
     name = apply(kubectl, namespace, app)
-    message = wait_until(failed_with(kubectl, namespace, name), what="the refusal")
+    message = wait_until(
+        failed_with(kubectl, namespace, name), what="the refusal", timeout=WAIT_S, interval=POLL_S
+    )
     assert "BOOTSTRAP" in message
     assert listener.connections == 0
 
@@ -192,7 +203,9 @@ def test_security_settings_in_the_resources_kafka_config_are_refused(
     value = {"security.protocol": "PLAINTEXT", "bootstrap.servers": listener.address}.get(key, "x")
     app = with_kafka(application, config={key: value})
     name = apply(kubectl, namespace, app)
-    message = wait_until(failed_with(kubectl, namespace, name), what="the refusal")
+    message = wait_until(
+        failed_with(kubectl, namespace, name), what="the refusal", timeout=WAIT_S, interval=POLL_S
+    )
     assert key in message
     assert deployments(kubectl, namespace) == []
     assert listener.connections == 0
@@ -209,11 +222,18 @@ def test_an_image_outside_the_allowed_images_is_refused(
     evil = make_application(bootstrap=kafka_bootstrap)
     refused = apply(kubectl, namespace, evil, image="registry.internal/streamflow-miner:1")
     allowed = apply(kubectl, namespace, application, image="registry.internal/streamflow:1.2")
-    message = wait_until(failed_with(kubectl, namespace, refused), what="the refusal")
+    message = wait_until(
+        failed_with(kubectl, namespace, refused),
+        what="the refusal",
+        timeout=WAIT_S,
+        interval=POLL_S,
+    )
     assert "registry.internal/streamflow-miner:1" in message and "allowed" in message
     wait_until(
         lambda: any(d.startswith(f"{allowed}-") for d in deployments(kubectl, namespace)),
         what="the allowed image's Deployments",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     assert not any(d.startswith(f"{refused}-") for d in deployments(kubectl, namespace))
 

@@ -17,7 +17,8 @@ from streamflow import devkit
 from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes.target import KubernetesTarget
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json
+from tests.waiting import wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 HOLD = "example.com/hold"
@@ -61,7 +62,7 @@ def test_undeploy_returns_once_the_resource_and_its_children_are_gone(
     def running() -> bool:
         return target.status(name).phase == "Running"
 
-    wait_until(running, what=f"{name} to be Running")
+    wait_until(running, what=f"{name} to be Running", timeout=WAIT_S, interval=POLL_S)
     done = undeploy(kube_cluster, namespace, name)
     assert done.returncode == 0, done.stderr
     assert f"undeployed {name}" in done.stderr

@@ -23,7 +23,8 @@ from streamflow.blueprint.model import Application
 from streamflow.operator.kubernetes import spec
 from streamflow.operator.kubernetes.verify import Verifier
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import OperatorThread, get_json, make_application, wait_until
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, get_json, make_application
+from tests.waiting import wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 WINE = Path(__file__).parents[3] / "blueprints" / "wine"
@@ -114,12 +115,19 @@ def test_resources_the_verifier_rejects_fail_with_their_problems_and_get_no_chil
             verified = _condition(status, "Verified")
             return verified if status.get("phase") == "Failed" and verified else None
 
-        verified = wait_until(failed, what=f"{label}: {name} to fail its verification")
+        verified = wait_until(
+            failed,
+            what=f"{label}: {name} to fail its verification",
+            timeout=WAIT_S,
+            interval=POLL_S,
+        )
         assert verified["status"] == "False" and verified["reason"] == "ProblemsFound"
         assert code in verified["message"] and where in verified["message"], verified
         wait_until(
             lambda name=name: "VerificationFailed" in _warnings(kubectl, namespace, name),
             what=f"the Warning event of {name}",
+            timeout=WAIT_S,
+            interval=POLL_S,
         )
 
     for kind in ("deployments", "configmaps", "services"):
@@ -174,7 +182,7 @@ def _wait_running(kubectl: Kubectl, namespace: str, name: str, streamlets: int) 
             status.get("phase") == "Running" and status.get("ready") == f"{streamlets}/{streamlets}"
         )
 
-    wait_until(running, what=f"{name} to be Running")
+    wait_until(running, what=f"{name} to be Running", timeout=WAIT_S, interval=POLL_S)
 
 
 def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:

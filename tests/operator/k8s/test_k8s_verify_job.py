@@ -42,13 +42,15 @@ from streamflow.operator.kubernetes.verify import CHILD_MODULE
 from streamflow.operator.kubernetes.verify_child import REQUEST_ENV, decode_request, encode_request
 from tests.k8s_fixtures import Kubectl
 from tests.operator.k8s.support import (
+    POLL_S,
     TEST_IMAGE,
+    WAIT_S,
     OperatorThread,
     get_json,
     make_application,
-    wait_until,
 )
 from tests.operator.k8s.test_k8s_autoscale_units import Events, FakeCluster
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).parents[3]
 IMAGE = "reg.example/wine:1"
@@ -468,6 +470,8 @@ def test_with_verify_in_job_an_application_gets_its_job_and_reports_verifying(
     state = wait_until(
         lambda: (s := _verified(kubectl, namespace, name)).get("reason") == "Verifying" and s,
         what=f"{name} to report Verifying",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     assert state["phase"] == "Pending" and state["status"] == "Unknown"
     live = get_json(kubectl, "sfapp", name, "-n", namespace)
@@ -508,6 +512,8 @@ def test_a_job_that_leaves_no_answer_fails_the_application_with_why_and_goes(
     state = wait_until(
         lambda: (s := _verified(kubectl, namespace, name)).get("phase") == "Failed" and s,
         what=f"{name} to fail its verification",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     assert (state["status"], state["reason"]) == ("Unknown", "VerifierFailed")
     assert "its log cannot be read" in state["message"] and TEST_IMAGE in state["message"]
@@ -520,8 +526,12 @@ def test_a_job_that_leaves_no_answer_fails_the_application_with_why_and_goes(
             ]
         ),
         what="the VerifierFailed Warning event",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )
     wait_until(
         lambda: not get_json(kubectl, "jobs", "-n", namespace)["items"],
         what="the failed Job to be deleted",
+        timeout=WAIT_S,
+        interval=POLL_S,
     )

@@ -26,6 +26,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from tests.runtime import support
 from tests.streamlets.drift import drift_support as d
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).parents[3]
 STORE = SchemaStore([d.SCHEMAS])
@@ -91,14 +92,14 @@ def test_a_detector_killed_mid_window_reports_the_whole_window_and_alerts_once(
         first = _reports(kafka_bootstrap, reports_topic, 1, timeout=120)
         assert [r["window"]["records"] for r in first] == [WINDOW], running.log()
         # the half window is read and its offsets committed: nothing of it is read again
-        support.wait_for(
+        wait_until(
             lambda: _committed(kafka_bootstrap, app) == REFERENCE + WINDOW + WINDOW // 2,
             timeout=60,
-            message="the half window's offsets to be committed",
+            what="the half window's offsets to be committed",
         )
         assert victim.process is not None
         os.kill(victim.process.pid, signal.SIGKILL)  # the supervisor starts it again
-        support.wait_for(lambda: victim.restarts >= 1, timeout=60, message="a restart")
+        wait_until(lambda: victim.restarts >= 1, timeout=60, what="a restart")
         _send(kafka_bootstrap, app, REFERENCE + WINDOW + WINDOW // 2, WINDOW // 2)
         reports = _reports(kafka_bootstrap, reports_topic, 2, timeout=120)
         alerts = _reports(kafka_bootstrap, alerts_topic, 1, timeout=10)

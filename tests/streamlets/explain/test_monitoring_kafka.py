@@ -16,6 +16,7 @@ from tests.runtime import support
 from tests.streamlets.drift import hosted as hosting
 from tests.streamlets.explain import explain_support as e
 from tests.streamlets.serving import serving_support as s
+from tests.waiting import wait_until
 
 STORE = SchemaStore([s.SCHEMAS])
 
@@ -240,10 +241,10 @@ def test_a_remote_explainer_outage_pauses_explaining_and_loses_nothing(
             support.produce(
                 kafka_bootstrap, topic, [(p["id"], points.encode(p)) for p in batches[1]]
             )
-            support.wait_for(
+            wait_until(
                 lambda: _backpressure(replica.health_port) >= 2,
                 timeout=60,
-                message="the replica to back off while the explainer is down",
+                what="the replica to back off while the explainer is down",
             )
             server.restart()
             explanations = _decoded(

@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,11 +27,12 @@ import pytest
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streamflow import devkit
 from streamflow.schema.registry import schema_id_of
+from tests.runtime.registry_support import value_context
 from tests.streamlets.io_kafka import iohelpers as h
+from tests.waiting import exited, wait_until
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 EVENT_AVSC = (h.SCHEMAS / "event.avsc").read_text()
@@ -62,18 +62,13 @@ class Run:
         return ANSI.sub("", self.log_file.read_text())
 
     def wait(self, condition: Callable[[], bool], *, message: str, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"streamflow run exited ({self.process.returncode}) before {message}\n"
-                    + self.log()
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"timed out after {timeout:.0f}s waiting for {message}\n" + self.log()
-                )
-            time.sleep(0.1)  # a polling interval, not a synchronisation
+        wait_until(
+            condition,
+            what=message,
+            timeout=timeout,
+            gave_up=exited(self.process, "streamflow run"),
+            explain=self.log,
+        )
 
     def ports(self) -> dict[str, int]:
         """The port each HTTP ingress logged as bound, by streamlet."""
@@ -123,10 +118,6 @@ def blueprint(app: str, streamlets: str, topics: str) -> str:
 def as_event(decoded: dict[str, Any]) -> dict[str, Any]:
     """A decoded Event with its uuid as the string it was posted as."""
     return {**decoded, "id": str(decoded["id"])}
-
-
-def value_context(topic: str) -> SerializationContext:
-    return SerializationContext(topic, MessageField.VALUE)
 
 
 def by_seq(records: list[Message]) -> dict[int, Message]:

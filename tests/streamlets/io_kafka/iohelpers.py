@@ -27,8 +27,8 @@ from tests.runtime.support import (
     count_at_least,
     produce,
     replicas,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 __all__ = [
     "EVENT",
@@ -50,7 +50,6 @@ __all__ = [
     "replicas",
     "topic",
     "wait",
-    "wait_for",
 ]
 
 HERE = Path(__file__).parent
@@ -94,11 +93,13 @@ def create_topics(bootstrap: str, app: Application) -> None:
 
 
 def wait(running: Replicas, condition: Callable[[], bool], *, timeout: float, message: str) -> None:
-    """:func:`wait_for`, with the replicas' recent log in the failure."""
-    try:
-        wait_for(condition, timeout=timeout, message=message)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- replica log ---\n{running.log()}") from None
+    """:func:`wait_until`, with the replicas' recent log in the failure."""
+    wait_until(
+        condition,
+        what=message,
+        timeout=timeout,
+        explain=lambda: f"--- replica log ---\n{running.log()}",
+    )
 
 
 def topic(app: Application, prefix: str) -> str:

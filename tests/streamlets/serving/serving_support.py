@@ -6,7 +6,6 @@ import datetime as dt
 import hashlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +71,3 @@ def settle(h: StreamletHarness, version: int, *, timeout: float = 60.0) -> dict[
                 return out.value
         time.sleep(0.05)
     raise AssertionError(f"version {version} reached no final state in {timeout:.0f}s")
-
-
-def wait_for(condition: Callable[[], bool], *, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
-        time.sleep(0.1)

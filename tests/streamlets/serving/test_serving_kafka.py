@@ -14,6 +14,7 @@ from tests.model_fixtures import WineModels
 from tests.runtime import support
 from tests.streamlets.serving import kafka_support as k
 from tests.streamlets.serving import serving_support as s
+from tests.waiting import wait_until
 
 
 def test_live_switching_embedded_remote_v1_remote_v2_embedded_loses_nothing(
@@ -103,10 +104,10 @@ def test_model_server_down_mid_stream_pauses_and_loses_nothing(
         support.consume_until(kafka_bootstrap, out_topic, support.count_at_least(300), timeout=60)
         server.kill()
         down_since = time.monotonic()
-        support.wait_for(
+        wait_until(
             lambda: _backpressure(replica.health_port) >= 2 and time.monotonic() - down_since >= 5,
             timeout=60,
-            message="the replica to back off while the server is down",
+            what="the replica to back off while the server is down",
         )
         server.restart()
         feeder.join(60)
