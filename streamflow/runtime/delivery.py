@@ -317,6 +317,7 @@ class CallWatchdog:
 
     EXIT_STUCK = 70
     GRACE_S = 5.0
+    POLL_S = 1.0
 
     def __init__(
         self,
@@ -324,7 +325,7 @@ class CallWatchdog:
         grace_s: float = GRACE_S,
         clock: Callable[[], float] = time.monotonic,
         exit: Callable[[int], Any] = os._exit,
-        poll_s: float = 1.0,
+        poll_s: float = POLL_S,
     ) -> None:
         self.grace_s = grace_s
         self._clock, self._exit, self._poll_s = clock, exit, poll_s

@@ -23,6 +23,11 @@ What the table's columns mean:
   ``n/a``: nothing came out after the fault's end, all was out by then.
 * **caught up**: seconds from the fault's end until every id produced before
   it is out or dead-lettered: how long the backlog the fault made took to clear.
+* **stuck ends by**: under exactly-once, the longest a replica can stay stuck in a
+  transactional call before its watchdog ends it (``transaction.timeout.ms`` plus
+  `CallWatchdog.GRACE_S` plus one poll); a fresh replica then starts after the
+  supervisor's 1 s backoff. This is what bounds the exactly-once *recover* after a
+  broker or network fault. ``n/a`` under at-least-once, which opens no transactions.
 * **counts**: ``hold`` when the counts below hold, ``BROKEN`` when they do not
   or the run never settled (the test fails then too). "reader made again" says
   the yardstick's own consumer stalled after a broker restart and was made again
@@ -48,6 +53,7 @@ from typing import Any
 
 from streamflow.blueprint.model import Application
 from streamflow.operator.local import ReplicaProcess
+from streamflow.runtime import clients, delivery
 from tests.chaos import traffic
 from tests.chaos.traffic import OutputReader, PacedProducer, delete_topics
 from tests.runtime import support
@@ -75,7 +81,8 @@ class Row:
     caught_up_s: float | None
     took_s: float
     passed: bool
-    reader_reopened: int = 0  # times the yardstick's own consumer stalled (OutputReader)
+    reader_reopened: int = 0
+    stuck_bound_s: float | None = None  # times the yardstick's own consumer stalled (OutputReader)
 
 
 @dataclass
@@ -251,6 +258,7 @@ class ChaosRun:
             took_s=time.monotonic() - self.created,
             passed=settled and self._counts_hold(producer, out, dead),
             reader_reopened=len(reader.reopened),
+            stuck_bound_s=stuck_bound_s(self.guarantee),
         )
 
     def _counts_hold(
@@ -354,6 +362,14 @@ def make_app(
     )
 
 
+def stuck_bound_s(guarantee: str) -> float | None:
+    """How long a replica can stay stuck in a transactional call before it ends."""
+    if guarantee != "exactly-once":
+        return None
+    watchdog = delivery.CallWatchdog
+    return clients.TRANSACTION_TIMEOUT_MS / 1000 + watchdog.GRACE_S + watchdog.POLL_S
+
+
 TABLE_TITLE = (
     "Chaos suite: each scenario sends distinct ids through a real app while a fault is on, "
     "then counts them (tests/chaos/harness.py says what each column means)."
@@ -364,13 +380,13 @@ def format_table(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
     header = (
         "| scenario | guarantee | in | out | duplicates | dead letters | restarts "
-        "| recover (s) | caught up (s) | took (s) | counts |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        "| recover (s) | caught up (s) | stuck ends by (s) | took (s) | counts |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
     )
     lines = [
         f"| {r.scenario} | {r.guarantee} | {r.records_in} | {r.out} | {r.duplicates} "
         f"| {r.dead_letters} | {r.restarts} | {_seconds(r.recover_s)} | {_seconds(r.caught_up_s)} "
-        f"| {r.took_s:.0f} | {_verdict(r)} |"
+        f"| {_seconds(r.stuck_bound_s)} | {r.took_s:.0f} | {_verdict(r)} |"
         for r in rows
     ]
     return header + "\n".join(lines) + "\n"

@@ -112,6 +112,7 @@ def test_model_server_outage_under_load(
         passed=set(ids) == {f"w{i}" for i in range(N)}
         and not dead
         and (guarantee != "exactly-once" or all(n == 1 for n in ids.values())),
+        stuck_bound_s=harness.stuck_bound_s(guarantee),
     )
     chaos_table.append(row)
     assert set(ids) == {f"w{i}" for i in range(N)}, log
