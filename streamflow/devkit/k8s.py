@@ -160,6 +160,8 @@ class KubeCluster(_local.LocalService):
         self._bin: Path | None = None
         self._kubectl: Path | None = None
         self._port: int | None = None
+        self._peer_port = 0
+        self._other_ports: list[int] = []
 
     def __repr__(self) -> str:
         where = self.server if self._port else "not started"
@@ -195,7 +197,8 @@ class KubeCluster(_local.LocalService):
         self._bin = find_k8s_bin(bin_dir=self._bin_dir)
         self._kubectl = find_kubectl()
         self._work_dir = self._prepare_work_dir()
-        self._port = _free_port()
+        # every component's port at once, so no two of them are handed the same one
+        self._port, self._peer_port, *self._other_ports = _free_ports(2 + len(_OTHER_PORTS))
         _running.add(self)
         try:
             self._write_config()
@@ -270,7 +273,7 @@ class KubeCluster(_local.LocalService):
         kwokctl has no flags for these; it reads `$KWOK_WORKDIR/kwok.yaml` on every call.
         """
         self._kwok_dir.mkdir(parents=True, exist_ok=True)
-        options: dict[str, object] = {"bindAddress": _HOST, "etcdPeerPort": _free_port()}
+        options: dict[str, object] = {"bindAddress": _HOST, "etcdPeerPort": self._peer_port}
         if self._apiserver_address is not None:
             options["kubeApiserverCertSANs"] = [self._apiserver_address, _SERVICE_IP]
         config = {
@@ -296,7 +299,10 @@ class KubeCluster(_local.LocalService):
             f"--kube-apiserver-port={self._port}",
             # Ports of our own choosing: kwokctl counts down from 32765, so clusters
             # started at the same moment in separate work dirs could pick the same.
-            *(f"--{flag}={_free_port()}" for flag in _OTHER_PORTS),
+            *(
+                f"--{flag}={port}"
+                for flag, port in zip(_OTHER_PORTS, self._other_ports, strict=True)
+            ),
             "--kubeconfig=",  # leave ~/.kube/config alone
             "--quiet-pull",
             *(f"--{flag}={self._bin / binary}" for flag, binary in binaries.items()),
@@ -433,10 +439,13 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((_HOST, 0))
-        return int(probe.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports: each socket stays bound until all are read."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind((_HOST, 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 _running: set[KubeCluster] = set()

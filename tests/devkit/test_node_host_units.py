@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.devkit import _node_host
+from streamflow.devkit import _node_host, k8s
 from streamflow.devkit.kafka import DevkitError
 
 
@@ -75,3 +75,11 @@ def test_with_our_marker_the_cleanup_runs_and_drops_the_marker(
     assert _node_host.clean_iptables(Path("/opt/kube-proxy")) is True
     assert fake.calls[0] == ["/opt/kube-proxy", "--cleanup"]
     assert not marker.exists()
+
+
+def test_every_component_of_a_cluster_gets_a_port_of_its_own() -> None:
+    """Ports picked one by one could repeat: the parallel suite once handed kube-apiserver
+    and etcd's peer listener the same one, and the cluster never started."""
+    for _ in range(50):
+        ports = k8s._free_ports(7)
+        assert len(set(ports)) == 7
