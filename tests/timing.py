@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiers import TIERS
+
 TIMES_ENV = "STREAMFLOW_TEST_TIMES"
 
 
@@ -38,6 +40,8 @@ class Timing:
         self.workers = max(1, workers)
         self.directories: dict[str, _Directory] = defaultdict(_Directory)
         self.groups: dict[str, float] = defaultdict(float)
+        self.tiers: dict[str, set[str]] = defaultdict(set)
+        self.tier_seconds: dict[str, float] = defaultdict(float)
         self.per_test: dict[str, float] = defaultdict(float)
 
     @pytest.hookimpl
@@ -53,6 +57,10 @@ class Timing:
             entry.slowest = (self.per_test[report.nodeid], report.nodeid)
         group = dict(report.user_properties).get("group", path)
         self.groups[str(group)] += report.duration
+        for tier in TIERS:
+            if tier in report.keywords:
+                self.tiers[tier].add(report.nodeid)
+                self.tier_seconds[tier] += report.duration
 
     def table(self) -> str:
         wall = time.monotonic() - self.started
@@ -71,6 +79,15 @@ class Timing:
         lines.append(f"| **all** | {len(self.per_test)} | {total:.0f} | 100% | |")
         busy = total / (wall * self.workers) if wall else 0.0
         lines.append("")
+        lines.append(
+            "Tiers: "
+            + ", ".join(
+                f"{tier} {len(self.tiers[tier])} tests {self.tier_seconds[tier]:.0f} s"
+                for tier in TIERS
+                if tier in self.tiers
+            )
+            + " (test-seconds)."
+        )
         lines.append(
             f"Wall time {wall:.0f} s with {self.workers} worker(s): "
             f"{total:.0f} test-seconds, the workers busy {busy:.0%} of the time."
