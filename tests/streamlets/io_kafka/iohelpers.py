@@ -140,6 +140,31 @@ def port_accepts(port: int) -> bool:
         return False
 
 
+# What a partition of a topic made a moment ago answers until its leader is known.
+_NOT_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def _watermarks(consumer: Consumer, partition: TopicPartition) -> tuple[int, int]:
+    """The partition's low and high offsets, asked again while its leader is not known yet
+    (a loaded machine was seen answering NOT_LEADER_FOR_PARTITION for a new topic)."""
+
+    def ask() -> tuple[int, int] | None:
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=10)
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in _NOT_YET:
+                return None
+            raise
+        return int(low), int(high)
+
+    where = f"{partition.topic}[{partition.partition}]"
+    return wait_until(ask, what=f"the offsets of {where}", timeout=30)
+
+
 def read_topic(bootstrap: str, topic_name: str, *, timeout: float = 30.0) -> list[Message]:
     """Every record of a topic up to its end as of now, in offset order per partition."""
     consumer = Consumer(
@@ -154,7 +179,7 @@ def read_topic(bootstrap: str, topic_name: str, *, timeout: float = 30.0) -> lis
         meta = consumer.list_topics(topic_name, timeout=10).topics[topic_name]
         ends = {}
         for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, p), timeout=10)
+            low, high = _watermarks(consumer, TopicPartition(topic_name, p))
             if high > low:
                 ends[p] = high
         consumer.assign([TopicPartition(topic_name, p, 0) for p in ends])
