@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -100,7 +101,10 @@ def run(
         console.print(format_problems(result.problems), markup=False)
         raise typer.Exit(1)
     refuse_deployed(result.application)
-    with running(result.application, bootstrap_servers, log_format=log_format) as started:
+    printer = _printer(result.application, quiet=not verbose)
+    with running(
+        result.application, bootstrap_servers, log_format=log_format, on_line=printer
+    ) as started:
         console.print(_panel(started.app, started.bootstrap, started.replicas))
         _supervise(started.supervisor, duration)
     console.print("[bold]streamflow[/]: stopped")
@@ -240,11 +244,22 @@ def _create_topics(app: Application, bootstrap: str) -> None:
         console.print(f"warning: {warning}", markup=False, style="yellow")
 
 
-def _printer(app: Application) -> Callable[[ReplicaProcess, str], None]:
+# TensorFlow's start-up lines: absl's note that its logging has not started, and the C++
+# INFO and WARNING lines (oneDNN, CPU features) that TF_CPP_MIN_LOG_LEVEL no longer hides
+# since TensorFlow logs through absl. Errors are never hidden.
+TF_STARTUP = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|[IW]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] "
+)
+
+
+def _printer(app: Application, *, quiet: bool = True) -> Callable[[ReplicaProcess, str], None]:
     colours = dict(zip(app.streamlets, itertools.cycle(_COLOURS), strict=False))
     width = max((len(n) for n in app.streamlets), default=8) + 3
 
     def print_line(replica: ReplicaProcess, line: str) -> None:
+        if quiet and TF_STARTUP.match(line):
+            return
         colour = colours.get(replica.streamlet, "white")
         console.print(Text.assemble((f"{replica.name:<{width}}| ", colour), line), soft_wrap=True)
 
