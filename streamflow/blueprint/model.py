@@ -15,6 +15,7 @@ from typing import Any
 
 from streamflow.api import descriptor as descriptors
 from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
@@ -119,6 +120,8 @@ class StreamletSpec:
     # inputs (runtime/lineage.py). Reading every input's headers costs CPU; an
     # application that is never scored may turn it off.
     lineage: bool = True
+    # What one record may declare once decoded (schema.bounds); the defaults unless set
+    decode_limits: DecodeLimits = DEFAULT_LIMITS
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,11 @@ class Application:
                     else None,
                     **({"stall_after": s.stall_after} if s.stall_after is not None else {}),
                     **({} if s.lineage else {"lineage": False}),
+                    **(
+                        {"decode_limits": s.decode_limits.to_dict()}
+                        if s.decode_limits != DEFAULT_LIMITS
+                        else {}
+                    ),
                 }
                 for name, s in self.streamlets.items()
             },
@@ -287,6 +295,7 @@ class Application:
                     else None,
                     stall_after=float(s["stall_after"]) if s.get("stall_after") else None,
                     lineage=bool(s.get("lineage", True)),
+                    decode_limits=DecodeLimits.from_dict(s.get("decode_limits")),
                 )
                 for name, s in data["streamlets"].items()
             },

@@ -19,9 +19,11 @@ from streamflow.api.params import parse_duration
 from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
+from streamflow.blueprint.verify_decode_limits import read_decode_limits
 from streamflow.blueprint.verify_resources import read_resources
 from streamflow.blueprint.yamlload import Node
 from streamflow.schema import registry
+from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
@@ -45,6 +47,7 @@ STREAMLET_FIELDS = (
     "resources",
     "stall_after",
     "lineage",
+    "decode_limits",
 )
 TOPIC_FIELDS = (
     "producers",
@@ -94,6 +97,7 @@ class StreamletDraft:
     resources: dict[str, dict[str, str]] | None = None
     stall_after: float | None = None
     lineage: bool = True
+    decode_limits: DecodeLimits = DEFAULT_LIMITS
 
 
 @dataclass
@@ -254,6 +258,9 @@ def _streamlet_fields(report: Reporter, node: Node, draft: StreamletDraft) -> No
         elif text == "lineage":
             lineage = _boolean(report, value, what=f"{draft.name}.lineage")
             draft.lineage = True if lineage is None else lineage
+        elif text == "decode_limits":
+            limits = read_decode_limits(report, value, streamlet=draft.name)
+            draft.decode_limits = limits or DEFAULT_LIMITS
     if draft.autoscale is not None and draft.replicas_node is None:
         draft.replicas = draft.autoscale.min  # autoscaled: it starts at its minimum
 

@@ -332,6 +332,7 @@ def _application(
             resources=s.resources,
             stall_after=s.stall_after,
             lineage=s.lineage,
+            decode_limits=s.decode_limits,
         )
         for name, s in draft.streamlets.items()
     }

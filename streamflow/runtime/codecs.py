@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from streamflow.blueprint.model import Application, TopicSpec
 from streamflow.runtime import registry as registries
+from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 from streamflow.schema.codecs import Codec, JsonTopicCodec, SingleObjectCodec
 from streamflow.schema.formats import RegisterPolicy, TopicFormat, subject_for
 from streamflow.schema.registry import Registry, RegistryAvroCodec, RegistryJsonCodec
@@ -32,8 +33,17 @@ class Codecs:
             self._registry = registries.connect(self.app.kafka.schema_registry)
         return self._registry
 
-    def for_topic(self, topic: TopicSpec | None, schema_name: str, *, producing: bool) -> Codec:
+    def for_topic(
+        self,
+        topic: TopicSpec | None,
+        schema_name: str,
+        *,
+        producing: bool,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+    ) -> Codec:
         """The codec of a port on ``topic`` (None: an unconnected port, Avro as default).
+
+        ``limits`` bound what a record it decodes may declare (:mod:`streamflow.schema.bounds`).
 
         A producing registry codec has its schema id resolved (or registered)
         here, at start-up, so encoding never waits on the registry; this raises
@@ -43,9 +53,9 @@ class Codecs:
         schema = self.store.get(schema_name)
         fmt = topic.format if topic is not None else TopicFormat.AVRO
         if fmt is TopicFormat.AVRO:
-            return SingleObjectCodec(schema, store=self.store)
+            return SingleObjectCodec(schema, store=self.store, limits=limits)
         if fmt is TopicFormat.JSON:
-            return JsonTopicCodec(schema)
+            return JsonTopicCodec(schema, limits=limits)
         assert topic is not None
         register = self.app.register_policy(topic) is RegisterPolicy.AUTO
         codec: RegistryAvroCodec | RegistryJsonCodec
@@ -56,10 +66,15 @@ class Codecs:
                 subject=subject_for(topic.name),
                 register=register,
                 store=self.store,
+                limits=limits,
             )
         else:
             codec = RegistryJsonCodec(
-                schema, self.registry, subject=subject_for(topic.name), register=register
+                schema,
+                self.registry,
+                subject=subject_for(topic.name),
+                register=register,
+                limits=limits,
             )
         if producing:
             codec.prepare()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint.model import Application
 from streamflow.runtime.codecs import Codecs
+from streamflow.schema.bounds import DEFAULT_LIMITS
 from streamflow.schema.codecs import Codec
 from streamflow.schema.store import SchemaStore
 
@@ -30,6 +31,8 @@ class Bindings:
     controls_by_topic: dict[str, tuple[str, Codec]] = field(default_factory=dict)
     outlets: dict[str, OutletBinding] = field(default_factory=dict)
     dlq_topic: str = ""
+    #: what one batch may hold decoded: the processor cuts a batch there
+    max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes
 
 
 def bind(
@@ -44,20 +47,22 @@ def bind(
     descriptor: StreamletDescriptor = app.descriptor(streamlet)
     out = Bindings(dlq_topic=app.dlq_topic(streamlet))
     codecs = codecs or Codecs(app, store)
+    limits = app.streamlets[streamlet].decode_limits
+    out.max_batch_bytes = limits.max_batch_bytes
 
     for port in descriptor.inlets:
         topic = app.topic_for(streamlet, port.name)
         if topic is not None:
             out.inlets_by_topic[topic.name] = (
                 port.name,
-                codecs.for_topic(topic, port.schema, producing=False),
+                codecs.for_topic(topic, port.schema, producing=False, limits=limits),
             )
     for port in descriptor.control_inlets:
         topic = app.topic_for(streamlet, port.name)
         if topic is not None:
             out.controls_by_topic[topic.name] = (
                 port.name,
-                codecs.for_topic(topic, port.schema, producing=False),
+                codecs.for_topic(topic, port.schema, producing=False, limits=limits),
             )
     for port in descriptor.outlets:
         topic = app.topic_for(streamlet, port.name)

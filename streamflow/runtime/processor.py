@@ -294,6 +294,30 @@ class Processor:
                 log.info("not rewinding %s[%d]: %s", topic, partition, exc.args[0].str())
         self._pending_pause = True
 
+    def _cut(
+        self, messages: list[Message], at: Message, run: int, starts: Offsets
+    ) -> tuple[list[Message], int, Message]:
+        """End the batch before ``at``: the records from it on are read again next batch.
+
+        Returns the batch's messages, and the current run's length and last message
+        without ``at`` (its partition's offset then stops before it).
+        """
+        index = next(i for i, m in enumerate(messages) if m is at)
+        rest, kept = messages[index:], messages[:index]
+        self._rewind(rest)
+        where = _where(at)
+        if run == 1 and starts.get(where) == at.offset():
+            del starts[where]  # the run was this record alone: nothing of it is in the batch
+        before = next((m for m in reversed(kept) if m.error() is None), at)
+        log.info(
+            "a batch of %d records cut after %d: what it decodes to reached %d bytes "
+            "(decode_limits.max_batch_bytes)",
+            len(messages),
+            len(kept),
+            self.bindings.max_batch_bytes,
+        )
+        return kept, run - 1, before
+
     def _update_ready(self) -> None:
         reasons = []
         if not self._assigned_once:
@@ -327,6 +351,9 @@ class Processor:
         # the run's last message gives the offset (a record reads its own lazily).
         topic, partition, run, last = "", -1, 0, messages[0]
         inlet, codec = "", None
+        # what the batch holds decoded, against its limit (schema.bounds: each record's is
+        # known before it is decoded, so this is the most one batch can cost)
+        held, budget = 0, self.bindings.max_batch_bytes
         for msg in messages:
             error = msg.error()
             if error is not None:
@@ -357,6 +384,11 @@ class Processor:
                 # never a dead letter: the record is fine, the registry (or access to it) is not
                 self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
                 return
+            held += codec.last_size  # type: ignore[union-attr]
+            if held > budget and records:
+                # the rest waits for the next batch, this record with it
+                messages, run, last = self._cut(messages, msg, run, starts)
+                break
             keep(consumed(msg, value, inlet, topic, partition))
             keep_message(msg)
         if run:

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import validate as fastavro_validate
 
-from streamflow.schema import compat, validate
+from streamflow.schema import bounds, compat, validate
+from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits, RecordBound
 from streamflow.schema.store import Schema, SchemaStore
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "JsonCodec",
     "JsonTopicCodec",
     "SingleObjectCodec",
+    "bounded",
     "describe_encode_error",
     "error_line",
 ]
@@ -54,6 +56,9 @@ class EncodeError(ValueError):
 
 class Codec(Protocol):
     schema: Schema
+    #: the decoded size of the last record ``decode`` returned (an upper-bound estimate,
+    #: see :mod:`streamflow.schema.bounds`): what a batch adds up against its limit
+    last_size: int
 
     def encode(self, value: dict[str, Any]) -> bytes: ...
 
@@ -68,7 +73,13 @@ class SingleObjectCodec:
     against ours with the Avro resolution rules.
     """
 
-    def __init__(self, schema: Schema, *, store: SchemaStore | None = None) -> None:
+    def __init__(
+        self,
+        schema: Schema,
+        *,
+        store: SchemaStore | None = None,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.schema = schema
         self._store = store
         self._header = MAGIC + schema.fingerprint.to_bytes(8, "little")
@@ -77,6 +88,10 @@ class SingleObjectCodec:
         self._is_record = schema.raw.get("type") in ("record", "error")
         self._writers: dict[bytes, Any] = {}
         self._writer_schemas: dict[bytes, Schema] = {}
+        self.limits = limits
+        self._bound = RecordBound(schema.raw, limits)
+        self._bounds: dict[bytes, RecordBound] = {}  # of other writers, by fingerprint
+        self.last_size = 0
 
     @property
     def header(self) -> bytes:
@@ -95,7 +110,7 @@ class SingleObjectCodec:
         header = self._header
         if data.startswith(header):
             # The common case, checked in one comparison: our own schema wrote it.
-            writer, reader = self._parsed, None
+            writer, reader, bound = self._parsed, None, self._bound
         elif data[:2] != MAGIC:
             raise DecodeError(
                 "not Avro single-object encoded (expected marker C3 01, "
@@ -108,6 +123,13 @@ class SingleObjectCodec:
             )
         else:
             writer, reader = self._writer_for(data[2:_HEADER_LEN]), self._parsed
+            bound = self._bounds[data[2:_HEADER_LEN]]
+        # before fastavro builds what the bytes declare (a length check on the hot path)
+        n = len(data) - _HEADER_LEN
+        if n > bound.walk_above:
+            self.last_size = bounded(bound, data, _HEADER_LEN)
+        else:
+            self.last_size = bound.fixed + bound.per_byte * n
         buf = io.BytesIO(data)
         buf.seek(_HEADER_LEN)
         try:
@@ -159,9 +181,18 @@ class SingleObjectCodec:
                 f"{self.schema.name} ({self.schema.fingerprint_hex}). If it is an older "
                 "version, put that version under a history/ directory on the schema paths"
             )
+        self._bounds[fingerprint] = RecordBound(writer.raw, self.limits)
         self._writers[fingerprint] = writer.parsed
         self._writer_schemas[fingerprint] = writer
         return writer.parsed
+
+
+def bounded(bound: RecordBound, data: bytes, start: int) -> int:
+    """The decoded size of a record that its length does not prove within the limits."""
+    try:
+        return bound.check(data, start)
+    except bounds.TooLarge as exc:
+        raise DecodeError(f"refused before decoding: {exc}") from None
 
 
 def error_line(exc: Exception, limit: int = 200) -> str:
@@ -176,25 +207,36 @@ def error_line(exc: Exception, limit: int = 200) -> str:
 class JsonCodec:
     """Plain JSON objects, coerced to the schema's types and validated."""
 
-    def __init__(self, schema: Schema) -> None:
+    def __init__(self, schema: Schema, *, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
         self.schema = schema
-        self._coercer = _Coercer(validate.named_types(schema))
+        self.limits = limits
+        self._coercer = _Coercer(validate.named_types(schema), limits)
+        self.last_size = 0
 
     def encode(self, value: dict[str, Any]) -> bytes:
         return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
 
     def decode(self, data: bytes) -> dict[str, Any]:
         try:
+            size = bounds.json_bound(data, self.limits)
             doc = json.loads(data)
+        except bounds.TooLarge as exc:
+            raise DecodeError(f"refused before decoding: {exc}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DecodeError(f"not valid JSON: {exc}") from None
+        except RecursionError:
+            raise DecodeError("not valid JSON: nested too deeply to read") from None
+        self.last_size = size
         return self.from_json(doc)
 
     def from_json(self, doc: Any) -> dict[str, Any]:
         """Coerce a parsed JSON value into a record of this schema, or explain why not."""
         if not isinstance(doc, dict):
             raise DecodeError(f"expected a JSON object for {self.schema.name}")
-        value = self._coercer.coerce(self.schema.parsed, doc)
+        try:
+            value = self._coercer.coerce(self.schema.parsed, doc)
+        except bounds.TooLarge as exc:
+            raise DecodeError(f"refused: {exc}") from None
         # fastavro's check is the fast path; the walk that names every problem runs on failure
         if not fastavro_validate(value, self.schema.parsed, raise_errors=False):
             problems = validate.validation_problems(self.schema, value)
@@ -212,8 +254,8 @@ class JsonTopicCodec(JsonCodec):
     The fast check is fastavro's; the full reasons are built only on failure.
     """
 
-    def __init__(self, schema: Schema) -> None:
-        super().__init__(schema)
+    def __init__(self, schema: Schema, *, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
+        super().__init__(schema, limits=limits)
         self._fields = tuple(schema.field_names())
 
     def encode(self, value: dict[str, Any]) -> bytes:
@@ -251,8 +293,9 @@ class _Coercer:
     exactly as an Avro-decoded one would.
     """
 
-    def __init__(self, named: dict[str, Any]) -> None:
+    def __init__(self, named: dict[str, Any], limits: DecodeLimits = DEFAULT_LIMITS) -> None:
         self.named = named
+        self.limits = limits
 
     def coerce(self, schema: Any, value: Any) -> Any:
         schema = self.named.get(schema, schema) if isinstance(schema, str) else schema
@@ -267,8 +310,10 @@ class _Coercer:
         if kind == "record" and isinstance(value, dict):
             return self.coerce_record(schema, value)
         if kind == "array" and isinstance(value, list):
+            bounds.json_items(value, self.limits)
             return [self.coerce(schema["items"], v) for v in value]
         if kind == "map" and isinstance(value, dict):
+            bounds.json_items(value, self.limits)
             return {k: self.coerce(schema["values"], v) for k, v in value.items()}
         return self.coerce(kind, value) if kind != "enum" else value
 

@@ -38,10 +38,12 @@ import fastavro
 from fastavro import schemaless_reader, schemaless_writer
 
 from streamflow.schema import compat, jsonschema
+from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits, RecordBound
 from streamflow.schema.codecs import (
     DecodeError,
     EncodeError,
     JsonTopicCodec,
+    bounded,
     describe_encode_error,
     error_line,
 )
@@ -158,13 +160,23 @@ class _Framed:
 
     schema_type = "AVRO"
 
-    def __init__(self, schema: Schema, registry: Registry, *, subject: str, register: bool) -> None:
+    def __init__(
+        self,
+        schema: Schema,
+        registry: Registry,
+        *,
+        subject: str,
+        register: bool,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.schema = schema
         self.registry = registry
         self.subject = subject
         self.register = register
+        self.limits = limits
         self.schema_id: int | None = None
         self._prefix = b""
+        self.last_size = 0
 
     def prepare(self) -> int:
         """Resolve (or register) our schema's id under the subject; once."""
@@ -232,15 +244,18 @@ class RegistryAvroCodec(_Framed):
         subject: str,
         register: bool,
         store: SchemaStore | None = None,
+        limits: DecodeLimits = DEFAULT_LIMITS,
     ) -> None:
-        super().__init__(schema, registry, subject=subject, register=register)
+        super().__init__(schema, registry, subject=subject, register=register, limits=limits)
         self._store = store or SchemaStore(include_builtin=False)
-        # id -> (writer, reader or None), or why records with it cannot be read
-        self._writers: dict[int, tuple[Any, Any] | _Unreadable] = {}
+        self._own = (self.schema.parsed, None, RecordBound(schema.raw, limits))
+        # id -> (writer, reader or None, the writer's bounds), or why records with it
+        # cannot be read
+        self._writers: dict[int, tuple[Any, Any, RecordBound] | _Unreadable] = {}
 
     def prepare(self) -> int:
         schema_id = super().prepare()
-        self._writers[schema_id] = (self.schema.parsed, None)
+        self._writers[schema_id] = self._own
         return schema_id
 
     def encode(self, value: dict[str, Any]) -> bytes:
@@ -261,6 +276,13 @@ class RegistryAvroCodec(_Framed):
         resolved = self._writers.get(schema_id)
         if resolved.__class__ is not tuple:
             resolved = self._writer_for(schema_id, resolved)
+        bound = resolved[2]
+        # before fastavro builds what the bytes declare (a length check on the hot path)
+        n = len(data) - _HEADER_LEN
+        if n > bound.walk_above:
+            self.last_size = bounded(bound, data, _HEADER_LEN)
+        else:
+            self.last_size = bound.fixed + bound.per_byte * n
         buf = io.BytesIO(data)
         buf.seek(_HEADER_LEN)
         try:
@@ -283,8 +305,8 @@ class RegistryAvroCodec(_Framed):
         return record
 
     def _writer_for(
-        self, schema_id: int, cached: tuple[Any, Any] | _Unreadable | None
-    ) -> tuple[Any, Any]:
+        self, schema_id: int, cached: tuple[Any, Any, RecordBound] | _Unreadable | None
+    ) -> tuple[Any, Any, RecordBound]:
         """The (writer, reader) of an id not known yet, or whose bad answer has expired."""
         if cached is None or (isinstance(cached, _Unreadable) and cached.expired()):
             cached = self._writers[schema_id] = self._resolve(schema_id)
@@ -292,7 +314,7 @@ class RegistryAvroCodec(_Framed):
             raise DecodeError(cached.reason)
         return cached
 
-    def _resolve(self, schema_id: int) -> tuple[Any, Any] | _Unreadable:
+    def _resolve(self, schema_id: int) -> tuple[Any, Any, RecordBound] | _Unreadable:
         """The writer schema of an id, parsed and checked against ours; or why not."""
         found = self._lookup(schema_id)
         if isinstance(found, _Unreadable):
@@ -304,17 +326,20 @@ class RegistryAvroCodec(_Framed):
             )
         try:
             writer = self._store.version_from(json.loads(found.text))
+            bound = RecordBound(writer.raw, self.limits)
         except (ValueError, SchemaError) as exc:
             return _Unreadable(f"schema id {schema_id} is not a usable Avro schema: {exc}")
+        except RecursionError:
+            return _Unreadable(f"schema id {schema_id} is nested too deeply to read")
         if writer.fingerprint == self.schema.fingerprint:
-            return (self.schema.parsed, None)
+            return self._own
         problems = compat.compatibility_problems(reader=self.schema, writer=writer)
         if problems:
             return _Unreadable(
                 f"{self.schema.name} cannot read records written with schema id {schema_id} "
                 f"({writer.name}): " + "; ".join(problems)
             )
-        return (fastavro.parse_schema(writer.raw), self.schema.parsed)
+        return (fastavro.parse_schema(writer.raw), self.schema.parsed, bound)
 
 
 class RegistryJsonCodec(_Framed):
@@ -327,9 +352,17 @@ class RegistryJsonCodec(_Framed):
 
     schema_type = "JSON"
 
-    def __init__(self, schema: Schema, registry: Registry, *, subject: str, register: bool) -> None:
-        super().__init__(schema, registry, subject=subject, register=register)
-        self._json = JsonTopicCodec(schema)
+    def __init__(
+        self,
+        schema: Schema,
+        registry: Registry,
+        *,
+        subject: str,
+        register: bool,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+    ) -> None:
+        super().__init__(schema, registry, subject=subject, register=register, limits=limits)
+        self._json = JsonTopicCodec(schema, limits=limits)
         self._known: dict[int, _Unreadable | None] = {}  # id -> None when readable, else why not
 
     def encode(self, value: dict[str, Any]) -> bytes:
@@ -343,4 +376,6 @@ class RegistryJsonCodec(_Framed):
             known = self._known[schema_id] = found if isinstance(found, _Unreadable) else None
         if known is not None:
             raise DecodeError(known.reason)
-        return self._json.decode(data[_HEADER_LEN:])
+        record = self._json.decode(data[_HEADER_LEN:])
+        self.last_size = self._json.last_size
+        return record

@@ -73,12 +73,15 @@ class _StrictOutlet:
     def __init__(self, port: PortCodec) -> None:
         self._port = port
         self.schema = port.codec.schema
+        self.last_size = 0
 
     def encode(self, value: dict[str, Any]) -> bytes:
         return self._port.encode(value, what="an output")
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        return self._port.codec.decode(data)
+        value = self._port.codec.decode(data)
+        self.last_size = self._port.codec.last_size
+        return value
 
 
 class Engine:

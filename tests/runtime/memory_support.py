@@ -70,6 +70,7 @@ class JsonCodec:
 
     def __init__(self, schema: str) -> None:
         self.schema: Schema = _STORE.get(schema)
+        self.last_size = 0  # what a batch adds up against its limit (len-based here)
 
     def encode(self, value: dict[str, Any]) -> bytes:
         unknown = sorted(set(value) - set(self.schema.field_names()))
@@ -84,6 +85,7 @@ class JsonCodec:
             raise DecodeError(f"not JSON: {exc}") from None
         if not isinstance(value, dict):
             raise DecodeError("not a JSON object")
+        self.last_size = len(data)
         return value
 
 

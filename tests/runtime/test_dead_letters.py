@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
 
+from streamflow.schema.codecs import SingleObjectCodec
+from streamflow.schema.store import SchemaStore
 from tests.runtime import support
 
 
@@ -90,3 +93,66 @@ def test_sigterm_finishes_the_batch_commits_and_exits_zero(
         )
     assert len(out) == 510
     assert len(extra) == 510
+
+
+def test_records_past_the_decode_limits_are_dead_lettered_before_they_are_built(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """An older writer of Reading carried an ``array<null>``: a record of it may declare
+    100,000,000 items in 15 bytes. The replica refuses it with one line, keeps its
+    memory, and every other record, of either version, comes out (counted)."""
+    padded = {
+        "type": "record",
+        "name": "Reading",
+        "namespace": "tests.runtime",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "seq", "type": "long"},
+            {"name": "value", "type": "double"},
+            {"name": "pad", "type": {"type": "array", "items": "null"}},
+        ],
+    }
+    history = tmp_path / "older" / "history"
+    history.mkdir(parents=True)
+    (history / "reading-padded.avsc").write_text(json.dumps(padded))
+    app = support.make_app(
+        kafka_bootstrap,
+        streamlets={"scale": {"class": "apps:Scale", "decode_limits": {"max_items": 1000}}},
+        topics={"in": {"consumers": ["scale.in"]}, "out": {"producers": ["scale.out"]}},
+        schema_paths=[support.HERE / "schemas", tmp_path / "older"],
+    )
+    writer = SingleObjectCodec(SchemaStore(app.schema_paths).version_from(padded))
+
+    def pad(i: int, n: int) -> bytes:
+        return writer.encode({"id": f"p{i}", "seq": i, "value": 1.0, "pad": [None] * n})
+
+    # the empty array's one byte, 0, becomes a block of 100,000,000 items (then the 0)
+    bombs = [("b1", pad(1, 0)[:-1] + b"\x80\x84\xaf\x5f\x00"), ("b2", pad(2, 1001))]
+    assert len(bombs[0][1]) - len(writer.header) <= 20
+    mixed = [
+        *support.readings(100),
+        ("p1", pad(1, 1000)),
+        *bombs,
+        *support.readings(100, start=100),
+    ]
+    support.produce(kafka_bootstrap, support.topic(app, "in"), mixed)
+
+    with support.replicas(app, tmp_path) as running:
+        running.start("scale")
+        out = support.consume_until(
+            kafka_bootstrap, support.topic(app, "out"), support.count_at_least(201)
+        )
+        dead = support.consume_until(
+            kafka_bootstrap, app.dlq_topic("scale"), support.count_at_least(2)
+        )
+        assert len(out) == 201 and len(dead) == 2, running.log()
+        assert "Traceback" not in running.log()
+
+    assert {m.key().decode() for m in out} == {f"r{i}" for i in range(200)} | {"p1"}
+    by_key = {m.key().decode(): dict(m.headers()) for m in dead}
+    assert set(by_key) == {"b1", "b2"}
+    for headers in by_key.values():
+        error = headers["streamflow-error"].decode()
+        assert "more than 1,000 items (decode_limits.max_items)" in error, error
+        assert "\n" not in error
+        assert headers["streamflow-error-type"] == b"DecodeError"

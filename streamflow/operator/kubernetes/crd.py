@@ -92,6 +92,25 @@ def _streamlet() -> dict[str, Any]:
                 "description": "Copy the lineage headers of `streamflow score` from each "
                 "input to its outputs (default true).",
             },
+            "decodeLimits": _decode_limits(),
+        },
+    }
+
+
+def _decode_limits() -> dict[str, Any]:
+    whole = {"type": "integer", "minimum": 1}
+    return {
+        "type": "object",
+        "nullable": True,
+        "description": "What one input record may declare once decoded; past a limit it is "
+        "dead-lettered before it is decoded.",
+        "properties": {
+            "maxItems": {**whole, "description": "Items in one array or map (1000000)."},
+            "maxRecordBytes": {**whole, "description": "Bytes of one decoded record (64Mi)."},
+            "maxBatchBytes": {
+                **whole,
+                "description": "Bytes a batch holds decoded; a batch is cut there (256Mi).",
+            },
         },
     }
 

@@ -78,12 +78,21 @@ SERVING_RESOURCES: Mapping[str, Mapping[str, str]] = {
 # Spec field <-> Application field, per level; anything not listed is one word already.
 _TOP = {"schemaPaths": "schema_paths", "pythonPaths": "python_paths"}
 _KAFKA = {"schemaRegistry": "schema_registry"}
-_STREAMLET = {"stallAfter": "stall_after"}
+_STREAMLET = {"stallAfter": "stall_after", "decodeLimits": "decode_limits"}
+_DECODE_LIMITS = {
+    "maxItems": "max_items",
+    "maxRecordBytes": "max_record_bytes",
+    "maxBatchBytes": "max_batch_bytes",
+}
 _AUTOSCALE = {
     "targetLag": "target_lag",
     "scaleUpAfter": "scale_up_after",
     "scaleDownAfter": "scale_down_after",
 }
+
+
+# a streamlet's fields whose own fields are renamed too (by their Application name)
+_STREAMLET_NESTED = {"autoscale": _AUTOSCALE, "decode_limits": _DECODE_LIMITS}
 
 
 class SpecError(ValueError):
@@ -443,7 +452,6 @@ def _renamed(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any
 def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
     """Application field names (snake_case) to the spec's (camelCase), below the top level."""
     to_camel = {v: k for k, v in _KAFKA.items()}
-    auto_camel = {v: k for k, v in _AUTOSCALE.items()}
     streamlet_camel = {v: k for k, v in _STREAMLET.items()}
     out = dict(data)
     if "kafka" in out:
@@ -451,7 +459,11 @@ def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
     out["streamlets"] = {
         name: {
             **_renamed(s, streamlet_camel),
-            **({"autoscale": _renamed(s["autoscale"], auto_camel)} if "autoscale" in s else {}),
+            **{
+                streamlet_camel.get(field, field): _renamed(s[field], {v: k for k, v in t.items()})
+                for field, t in _STREAMLET_NESTED.items()
+                if s.get(field)
+            },
         }
         for name, s in out["streamlets"].items()
     }
@@ -461,7 +473,8 @@ def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
 def spec_name(parents: tuple[str, ...], key: str) -> str:
     """An Application field, under the fields ``parents``, as the spec spells it.
 
-    The top level's, ``kafka``'s, a streamlet's and its ``autoscale``'s fields are
+    The top level's, ``kafka``'s, a streamlet's and its ``autoscale``'s and
+    ``decode_limits``' fields are
     renamed; anything else (a streamlet's or topic's name, a ``config`` key) is as written.
     """
     if not parents:
@@ -470,8 +483,8 @@ def spec_name(parents: tuple[str, ...], key: str) -> str:
         table = _KAFKA
     elif len(parents) == 2 and parents[0] == "streamlets":
         table = _STREAMLET
-    elif len(parents) == 3 and parents[0] == "streamlets" and parents[2] == "autoscale":
-        table = _AUTOSCALE
+    elif len(parents) == 3 and parents[0] == "streamlets" and parents[2] in _STREAMLET_NESTED:
+        table = _STREAMLET_NESTED[parents[2]]
     else:
         return key
     return next((camel for camel, snake in table.items() if snake == key), key)
@@ -487,11 +500,14 @@ def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
         data["streamlets"] = {
             name: {
                 **_renamed(s, _STREAMLET),
-                **(
-                    {"autoscale": _renamed(s["autoscale"], _AUTOSCALE)}
-                    if s.get("autoscale")
-                    else {}
-                ),
+                **{
+                    _STREAMLET.get(camel, camel): _renamed(s[camel], _STREAMLET_NESTED[snake])
+                    for camel, snake in (
+                        ("autoscale", "autoscale"),
+                        ("decodeLimits", "decode_limits"),
+                    )
+                    if s.get(camel)
+                },
             }
             for name, s in data["streamlets"].items()
         }

@@ -18,6 +18,7 @@ import pytest
 
 from streamflow.blueprint.model import Application, KafkaSpec
 from streamflow.operator.kubernetes import classes, kafka, manifests, names, resources, spec, status
+from streamflow.schema.bounds import DecodeLimits
 from tests.operator.k8s.support import make_application
 
 OPERATOR_DIR = Path(__file__).parents[3] / "operator"
@@ -243,3 +244,34 @@ def test_stall_after_travels_as_stall_after_in_the_spec_and_reaches_the_pod(
     parsed = spec.parse(body)
     assert parsed.app.streamlets[name].stall_after == 90.0
     assert spec.pod_app_spec(parsed, name)["streamlets"][name]["stall_after"] == 90.0
+
+
+def test_decode_limits_travel_as_decode_limits_in_the_spec_and_reach_the_pod(
+    app: Application,
+) -> None:
+    name = next(iter(app.streamlets))
+    limits = DecodeLimits(max_items=5000, max_record_bytes=1 << 20, max_batch_bytes=8 << 20)
+    tuned = dataclasses.replace(
+        app,
+        streamlets={
+            **app.streamlets,
+            name: dataclasses.replace(app.streamlets[name], decode_limits=limits),
+        },
+    )
+    written = spec.to_spec(tuned, spec.PodSettings(image="reg.example/w:1"))
+    assert written["streamlets"][name]["decodeLimits"] == {
+        "maxItems": 5000,
+        "maxRecordBytes": 1 << 20,
+        "maxBatchBytes": 8 << 20,
+    }
+    assert spec.spec_name(("streamlets", name, "decode_limits"), "max_items") == "maxItems"
+    body = spec.body(tuned, namespace="ns", pods=spec.PodSettings(image="reg.example/w:1"))
+    parsed = spec.parse(body)
+    assert parsed.app.streamlets[name].decode_limits == limits
+    pod = spec.pod_app_spec(parsed, name)["streamlets"][name]
+    assert (
+        Application.from_dict({"name": "x", "streamlets": {name: pod}, "topics": {}})
+        .streamlets[name]
+        .decode_limits
+        == limits
+    )
