@@ -4,9 +4,13 @@ An archive is counted before anything of it is written. Every member's
 declared size and the number of members are totalled against the limits
 (a 1 MB archive can declare a gigabyte of zeros, a 452 KB one fifty thousand
 files), and a member that is not a plain file or directory, or whose name is
-absolute or climbs with ``..``, refuses the whole archive. Only then is it
-extracted, into a scratch directory that is renamed into place when complete
-and removed on any failure, so no half-unpacked directory is left behind.
+absolute or climbs with ``..``, refuses the whole archive. What it may unpack to
+is also bounded by its own size (``unpack_ratio``): a gigabyte of zeros gzips to
+a megabyte, so a megabyte may unpack to a hundred, not to the byte cap. Only
+then is it extracted, counting the bytes again as they are written, into a
+scratch directory that is renamed into place only when complete and holding a
+``saved_model.pb``, and removed on any failure: a refused archive leaves
+nothing in the model cache.
 A Keras file is a zip that Keras reads itself: its members are counted the
 same way, from the zip's directory, before Keras opens it.
 
@@ -23,10 +27,11 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from streamflow.streamlets.serving.limits import Limits
+from streamflow.streamlets.serving.limits import Limits, MiB
 
 __all__ = ["ArchiveError", "TooBig", "check_zip", "pack_directory", "unpack", "write_tar"]
 
@@ -49,14 +54,16 @@ def unpack(archive: Path, *, into: Path, limits: Limits) -> Path:
     if not target.is_dir():
         scratch = Path(tempfile.mkdtemp(dir=into, prefix=".unpack-"))
         try:
+            cap = _cap(limits, packed=archive.stat().st_size)
             with tarfile.open(archive, "r:*") as tar:
-                members = _checked_members(tar, limits)
-                tar.extractall(scratch, members=members, filter="data")
+                _extract(tar, _checked_members(tar, limits, cap), scratch, cap)
+            if not any(scratch.rglob("saved_model.pb")):
+                raise ArchiveError("the archive holds no saved_model.pb")
         except BaseException as exc:
             shutil.rmtree(scratch, ignore_errors=True)
             if isinstance(exc, ArchiveError):
                 raise
-            if isinstance(exc, tarfile.TarError | OSError | EOFError):
+            if isinstance(exc, tarfile.TarError | OSError | EOFError | zlib.error):
                 raise ArchiveError(f"not a readable SavedModel archive: {exc}") from None
             raise
         try:
@@ -72,7 +79,28 @@ def unpack(archive: Path, *, into: Path, limits: Limits) -> Path:
     return found[0].parent
 
 
-def _checked_members(tar: tarfile.TarFile, limits: Limits) -> list[tarfile.TarInfo]:
+#: below this, an archive's ratio is not judged (a small model compresses as it likes)
+RATIO_FLOOR = 64 * MiB
+
+
+class _Cap(NamedTuple):
+    """The most an archive may unpack to, and which limit sets it (for the message)."""
+
+    bytes: int
+    why: str
+
+
+def _cap(limits: Limits, *, packed: int) -> _Cap:
+    by_ratio = max(RATIO_FLOOR, limits.unpack_ratio * packed)
+    if by_ratio < limits.unpacked_bytes:
+        return _Cap(
+            by_ratio,
+            f"{limits.unpack_ratio} times its own {packed:,} bytes (max_unpack_ratio)",
+        )
+    return _Cap(limits.unpacked_bytes, "max_unpacked_bytes")
+
+
+def _checked_members(tar: tarfile.TarFile, limits: Limits, cap: _Cap) -> list[tarfile.TarInfo]:
     """Every member, read from the headers alone and totalled; refuses past the limits."""
     members: list[tarfile.TarInfo] = []
     total = 0
@@ -83,18 +111,46 @@ def _checked_members(tar: tarfile.TarFile, limits: Limits) -> list[tarfile.TarIn
                 f"the archive holds more than {limits.unpacked_files} files (max_unpacked_files)"
             )
         _check_name(member.name)
-        if not (member.isfile() or member.isdir()):
+        if not (member.isreg() or member.isdir()) or member.issparse():
             raise ArchiveError(
                 f"the archive member {member.name!r} is a link or a special file; "
                 "a model archive holds only files and directories"
             )
         total += member.size
-        if total > limits.unpacked_bytes:
-            raise ArchiveError(
-                f"the archive unpacks to more than {limits.unpacked_bytes} bytes "
-                "(max_unpacked_bytes)"
-            )
+        if total > cap.bytes:
+            raise ArchiveError(f"the archive unpacks to more than {cap.bytes:,} bytes ({cap.why})")
     return members
+
+
+def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], root: Path, cap: _Cap) -> None:
+    """Write the members under ``root``, counting the bytes as they are written.
+
+    The headers were totalled already; this counts again what the archive really
+    yields, so a header that understates its member cannot fill the disk.
+    Files get fixed modes, and no name is written twice.
+    """
+    written = 0
+    for member in members:
+        path = root.joinpath(*PurePosixPath(member.name).parts)
+        if member.isdir():
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        if source is None:  # pragma: no cover - a regular member always has a file
+            raise ArchiveError(f"the archive member {member.name!r} has no contents")
+        with source, path.open("xb") as out:
+            while chunk := source.read(_CHUNK):
+                written += len(chunk)
+                if written > cap.bytes:
+                    raise ArchiveError(
+                        f"the archive unpacks to more than {cap.bytes:,} bytes ({cap.why})"
+                    )
+                out.write(chunk)
+        path.chmod(0o644)
+
+
+_CHUNK = 1 << 20
 
 
 def _check_name(name: str) -> None:
@@ -116,10 +172,9 @@ def check_zip(path: Path, *, limits: Limits) -> None:
         )
     for info in infos:
         _check_name(info.filename)
-    if sum(info.file_size for info in infos) > limits.unpacked_bytes:
-        raise ArchiveError(
-            f"the archive unpacks to more than {limits.unpacked_bytes} bytes (max_unpacked_bytes)"
-        )
+    cap = _cap(limits, packed=path.stat().st_size)
+    if sum(info.file_size for info in infos) > cap.bytes:
+        raise ArchiveError(f"the archive unpacks to more than {cap.bytes:,} bytes ({cap.why})")
 
 
 def write_tar(directory: Path, out: _Writable, *, max_bytes: int | None = None) -> None:

@@ -123,6 +123,12 @@ class ModelFollower(Streamlet):
     max_unpacked_files = params.Int(
         default=limits.Limits.unpacked_files, min=1, description="most files in an archive"
     )
+    max_unpack_ratio = params.Int(
+        default=limits.Limits.unpack_ratio,
+        min=1,
+        description="most an archive may unpack to, as a multiple of its own size "
+        "(judged past 64 MiB unpacked; zeros gzip a thousandfold)",
+    )
     download_timeout = params.Duration(
         default="10m", description="an artifact's whole download (timeout bounds each read)"
     )
@@ -366,6 +372,7 @@ class ModelFollower(Streamlet):
             artifact_bytes=self.max_artifact_bytes,
             unpacked_bytes=self.max_unpacked_bytes,
             unpacked_files=self.max_unpacked_files,
+            unpack_ratio=self.max_unpack_ratio,
             download_seconds=self.download_timeout.total_seconds(),
             read_seconds=self.timeout.total_seconds(),
         )

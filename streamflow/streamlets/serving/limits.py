@@ -19,11 +19,13 @@ GiB = 1 << 30
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """``artifact_bytes`` per artifact; ``unpacked_*`` per archive; ``download_seconds`` overall,
-    ``read_seconds`` for any one read (so a silent server is noticed before the deadline)."""
+    """``artifact_bytes`` per artifact; ``unpacked_*`` per archive, and ``unpack_ratio`` times
+    its own size (past 64 MiB); ``download_seconds`` overall, ``read_seconds`` for any one
+    read (so a silent server is noticed before the deadline)."""
 
     artifact_bytes: int = 1 * GiB
     unpacked_bytes: int = 4 * GiB
     unpacked_files: int = 10_000
+    unpack_ratio: int = 100
     download_seconds: float = 600.0
     read_seconds: float = 30.0

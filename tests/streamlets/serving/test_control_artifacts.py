@@ -255,3 +255,67 @@ def test_unpack_limits_are_checked_on_the_archive_alone(tmp_path: Path) -> None:
     with pytest.raises(artifacts.ArtifactError, match="max_unpacked_bytes"):
         artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits(unpacked_bytes=MiB))
     assert [p.name for p in tmp_path.iterdir()] == ["bomb"]
+
+
+def _zeros_tar_gz(size: int) -> bytes:
+    return _tar_gz(
+        [_file("variables/variables.data-00000-of-00001", size), _file("saved_model.pb", 1)]
+    )
+
+
+def test_a_bomb_within_the_byte_cap_is_refused_by_its_ratio_with_nothing_written(
+    tmp_path: Path,
+) -> None:
+    """65 MiB of zeros gzip to 65 KB: within the 4 GiB default, a thousand times its size."""
+    archive = tmp_path / "ratio-bomb"
+    archive.write_bytes(_zeros_tar_gz(65 * MiB))
+    assert archive.stat().st_size < MiB
+    with pytest.raises(artifacts.ArtifactError, match="max_unpack_ratio") as refused:
+        artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits())
+    assert "100 times its own" in str(refused.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["ratio-bomb"]
+    # an archive of the same bytes that compresses as models do is accepted
+    accepted = artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits(unpack_ratio=2000))
+    assert (accepted / "saved_model.pb").is_file()
+
+
+def test_a_ratio_bomb_through_the_control_topic_leaves_no_debris(tmp_path: Path) -> None:
+    h = s.harness(tmp_path, allow_saved_model=True)  # the default limits
+    h.control("model", s.descriptor(1, "TF_SAVED_MODEL", data=_zeros_tar_gz(65 * MiB)))
+    status = s.settle(h, 1)
+    assert status["state"] == "failed", status
+    assert "max_unpack_ratio" in status["message"], status["message"]
+    assert [p for p in (tmp_path / "cache").iterdir() if p.is_dir()] == []
+
+
+def test_an_archive_without_saved_model_pb_leaves_nothing_in_the_cache(tmp_path: Path) -> None:
+    archive = tmp_path / "no-model"
+    archive.write_bytes(_tar_gz([_file("assets/vocab.txt", 1000), _file("variables/x", 10)]))
+    with pytest.raises(artifacts.ArtifactError, match=r"no saved_model\.pb"):
+        artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits())
+    assert [p.name for p in tmp_path.iterdir()] == ["no-model"]
+
+
+def test_a_truncated_archive_is_refused_while_writing_and_cleaned_up(tmp_path: Path) -> None:
+    """The headers add up, but the bytes end early: what was written goes too."""
+    whole = gzip.decompress(_zeros_tar_gz(2 * MiB))
+    archive = tmp_path / "truncated"
+    archive.write_bytes(whole[: MiB + 4096])
+    with pytest.raises(artifacts.ArtifactError, match="not a readable SavedModel archive"):
+        artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits())
+    assert [p.name for p in tmp_path.iterdir()] == ["truncated"]
+
+
+def test_a_member_name_given_twice_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "twice"
+    archive.write_bytes(_tar_gz([_file("saved_model.pb", 5), _file("saved_model.pb", 7)]))
+    with pytest.raises(artifacts.ArtifactError, match="not a readable SavedModel archive"):
+        artifacts.unpack(archive, into=tmp_path, limits=artifacts.Limits())
+    assert [p.name for p in tmp_path.iterdir()] == ["twice"]
+
+
+def test_a_keras_zip_bomb_within_the_byte_cap_is_refused_by_its_ratio(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.keras"
+    path.write_bytes(_zip_bomb())  # 64 MiB of spaces in about 64 KB
+    with pytest.raises(artifacts.ArtifactError, match="max_unpack_ratio"):
+        artifacts.check_zip(path, limits=artifacts.Limits())
