@@ -11,8 +11,9 @@ SIGTERM and cancels ``serve()`` on it.
 
 What uvicorn leaves open is added around it, no more:
 
-* a deadline on the request head (:mod:`._httpguard`), and a hard cap on
-  connections that answers ``503`` at once past it;
+* deadlines on the request head and on its first line (:mod:`._httpguard`),
+  and caps on connections, in all and per client, that answer at once past
+  them (``503``, ``429``);
 * the cap is kept under the process's descriptor limit, so a flood of
   half-open connections cannot make ``accept()`` run out of descriptors;
 * should ``accept()`` fail anyway (descriptors taken by something else),
@@ -53,7 +54,9 @@ class HttpServer:
         port: int,
         logger: logging.Logger,
         max_connections: int,
+        max_connections_per_client: int,
         header_timeout: float,
+        request_line_timeout: float,
         idle_timeout: float,
         shutdown_grace: float = 10.0,
     ) -> None:
@@ -62,7 +65,9 @@ class HttpServer:
         self.port = port
         self.logger = logger
         self.max_connections = _under_descriptor_limit(max_connections, logger)
+        self.max_connections_per_client = min(max_connections_per_client, self.max_connections)
         self.header_timeout = header_timeout
+        self.request_line_timeout = request_line_timeout
         self.idle_timeout = idle_timeout
         self.shutdown_grace = shutdown_grace
         self._server: _Embedded | None = None
@@ -77,7 +82,11 @@ class HttpServer:
             self._closing_aware(self.app),
             interface="asgi3",
             http=_httpguard.guarded_protocol(
-                header_timeout=self.header_timeout, max_connections=self.max_connections
+                header_timeout=self.header_timeout,
+                request_line_timeout=self.request_line_timeout,
+                max_connections=self.max_connections,
+                max_connections_per_client=self.max_connections_per_client,
+                logger=self.logger,
             ),
             ws="none",
             lifespan="off",

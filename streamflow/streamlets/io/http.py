@@ -13,15 +13,29 @@ are merely queued. Anything else is an error the client can act on:
   than its deadline, ``404``/``405`` for other routes;
 * ``503`` with ``Retry-After`` when Kafka did not acknowledge in time, or past
   ``max_connections``. Some records of a batch may have been written: retrying
-  is safe under the pipeline's at-least-once guarantee, and may repeat them.
+  is safe under the pipeline's at-least-once guarantee, and may repeat them;
+* ``429`` with ``Retry-After`` for a connection past
+  ``max_connections_per_client`` from one client address.
 
 The port is reachable by whoever can reach the pod, so nothing a request holds
 may cost more than a bound: the protocol is uvicorn's (``_httpserver``), the
-deadlines and the connection cap are ``_httpguard``'s and ``_httpapp``'s, and
+deadlines and the connection caps are ``_httpguard``'s and ``_httpapp``'s, and
 a body becomes records in a worker thread (``_jsonbody``), off the event loop
 that answers everyone else. It binds ``127.0.0.1`` unless told otherwise;
 ``STREAMFLOW_HTTP_HOST`` (which the Kubernetes operator sets to ``0.0.0.0`` in
 an ingress's pods, where its Service must reach it) overrides ``host``.
+
+No one client may take every connection. One address (an IPv6 ``/64``) holds
+at most ``max_connections_per_client`` (32): a well-behaved client reuses a
+few kept-alive connections, each carrying up to ``max_records`` records, and
+common client pools keep 10 to 20 alive; 32 leaves room for that, while it
+takes 16 addresses to fill the default 512. And a connection must send its
+request line within ``request_line_timeout`` (3s, against ``header_timeout``'s
+10s for the whole head): the line follows the TCP handshake within a round
+trip, so a connection silent for seconds is not a client about to speak, and
+its slot is freed then. Behind a proxy or a mesh sidecar every connection has
+the proxy's address: there, raise ``max_connections_per_client`` to
+``max_connections``.
 
 Routes: ``POST /`` and ``POST /records`` (one JSON object, or an array of
 them), ``GET /healthz`` (open, without a token: it says nothing but "ok").
@@ -79,8 +93,20 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
     max_connections = params.Int(
         default=512, min=1, description="the most open connections (503 past it)"
     )
+    max_connections_per_client = params.Int(
+        default=32,
+        min=1,
+        description="the most open connections from one client address, an IPv6 /64 being one "
+        "(429 past it); behind a proxy, raise it to max_connections",
+    )
     header_timeout = params.Duration(
         default="10s", min="1ms", description="the time a request head may take in all (408)"
+    )
+    request_line_timeout = params.Duration(
+        default="3s",
+        min="1ms",
+        description="the time a request's first line may take, from the connection's opening "
+        "or the request's first byte (408)",
     )
     body_timeout = params.Duration(
         default="15s", min="1ms", description="the time a request body may take in all (408)"
@@ -131,7 +157,9 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
             port=self.port,
             logger=self.context.logger,
             max_connections=self.max_connections,
+            max_connections_per_client=self.max_connections_per_client,
             header_timeout=self.header_timeout.total_seconds(),
+            request_line_timeout=self.request_line_timeout.total_seconds(),
             idle_timeout=self.idle_timeout.total_seconds(),
         )
         port: int | None = None

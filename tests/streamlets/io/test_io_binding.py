@@ -14,6 +14,7 @@ from streamflow.schema import SchemaStore
 from streamflow.streamlets import io
 from streamflow.streamlets.io import _binding
 
+ROOT = Path(__file__).parents[3]  # the checkout, where the module path tests.streamlets... starts
 GENERICS = [io.Generator, io.FileIngress, io.FileEgress, io.ConsoleEgress, io.HttpIngress]
 
 WineFeed = io.Generator.for_schema("iotest.Reading", name="WineFeed")
@@ -42,7 +43,7 @@ def test_a_module_level_for_schema_class_loads_by_its_path() -> None:
     assert sys.modules[__name__] is not None
     path = f"{__name__}:WineFeed"
     assert describe(WineFeed).class_path == path
-    assert load_streamlet_class(path) is WineFeed
+    assert load_streamlet_class(path, python_paths=[ROOT]) is WineFeed
     assert describe(Printer).inlets[0].name == "in"
 
 

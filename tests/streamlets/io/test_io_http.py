@@ -505,6 +505,7 @@ def test_describes_as_a_serve_ingress() -> None:
     defaults = {p.name: p.default for p in descriptor.params}
     assert defaults == {
         "host": "127.0.0.1", "port": 8000, "max_body_bytes": 1048576, "max_records": 10000,
-        "token_env": "", "max_connections": 512, "header_timeout": "10s", "body_timeout": "15s",
+        "token_env": "", "max_connections": 512, "max_connections_per_client": 32,
+        "header_timeout": "10s", "request_line_timeout": "3s", "body_timeout": "15s",
         "idle_timeout": "5s", "key_field": "", "emit_timeout": "10s", "retry_after": "5s",
     }  # fmt: skip

@@ -1,10 +1,11 @@
-"""HttpIngress against hostile clients: issue 10, findings 10 to 13.
+"""HttpIngress against hostile clients: issue 10, findings 10 to 13, and one client's flood.
 
 Each test is what an attacker does, over a real socket: a body of a third of a
 million records, a drip of one byte at a time, a flood of half-open
-connections, an unauthenticated or untyped request, a JSON bomb. The server
-must answer each one quickly with a clear status, and keep serving everyone
-else. Deadlines are checked against generous bounds, never exact times.
+connections (from many addresses or from one), silent connections, an
+unauthenticated or untyped request, a JSON bomb. The server must answer each
+one quickly with a clear status, and keep serving everyone else. Deadlines are
+checked against generous bounds, never exact times.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ import httpx
 import pytest
 
 from streamflow.api import describe
+from streamflow.api.config import config_problems
 from streamflow.schema import SchemaStore
+from streamflow.streamlets.io import _httpguard
+from tests.waiting import wait_until
 
-from .test_io_http import GOOD, FakeEmitter, ReadingApi, run
+from .test_io_http import GOOD, FakeEmitter, ReadingApi, post, run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -148,8 +152,10 @@ def test_a_header_drip_is_cut_off_by_the_header_deadline(store: SchemaStore) -> 
         with sock:
             answer = await asyncio.to_thread(_drip_until_closed, sock, head, every=0.5, limit=40)
         assert answer == b"" or answer.startswith(b"HTTP/1.1 408 ")
+        assert answer == b"" or b"request head" in answer
 
-    run(store, scenario)  # the default header_timeout (10 s)
+    # The default header_timeout (10 s); the request line's own deadline is out of the way.
+    run(store, scenario, request_line_timeout="60s")
 
 
 def test_a_body_drip_is_answered_408_by_the_body_deadline(store: SchemaStore) -> None:
@@ -210,9 +216,13 @@ def test_a_flood_of_half_open_connections_never_exhausts_the_descriptors(tmp_pat
         port = int(child.stdout.readline())
         flood: list[socket.socket] = []
         refused = 0
-        for _ in range(300):
+        for i in range(300):
+            # From ten addresses, each under its max_connections_per_client: the total cap is it.
+            source = (f"127.0.0.{2 + i % 10}", 0)
             try:
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock = socket.create_connection(
+                    ("127.0.0.1", port), timeout=5, source_address=source
+                )
                 sock.sendall(b"POST /records HTTP/1.1\r\nhost: x\r\n")  # and never the rest
                 flood.append(sock)
             except OSError:
@@ -241,6 +251,199 @@ def test_a_flood_of_half_open_connections_never_exhausts_the_descriptors(tmp_pat
         child.stdin.close()
         child.wait(30)
     assert "out of system resource" not in log.read_text()
+
+
+# -- one address must not take every connection, nor a silent one keep its slot -----------------
+
+_HALF_OPEN_HEAD = b"POST /records HTTP/1.1\r\nhost: x\r\n"  # a request line, and never the rest
+
+
+class _Peer:
+    """A raw client socket whose answers are collected without ever blocking."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.received = b""
+        self.closed = False
+
+    def poll(self) -> bool:
+        """Read what has arrived; whether the server has answered or closed by now."""
+        while not self.closed:
+            try:
+                chunk = self.sock.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:  # reset: the server closed with our bytes unread
+                self.closed = True
+                break
+            self.received += chunk
+            self.closed = not chunk
+        return self.closed or bool(self.received)
+
+
+def _open_from(address: str, port: int, head: bytes) -> _Peer:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(address, 0))
+    if head:
+        sock.sendall(head)
+    return _Peer(sock)
+
+
+def _refused(peers: list[_Peer]) -> list[_Peer]:
+    return [p for p in peers if p.poll()]
+
+
+def _closed_by_server(peer: _Peer) -> bool:
+    return peer.poll() and peer.closed
+
+
+async def _post_from(address: str, url: str, batches: list[list[dict[str, Any]]]) -> list[int]:
+    """POST each batch from ``address``, over at most four connections at once; the statuses."""
+    transport = httpx.AsyncHTTPTransport(
+        local_address=address, limits=httpx.Limits(max_connections=4)
+    )
+    async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+        responses = await asyncio.gather(
+            *(client.post(f"{url}/records", json=batch) for batch in batches)
+        )
+    return [r.status_code for r in responses]
+
+
+def test_one_address_holding_its_share_leaves_room_for_everyone_else(
+    store: SchemaStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The finding: 300 half-open requests from one address, on a server whose descriptor
+    # limit had lowered max_connections to 64, made it answer 503 to everyone.
+    share = 32  # the default max_connections_per_client
+    batches = [[{**GOOD, "id": f"{i}-{j}"} for j in range(5)] for i in range(20)]
+
+    async def scenario(url: str, emitter: FakeEmitter, api: ReadingApi) -> None:
+        assert api.bound_port
+        port = api.bound_port
+        flood = await asyncio.to_thread(
+            lambda: [_open_from("127.0.0.1", port, _HALF_OPEN_HEAD) for _ in range(300)]
+        )
+        try:
+            await asyncio.to_thread(
+                wait_until,
+                lambda: len(_refused(flood)) >= 300 - 64,
+                what="the server to refuse the flood past its connections",
+                timeout=20,
+            )
+            # A well-behaved client elsewhere is served while the flood's address holds its share.
+            assert await _post_from("127.0.0.2", url, batches) == [202] * len(batches)
+            await asyncio.to_thread(
+                wait_until,
+                lambda: len(_refused(flood)) >= 300 - share,
+                what=f"the server to refuse the flood's connections past {share}",
+                timeout=20,
+                explain=lambda: f"{len(_refused(flood))} refused",
+            )
+            refused = _refused(flood)
+            assert len(refused) == 300 - share  # the flood's share is held, no more, no less
+            # Those whose head the server had not read yet may see a reset instead of the answer.
+            assert all(p.received.startswith(b"HTTP/1.1 429 ") for p in refused if p.received)
+            one_more = await asyncio.to_thread(_open_from, "127.0.0.1", port, b"")
+            flood.append(one_more)
+            await asyncio.to_thread(
+                wait_until, lambda: _closed_by_server(one_more), what="a 429", timeout=10
+            )
+            head, _, body = one_more.received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 429 "), one_more.received[:200]
+            assert b"\r\nretry-after: " in head.lower()
+            assert json.loads(body)["error"] == "too-many-connections"
+            assert str(share).encode() in body
+        finally:
+            for peer in flood:
+                peer.sock.close()
+
+        # Its slots are back once it lets go: the same address is served again.
+        def served_again() -> bool:
+            try:
+                return httpx.post(f"{url}/records", json=GOOD, timeout=5).status_code == 202
+            except httpx.HTTPError:  # refused before the server saw the flood go: a reset
+                return False
+
+        await asyncio.to_thread(
+            wait_until, served_again, what="127.0.0.1 to be served again", timeout=20
+        )
+
+    with caplog.at_level(logging.WARNING, logger="streamflow.streamlet.io"):
+        emitter = run(store, scenario, max_connections=64, header_timeout="60s")
+    sent = sorted(r["id"] for batch in batches for r in batch)
+    assert sorted(e.value["id"] for e in emitter.acked if e.value["id"] != GOOD["id"]) == sent
+    assert len(emitter.acked) == len(sent) + 1  # nothing lost, nothing twice
+    warnings = [
+        r.getMessage() for r in caplog.records if "max_connections_per_client" in r.getMessage()
+    ]
+    assert 1 <= len(warnings) < 10, warnings  # said, but not once per refused connection
+    assert "127.0.0.1" in warnings[0]
+
+
+def test_a_connection_without_a_request_line_is_closed_by_the_request_line_deadline(
+    store: SchemaStore,
+) -> None:
+    # A long header_timeout: only the request_line_timeout (default 3 s) can free these slots.
+    async def scenario(url: str, emitter: FakeEmitter, api: ReadingApi) -> None:
+        assert api.bound_port
+        port = api.bound_port
+        silent, partial, line = await asyncio.to_thread(
+            lambda: [
+                _open_from("127.0.0.1", port, head)
+                for head in (b"", b"POST /reco", b"POST /records HTTP/1.1\r\n")
+            ]
+        )
+        try:
+            # Every slot is taken: three connections on a server of three.
+            await asyncio.to_thread(
+                wait_until,
+                lambda: _closed_by_server(silent) and _closed_by_server(partial),
+                what="the server to close the connections that sent no complete line",
+                timeout=15,  # well under the header_timeout: the header deadline is not it
+            )
+            for peer in (silent, partial):
+                assert peer.received == b"" or peer.received.startswith(b"HTTP/1.1 408 ")
+                if peer.received:
+                    assert b"request line" in peer.received
+            assert not line.poll()  # its head may take the header_timeout; the line came in time
+            assert (await post(f"{url}/records", GOOD)).status_code == 202  # a freed slot
+        finally:
+            for peer in (silent, partial, line):
+                peer.sock.close()
+
+    emitter = run(store, scenario, max_connections=3, header_timeout="60s")
+    assert len(emitter.acked) == 1
+
+
+def test_the_connection_limits_are_validated() -> None:
+    problems = config_problems(
+        describe(ReadingApi),
+        {"max_connections_per_client": 0, "request_line_timeout": "0s"},
+    )
+    assert problems == [
+        "max_connections_per_client: 0 is below the minimum 1",
+        "request_line_timeout: 0ms is shorter than the minimum 1ms",
+    ]
+    problems = config_problems(
+        describe(ReadingApi),
+        {"max_connections_per_client": "many", "request_line_timeout": "soon"},
+    )
+    assert problems == [
+        "max_connections_per_client: expected an integer, got 'many'",
+        "request_line_timeout: expected a duration such as 500ms, 5s, 2m or 1h, got 'soon'",
+    ]
+
+
+def test_a_client_is_its_ipv4_address_or_its_ipv6_slash_64() -> None:
+    key = _httpguard.client_key
+    assert key(("203.0.113.7", 5000)) == "203.0.113.7"
+    assert key(("203.0.113.7", 5001)) == key(("203.0.113.7", 5000))
+    assert key(("203.0.113.8", 5000)) != key(("203.0.113.7", 5000))
+    # One subscriber's /64 is one client, however many of its addresses it uses.
+    assert key(("2001:db8:1:2::1", 5000, 0, 0)) == key(("2001:db8:1:2:ffff::9", 5000, 0, 0))
+    assert key(("2001:db8:1:3::1", 5000, 0, 0)) != key(("2001:db8:1:2::1", 5000, 0, 0))
+    assert key(("::ffff:203.0.113.7", 5000, 0, 0)) == "203.0.113.7"
+    assert key(None) == key("") == "unknown"
 
 
 # -- finding 12: authentication, the bind address, the media type -------------------------------
