@@ -197,7 +197,9 @@ def _kafka(report: Reporter, node: Node) -> KafkaSpec:
             url = _string(report, value, what="kafka.schema_registry")
             problem = registry.url_problem(url) if url is not None else None
             if problem:
-                report.error("invalid-registry-url", problem, value)
+                credentials = url is not None and registry.has_credentials(url)
+                code = "secret-in-config" if credentials else "invalid-registry-url"
+                report.error(code, problem, value)
             elif url is not None:
                 values[text] = url
         else:

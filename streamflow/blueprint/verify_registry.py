@@ -34,6 +34,7 @@ from streamflow.schema.registry import (
     RegistryError,
     RegistryUnavailable,
     SchemaNotRegistered,
+    redacted,
     registry_text,
 )
 from streamflow.schema.store import Schema, SchemaError, SchemaStore
@@ -84,7 +85,7 @@ def check_registry(
             report.error(
                 "registry-unreachable",
                 f"cannot check topic {topic.name} against the schema registry at "
-                f"{registry.url}: {exc}",
+                f"{redacted(registry.url)}: {exc}",
                 topic.format_node or topic.key,
                 hint="check the URL and that the registry is running",
             )

@@ -41,7 +41,7 @@ from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.state.manager import StateManager
-from streamflow.schema.codecs import DecodeError
+from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 __all__ = ["DeadLetterHook", "Processor"]
@@ -384,6 +384,11 @@ class Processor:
                 # never a dead letter: the record is fine, the registry (or access to it) is not
                 self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
                 return
+            except Exception as exc:  # a codec's own failure on these bytes: still this record's
+                dead.append(
+                    (msg, inlet, DecodeError(f"cannot decode: {error_line(exc)}"), "decode")
+                )
+                continue
             held += codec.last_size  # type: ignore[union-attr]
             if held > budget and records:
                 # the rest waits for the next batch, this record with it

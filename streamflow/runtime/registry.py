@@ -27,6 +27,7 @@ import fastavro
 import fastavro.schema
 import httpx
 
+from streamflow.schema import registry as registry_schema
 from streamflow.schema.registry import (
     NotFound,
     RegistryRefused,
@@ -34,6 +35,7 @@ from streamflow.schema.registry import (
     RegistryUnavailable,
     SchemaNotRegistered,
     UnknownSchemaId,
+    redacted,
     url_problem,
 )
 
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 REGISTRY_ENV = "STREAMFLOW_SCHEMA_REGISTRY_URL"
-USER_INFO_ENV = "STREAMFLOW_SCHEMA_REGISTRY_USER_INFO"
+USER_INFO_ENV = registry_schema.USER_INFO_ENV
 # the same, from the application's Kafka Secret on Kubernetes (its keys get STREAMFLOW_KAFKA_)
 SECRET_USER_INFO_ENV = "STREAMFLOW_KAFKA_SCHEMA_REGISTRY_USER_INFO"
 _SCHEMA_NOT_FOUND = 40403
@@ -83,7 +85,7 @@ class ConfluentRegistry:
         try:
             self._client = SchemaRegistryClient(conf)
         except ValueError as exc:
-            raise RegistryConfigError(f"schema registry {url!r}: {exc}") from None
+            raise RegistryConfigError(f"schema registry {redacted(url)!r}: {exc}") from None
 
     def schema_by_id(self, schema_id: int) -> RegistrySchema:
         with _errors(f"schema id {schema_id}"):
@@ -108,7 +110,8 @@ class ConfluentRegistry:
             if found is not None:
                 return found
             raise SchemaNotRegistered(
-                f"the port's schema is not registered under subject {subject!r} at {self.url}; "
+                f"the port's schema is not registered under subject {subject!r} at "
+                f"{redacted(self.url)}; "
                 "register it (the subject's owner, or a CI job), or set `register: auto` "
                 "on the topic to let streamflow register it"
             ) from None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,6 +51,7 @@ from streamflow.schema.codecs import (
 from streamflow.schema.store import Schema, SchemaError, SchemaStore
 
 __all__ = [
+    "USER_INFO_ENV",
     "WIRE_MAGIC",
     "NotFound",
     "Registry",
@@ -61,6 +63,8 @@ __all__ = [
     "RegistryUnavailable",
     "SchemaNotRegistered",
     "UnknownSchemaId",
+    "has_credentials",
+    "redacted",
     "registry_text",
     "schema_id_of",
     "url_problem",
@@ -121,14 +125,45 @@ class Registry(Protocol):
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a registry's base URL, if it cannot."""
+    """Why ``url`` cannot be a registry's base URL, if it cannot (the URL redacted in it)."""
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         return (
-            f"schema registry URL {url!r} must be http:// or https:// with a host, e.g. "
-            "http://registry:8081 (for Apicurio: http://host:8080/apis/ccompat/v7)"
+            f"schema registry URL {redacted(url)!r} must be http:// or https:// with a host, "
+            "e.g. http://registry:8081 (for Apicurio: http://host:8080/apis/ccompat/v7)"
+        )
+    if has_credentials(url):
+        return (
+            f"schema registry URL {redacted(url)!r} holds credentials (user:password@): a URL "
+            "is copied into the application's spec, its ConfigMap, logs and error messages. "
+            f"Give them in ${USER_INFO_ENV} (user:password) instead, or on Kubernetes as "
+            "SCHEMA_REGISTRY_USER_INFO in the application's Kafka Secret"
         )
     return None
+
+
+#: where a registry's basic-auth credentials go (never in its URL)
+USER_INFO_ENV = "STREAMFLOW_SCHEMA_REGISTRY_USER_INFO"
+
+
+def has_credentials(url: str) -> bool:
+    """Whether a URL carries user-info (``user:password@host``)."""
+    try:
+        parsed = urlsplit(url)
+    except ValueError:
+        return "@" in url
+    return "@" in parsed.netloc
+
+
+def redacted(url: str) -> str:
+    """``url`` without its user-info: what any message may show of it."""
+    try:
+        parsed = urlsplit(url)
+    except ValueError:
+        return "<an unparseable URL>"
+    if "@" not in parsed.netloc:
+        return url
+    return parsed._replace(netloc="***@" + parsed.netloc.rpartition("@")[2]).geturl()
 
 
 def registry_text(schema: Schema, schema_type: str) -> str:
@@ -153,6 +188,34 @@ def _header(data: bytes, name: str) -> int:
             f"before the {name} body, got {shown})"
         )
     return int.from_bytes(data[1:_HEADER_LEN], "big")
+
+
+#: What a writer schema from the registry may cost to read: its text, how deep its
+#: JSON nests, how many JSON values it holds. A schema is parsed, normalised and
+#: compiled once per id; past these (a 300,000-field schema took 7.4 s and 566 MiB,
+#: 900 nested records overflowed the stack) its records are dead-lettered instead.
+MAX_SCHEMA_CHARS = 1 << 20
+MAX_SCHEMA_DEPTH = 200  # brackets: a record in a record is three ({ [ {)
+MAX_SCHEMA_VALUES = 100_000
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def schema_cost_problem(text: str) -> str | None:
+    """Why a registry schema's text is too costly to read, if it is; without parsing it."""
+    if len(text) > MAX_SCHEMA_CHARS:
+        return f"its text is {len(text):,} characters, more than {MAX_SCHEMA_CHARS:,}"
+    bare = _STRINGS.sub('""', text)  # what is outside strings: the structure
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(bare):  # no recursion, no parse
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_SCHEMA_DEPTH:
+        return f"it nests {deepest:,} levels deep, more than {MAX_SCHEMA_DEPTH:,}"
+    values = sum(bare.count(c) for c in ",[{")
+    if values > MAX_SCHEMA_VALUES:
+        return f"it holds about {values:,} JSON values, more than {MAX_SCHEMA_VALUES:,}"
+    return None
 
 
 class _Framed:
@@ -206,7 +269,7 @@ class _Framed:
             found = self.registry.schema_by_id(schema_id)
         except UnknownSchemaId:
             return _Unreadable(
-                f"schema id {schema_id} is not in the registry at {self.registry.url}",
+                f"schema id {schema_id} is not in the registry at {redacted(self.registry.url)}",
                 time.monotonic() + UNKNOWN_ID_RECHECK_S,
             )
         if found.schema_type != self.schema_type:
@@ -324,16 +387,22 @@ class RegistryAvroCodec(_Framed):
                 f"schema id {schema_id} uses schema references, which streamflow does not "
                 "resolve yet; register the schema self-contained"
             )
+        too_big = schema_cost_problem(found.text)
+        if too_big:
+            return _Unreadable(f"schema id {schema_id} is refused: {too_big}")
         try:
             writer = self._store.version_from(json.loads(found.text))
             bound = RecordBound(writer.raw, self.limits)
+            same = writer.fingerprint == self.schema.fingerprint
+            problems = (
+                [] if same else compat.compatibility_problems(reader=self.schema, writer=writer)
+            )
         except (ValueError, SchemaError) as exc:
             return _Unreadable(f"schema id {schema_id} is not a usable Avro schema: {exc}")
         except RecursionError:
             return _Unreadable(f"schema id {schema_id} is nested too deeply to read")
-        if writer.fingerprint == self.schema.fingerprint:
+        if same:
             return self._own
-        problems = compat.compatibility_problems(reader=self.schema, writer=writer)
         if problems:
             return _Unreadable(
                 f"{self.schema.name} cannot read records written with schema id {schema_id} "

@@ -260,7 +260,29 @@ def test_a_registry_schema_nested_past_the_recursion_limit_is_an_unreadable_writ
     deep_id = registry.add(SUBJECT, "AVRO", text)
     with pytest.raises(DecodeError) as refused:
         codec.decode(framed(deep_id, b"\0"))
-    assert f"schema id {deep_id}" in str(refused.value)
+    assert f"schema id {deep_id} is refused: it nests 2,699 levels deep" in str(refused.value)
+
+
+def test_a_registry_schema_too_costly_to_read_is_refused_before_it_is_parsed(
+    make_schema: Callable[[dict[str, Any]], Schema], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 300,000-field writer took 7.4 s and 566 MiB to parse; its text alone says no."""
+    registry = MemoryRegistry()
+    codec = RegistryAvroCodec(make_schema(READING), registry, subject=SUBJECT, register=True)
+    codec.prepare()
+    fields = [{"name": f"f{i}", "type": "int", "default": 0} for i in range(300_000)]
+    huge = registry.add(SUBJECT, "AVRO", json.dumps({**READING, "fields": fields}))
+    zeros = {"name": "z", "type": {"type": "array", "items": "int"}, "default": [0] * 150_000}
+    widest = registry.add(SUBJECT, "AVRO", json.dumps({**READING, "fields": [zeros]}))
+
+    def never(doc: object) -> None:
+        raise AssertionError("the schema was parsed")
+
+    monkeypatch.setattr(codec._store, "version_from", never)
+    with pytest.raises(DecodeError, match=r"is refused: its text is [\d,]+ characters, more"):
+        codec.decode(framed(huge, b"\0"))
+    with pytest.raises(DecodeError, match=r"is refused: it holds about [\d,]+ JSON values"):
+        codec.decode(framed(widest, b"\0"))
 
 
 # -- JSON -------------------------------------------------------------------------

@@ -119,6 +119,52 @@ def test_a_blueprint_registry_url_without_a_scheme_is_a_verifier_problem(tmp_pat
     assert len(found) == 1 and found[0].position.line == 3, problems
 
 
+def test_credentials_in_a_blueprint_registry_url_are_a_located_secret_problem(
+    tmp_path: Any,
+) -> None:
+    """``http://bob:pw@host`` passed verify, then sat in the ConfigMap, dead-letter
+    headers and a log line. It is refused where it is written; the password is never
+    repeated, in the problem or anywhere else verify prints."""
+    blueprint = tmp_path / "app.yaml"
+    blueprint.write_text(
+        "name: formats\nkafka:\n  schema_registry: http://bob:s3cr3t@registry:8081/apis\n"
+        "streamlets: {}\ntopics: {}\n"
+    )
+    result = CliRunner().invoke(cli_app, ["verify", str(blueprint)])
+    assert result.exit_code == 1
+    assert "secret-in-config" in result.output and "app.yaml:3" in result.output
+    assert "STREAMFLOW_SCHEMA_REGISTRY_USER_INFO" in result.output
+    assert "s3cr3t" not in result.output and "bob" not in result.output
+    assert "http://***@registry:8081/apis" in result.output
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_credentials_in_a_registry_url_given_to_the_cli_are_refused_unrepeated(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    blueprint = tmp_path / "app.yaml"
+    blueprint.write_text("name: formats\nstreamlets: {}\ntopics: {}\n")
+    url = "https://bob:s3cr3t@registry.example/"
+    args = ["verify", str(blueprint)]
+    if how == "flag":
+        args += ["--registry", url]
+    else:
+        monkeypatch.setenv("STREAMFLOW_SCHEMA_REGISTRY_URL", url)
+        with pytest.raises(registries.RegistryConfigError) as refused:
+            registries.connect(None)
+        assert "s3cr3t" not in str(refused.value) and "holds credentials" in str(refused.value)
+        return
+    result = CliRunner().invoke(cli_app, args)
+    assert result.exit_code == 1
+    assert "holds credentials" in result.output and "s3cr3t" not in result.output
+
+
+def test_urls_are_redacted_in_messages() -> None:
+    assert wire.redacted("http://bob:pw@host:8081/x?y=1") == "http://***@host:8081/x?y=1"
+    assert wire.redacted("http://host:8081/x") == "http://host:8081/x"
+    assert wire.has_credentials("http://bob@host/") and not wire.has_credentials("http://h/")
+
+
 def test_a_json_topic_keeps_only_the_declared_fields_both_ways(
     make_schema: Callable[[dict[str, Any]], Schema],
 ) -> None:

@@ -67,10 +67,18 @@ def property_name(key: str) -> str:
     return key.lower().replace("_", ".")
 
 
+#: a Secret's keys that are not librdkafka's: the pods read them for the schema
+#: registry's client (``runtime.registry``); given to a Kafka client, they break it
+NOT_KAFKA_KEYS = ("SCHEMA_REGISTRY_",)
+
+
 def secret_config(data: Mapping[str, str] | None) -> dict[str, str]:
-    """librdkafka properties from a Secret's (base64) data; undecodable values are skipped."""
+    """librdkafka properties from a Secret's (base64) data; undecodable values are skipped,
+    and so are the keys that are not for Kafka (``SCHEMA_REGISTRY_USER_INFO``)."""
     out: dict[str, str] = {}
     for key, value in (data or {}).items():
+        if key.upper().startswith(NOT_KAFKA_KEYS):
+            continue
         try:
             out[property_name(key)] = base64.b64decode(value, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError):

@@ -162,6 +162,40 @@ def test_a_labelled_secrets_bootstrap_wins_over_the_resources(
     assert listener.connections == 0
 
 
+def test_a_secret_holding_the_registrys_credentials_still_serves_the_operators_clients(
+    kubectl: Kubectl,
+    namespace: str,
+    start_operator: Callable[..., OperatorThread],
+    application: Application,
+    kafka_bootstrap: str,
+) -> None:
+    """SCHEMA_REGISTRY_USER_INFO is documented for this Secret; the operator's own Kafka
+    clients used to fail on it (``No such configuration property``)."""
+    secret(
+        kubectl,
+        namespace,
+        "kafka-and-registry",
+        labelled=True,
+        BOOTSTRAP=kafka_bootstrap,
+        SCHEMA_REGISTRY_USER_INFO="bob:pw",
+    )
+    start_operator()
+    app = with_kafka(application, bootstrap=kafka_bootstrap, secret="kafka-and-registry")
+    name = apply(kubectl, namespace, app)
+
+    def topics_ready() -> bool:
+        status = get_json(kubectl, "sfapp", name, "-n", namespace).get("status") or {}
+        assert status.get("phase") != "Failed", status
+        return any(
+            c["type"] == "TopicsReady" and c["status"] == "True"
+            for c in status.get("conditions") or []
+        )
+
+    wait_until(topics_ready, what="the topics", timeout=WAIT_S, interval=POLL_S)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    assert set(app.topics) <= set(admin.list_topics(timeout=10).topics)
+
+
 def test_a_secret_without_a_bootstrap_is_refused(
     kubectl: Kubectl,
     namespace: str,

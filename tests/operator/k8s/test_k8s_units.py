@@ -116,6 +116,9 @@ def test_kafka_credentials_reach_the_pod_only_from_the_secret(app: Application) 
     assert kafka.property_name("BOOTSTRAP") == "bootstrap.servers"
     data = {"SASL_USERNAME": base64.b64encode(b"me").decode(), "BROKEN": "%%%"}
     assert kafka.secret_config(data) == {"sasl.username": "me"}
+    # the registry's credentials, documented in the same Secret, are not a Kafka property
+    data["SCHEMA_REGISTRY_USER_INFO"] = base64.b64encode(b"bob:pw").decode()
+    assert kafka.secret_config(data) == {"sasl.username": "me"}
 
 
 def test_only_an_http_ingress_gets_a_service_port(app: Application) -> None:

@@ -1,4 +1,5 @@
-"""A batch holds at most ``decode_limits.max_batch_bytes`` decoded: it is cut there.
+"""Decoding in the processor: a batch is cut at ``decode_limits.max_batch_bytes``, and
+whatever a codec raises on a record is that record's dead letter.
 
 What does not fit is read again as the next batch, so nothing is dead-lettered
 for being in a big batch and nothing is lost: every record comes out once, in
@@ -71,4 +72,33 @@ def test_a_record_larger_than_the_batch_budget_alone_still_goes_through(
         rig.delivery.poll()
     assert rig.outputs() == ["r0", "r1", "r2"]
     assert streamlet.sizes == [1, 1, 1]
+    assert rig.stored() == 3
+
+
+class _Brittle(memory_support.JsonCodec):
+    """A codec with a bug: some bytes make it raise something other than DecodeError."""
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        if b"deep" in data:
+            raise RecursionError("maximum recursion depth exceeded")
+        return super().decode(data)
+
+
+def test_a_codec_failing_on_a_record_dead_letters_it_and_the_replica_goes_on(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Whatever a codec raises on a record's bytes is that record's dead letter, never a
+    crash (a crash would re-read the record at every restart: a crash loop)."""
+    rig = memory_support.rig(Copy(), loop)
+    rig.processor.bindings.inlets_by_topic[memory_support.IN] = (
+        "in",
+        _Brittle("tests.runtime.Reading"),
+    )
+    rig.write({"id": "r0"}, {"id": "deep"}, {"id": "r2"})
+    rig.processor.turn()
+    rig.delivery.poll()
+    assert rig.outputs() == ["r0", "r2"]
+    assert rig.dead == [("deep", "decode", "DecodeError")]
+    error = rig.dead_letters()["deep"]["streamflow-error"].decode()
+    assert error == "cannot decode: RecursionError: maximum recursion depth exceeded"
     assert rig.stored() == 3
