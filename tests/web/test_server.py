@@ -238,6 +238,35 @@ def test_other_hosts_are_refused_while_bound_to_loopback(base: tuple[str, int]) 
     assert status == 200
 
 
+def test_partial_request_heads_are_closed_by_the_head_deadlines(base: tuple[str, int]) -> None:
+    """50 partial heads used to stay open for good; each is answered 408 and closed now."""
+    silent = [socket.create_connection(base, timeout=30) for _ in range(25)]
+    partial = [socket.create_connection(base, timeout=30) for _ in range(25)]
+    for sock in partial:
+        sock.sendall(b"GET /api/apps HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    try:
+        for sock in silent:  # no line at all: the request line's deadline
+            answer = _read_until_closed(sock)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert b"no complete request line arrived within 3s" in answer
+        for sock in partial:  # a line, then nothing: the whole head's deadline
+            answer = _read_until_closed(sock)
+            assert b"the request head did not arrive within 10s" in answer, answer
+        status, _, _ = request(base, "GET", "/api/apps")  # and the server still answers
+        assert status == 200
+    finally:
+        for sock in silent + partial:
+            sock.close()
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """What the server sent before it closed the connection (a timeout fails the test)."""
+    received = b""
+    while chunk := sock.recv(4096):
+        received += chunk
+    return received
+
+
 def test_a_taken_port_is_a_clear_error(base: tuple[str, int]) -> None:
     with pytest.raises(serving.UiError, match=f"port {base[1]} .* already in use"):
         serving.bind("127.0.0.1", base[1])

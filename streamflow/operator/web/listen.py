@@ -10,6 +10,7 @@ stops it through :class:`Running`.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -20,8 +21,20 @@ import uvicorn
 
 from streamflow.operator import targets
 from streamflow.operator.web import server
+from streamflow.runtime import httpguard
 
 __all__ = ["Running", "UiError", "bind", "is_loopback", "serve", "serve_in_background", "url_of"]
+
+
+log = logging.getLogger("streamflow.ui")
+
+# A head must arrive within these (50 partial heads were held open for good before).
+HEADER_TIMEOUT_S = 10.0
+REQUEST_LINE_TIMEOUT_S = 3.0
+# Above the live views' own cap (server.MAX_STREAMS) plus the page's and API's requests.
+# Per client the same: behind `kubectl port-forward`, every browser is 127.0.0.1.
+MAX_CONNECTIONS = 256
+MAX_CONNECTIONS_PER_CLIENT = MAX_CONNECTIONS
 
 
 class UiError(Exception):
@@ -106,6 +119,15 @@ def serve(
         access_log=False,
         timeout_graceful_shutdown=5,
         lifespan="on",
+        # a request head has a deadline, and one client cannot hold every connection
+        http=httpguard.guarded_protocol(
+            header_timeout=HEADER_TIMEOUT_S,
+            request_line_timeout=REQUEST_LINE_TIMEOUT_S,
+            max_connections=MAX_CONNECTIONS,
+            max_connections_per_client=MAX_CONNECTIONS_PER_CLIENT,
+            logger=log,
+        ),
+        limit_concurrency=MAX_CONNECTIONS + 1,  # ours refuses past it at once
     )
     instance = _Server(config, running.closing)
     running._server = instance

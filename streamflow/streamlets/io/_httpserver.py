@@ -11,7 +11,7 @@ SIGTERM and cancels ``serve()`` on it.
 
 What uvicorn leaves open is added around it, no more:
 
-* deadlines on the request head and on its first line (:mod:`._httpguard`),
+* deadlines on the request head and on its first line (:mod:`streamflow.runtime.httpguard`),
   and caps on connections, in all and per client, that answer at once past
   them (``503``, ``429``);
 * the cap is kept under the process's descriptor limit, so a flood of
@@ -32,7 +32,8 @@ from typing import Any
 
 import uvicorn
 
-from streamflow.streamlets.io import _httpapp, _httpguard
+from streamflow.runtime import httpguard
+from streamflow.streamlets.io import _httpapp
 
 __all__ = ["HttpServer"]
 
@@ -81,7 +82,7 @@ class HttpServer:
         config = uvicorn.Config(
             self._closing_aware(self.app),
             interface="asgi3",
-            http=_httpguard.guarded_protocol(
+            http=httpguard.guarded_protocol(
                 header_timeout=self.header_timeout,
                 request_line_timeout=self.request_line_timeout,
                 max_connections=self.max_connections,

@@ -19,7 +19,7 @@ are merely queued. Anything else is an error the client can act on:
 
 The port is reachable by whoever can reach the pod, so nothing a request holds
 may cost more than a bound: the protocol is uvicorn's (``_httpserver``), the
-deadlines and the connection caps are ``_httpguard``'s and ``_httpapp``'s, and
+deadlines and the connection caps are ``runtime.httpguard``'s and ``_httpapp``'s, and
 a body becomes records in a worker thread (``_jsonbody``), off the event loop
 that answers everyone else. It binds ``127.0.0.1`` unless told otherwise;
 ``STREAMFLOW_HTTP_HOST`` (which the Kubernetes operator sets to ``0.0.0.0`` in

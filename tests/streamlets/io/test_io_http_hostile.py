@@ -28,7 +28,7 @@ import pytest
 from streamflow.api import describe
 from streamflow.api.config import config_problems
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.io import _httpguard
+from streamflow.runtime import httpguard
 from tests.waiting import wait_until
 
 from .test_io_http import GOOD, FakeEmitter, ReadingApi, post, run
@@ -435,7 +435,7 @@ def test_the_connection_limits_are_validated() -> None:
 
 
 def test_a_client_is_its_ipv4_address_or_its_ipv6_slash_64() -> None:
-    key = _httpguard.client_key
+    key = httpguard.client_key
     assert key(("203.0.113.7", 5000)) == "203.0.113.7"
     assert key(("203.0.113.7", 5001)) == key(("203.0.113.7", 5000))
     assert key(("203.0.113.8", 5000)) != key(("203.0.113.7", 5000))

@@ -27,8 +27,10 @@ shares). Refusals past the per-client share are logged, once per
 :data:`_REPORT_EVERY` seconds at most: behind a proxy every client has the
 proxy's address, and the log is where that shows.
 
-The body's deadline is the application's (:mod:`._httpapp`), where the
-answer can be a proper ``408``.
+The body's deadline is the application's (the HTTP ingress's ``_httpapp``),
+where the answer can be a proper ``408``. Every HTTP server streamflow runs on
+uvicorn takes this protocol: the HTTP ingress, and the web view (``streamflow
+ui``, the operator's ``--ui-port``).
 """
 
 from __future__ import annotations
