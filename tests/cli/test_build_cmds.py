@@ -152,8 +152,11 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     project = tmp_path / "proj"
     (project / "bp").mkdir(parents=True)
     (project / "pyproject.toml").write_text("[project]\nname='p'\n")
-    for name in ("blueprint.yaml", "wine_app.py"):
-        (project / "bp" / name).write_text((WINE / name).read_text())
+    # its own module name: this process may have imported the example's wine_app already,
+    # and a blueprint's module may not share a name with a module loaded from elsewhere
+    blueprint = (WINE / "blueprint.yaml").read_text().replace("wine_app:", "tag_hash_app:")
+    (project / "bp" / "blueprint.yaml").write_text(blueprint)
+    (project / "bp" / "tag_hash_app.py").write_text((WINE / "wine_app.py").read_text())
     shutil.copytree(ROOT / "schemas" / "examples" / "wine", project / "schemas" / "wine")
 
     def plan() -> plans.Plan:
@@ -170,7 +173,7 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert first.application is not None
     assert first.application.root == project and first.application.extras == {}
     assert plan().reference == first.reference == first.application.image
-    (project / "bp" / "wine_app.py").write_text((WINE / "wine_app.py").read_text() + "\n# x\n")
+    (project / "bp" / "tag_hash_app.py").write_text((WINE / "wine_app.py").read_text() + "\n# x\n")
     assert plan().reference != first.reference
     assert plan().streamflow == first.streamflow
     operator = plans.plan_operator(tag=None, base_image="b", builder=builder)
@@ -476,3 +479,61 @@ def test_a_failed_build_leaves_no_context(
     result = CliRunner().invoke(app, ["build", "--operator", "--builder", "docker"])
     assert result.exit_code == 1 and "streamflow image failed (exit 3)" in result.stderr
     assert not (tmp_path / "images" / "contexts" / "_operator").exists()
+
+
+# -- what a project's files may carry into /app -------------------------------------------
+
+
+def _touch(root: Path, *rels: str) -> None:
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+
+
+def test_without_a_dockerignore_secrets_and_version_control_stay_out(tmp_path: Path) -> None:
+    """``.git/config`` (a token in a remote URL) and ``.env`` went into /app."""
+    _touch(
+        tmp_path,
+        "app.py",
+        "models/m.keras",
+        ".env",
+        "deploy/.env.production",
+        ".git/config",
+        "tls/server.pem",
+        ".venv/lib/big.so",
+        "pkg/__pycache__/m.cpython-311.pyc",
+    )
+    patterns = context.read_ignore(tmp_path)
+    assert patterns == context.DEFAULT_IGNORE
+    assert context.project_files(tmp_path, patterns) == ["app.py", "models/m.keras"]
+    # a project's own .dockerignore is its own choice, as with Docker
+    (tmp_path / ".dockerignore").write_text(".git\n")
+    assert ".env" in context.project_files(tmp_path, context.read_ignore(tmp_path))
+
+
+def test_links_that_lead_out_of_the_project_are_never_followed(tmp_path: Path) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    _touch(project, "app.py")
+    _touch(elsewhere, "id_rsa", "etc/passwd")
+    (project / "inside").symlink_to("app.py")
+    (project / "key").symlink_to(elsewhere / "id_rsa")
+    (project / "etc").symlink_to(elsewhere / "etc")
+    (project / "up").symlink_to("../elsewhere/id_rsa")
+    files, outside = context.select(project, [])
+    assert files == ["app.py", "inside"]
+    assert outside == ["etc", "key", "up"]
+
+
+def test_build_warns_of_the_links_it_leaves_out(fake_docker: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(WINE, project / "wine", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "schemas", project / "schemas")
+    (project / "pyproject.toml").write_text('[project]\nname = "wine"\nversion = "1"\n')
+    _touch(tmp_path, "secret.txt")
+    (project / "wine" / "secret.txt").symlink_to(tmp_path / "secret.txt")
+    blueprint = str(project / "wine" / "blueprint.yaml")
+    args = ["build", blueprint, "--builder", "docker", "--dry-run", "--root", str(project)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert "not copied to /app: wine/secret.txt: a link that leads out of" in warning

@@ -18,20 +18,47 @@ from streamflow.api import descriptor as descriptors
 from streamflow.blueprint.model import Application
 
 __all__ = [
+    "DEFAULT_IGNORE",
     "digest",
     "ignored",
     "needed_extras",
     "project_files",
     "read_ignore",
     "requirements",
+    "select",
+]
+
+
+#: What an image never needs, when the project has no ``.dockerignore`` of its own:
+#: version control (``.git/config`` may hold a token), environment files (``.env``
+#: holds secrets by convention), virtualenvs and caches.
+DEFAULT_IGNORE = [
+    ".git",
+    ".hg",
+    ".svn",
+    "**/.env",
+    "**/.env.*",
+    "**/*.pem",
+    "**/*.key",
+    ".venv",
+    "venv",
+    "**/node_modules",
+    "**/__pycache__",
+    "**/*.pyc",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".idea",
+    ".vscode",
 ]
 
 
 def read_ignore(root: Path) -> list[str]:
-    """The patterns of ``root/.dockerignore`` (none if it has none), comments dropped."""
+    """The patterns of ``root/.dockerignore``, comments dropped; :data:`DEFAULT_IGNORE`
+    when there is none."""
     file = root / ".dockerignore"
     if not file.is_file():
-        return []
+        return list(DEFAULT_IGNORE)
     lines = (line.strip() for line in file.read_text(encoding="utf-8").splitlines())
     return [line.rstrip("/") for line in lines if line and not line.startswith("#")]
 
@@ -54,16 +81,44 @@ def ignored(rel: str, patterns: list[str]) -> bool:
 
 
 def project_files(root: Path, patterns: list[str]) -> list[str]:
-    """Every file under ``root`` that the patterns keep, sorted; symlinks to files count."""
+    """Every file under ``root`` that the patterns keep, sorted (see :func:`select`)."""
+    return select(root, patterns)[0]
+
+
+def select(root: Path, patterns: list[str]) -> tuple[list[str], list[str]]:
+    """The files under ``root`` that the patterns keep, and the kept names left out
+    because they are links to something outside ``root``; both sorted.
+
+    A link to a file inside the project counts as that file. One that leads out
+    of it (``secrets -> ~/.ssh/id_rsa``, ``data -> /etc``) is never followed: the
+    image would otherwise carry whatever it points at.
+    """
     found: list[str] = []
+    outside: list[str] = []
+    real_root = root.resolve()
     for directory, dirs, files in os.walk(root):
         base = Path(directory).relative_to(root).as_posix()
         prefix = "" if base == "." else base + "/"
         # a pruned directory is never walked (.venv alone is gigabytes), unless a ! may reopen it
         reopen = any(p.startswith("!") for p in patterns)
         dirs[:] = sorted(d for d in dirs if reopen or not ignored(prefix + d, patterns))
-        found += [prefix + f for f in files if not ignored(prefix + f, patterns)]
-    return sorted(f for f in found if (root / f).is_file())
+        outside += [prefix + d for d in dirs if _leaves(root / prefix / d, real_root)]
+        for name in files:
+            rel = prefix + name
+            if ignored(rel, patterns):
+                continue
+            if _leaves(root / rel, real_root):
+                outside.append(rel)
+            elif (root / rel).is_file():
+                found.append(rel)
+    return sorted(found), sorted(outside)
+
+
+def _leaves(path: Path, real_root: Path) -> bool:
+    """Whether ``path`` is a link whose target is outside ``real_root``."""
+    if not path.is_symlink():
+        return False
+    return not path.resolve().is_relative_to(real_root)
 
 
 def needed_extras(app: Application) -> dict[str, str]:

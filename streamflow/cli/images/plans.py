@@ -180,7 +180,15 @@ def make_plan(
         else context.needed_extras(app)
     )
     requirements = context.requirements(project, found)
-    files = context.project_files(project, context.read_ignore(project))
+    files, outside = context.select(project, context.read_ignore(project))
+    if outside:
+        shown = ", ".join(outside[:5]) + (
+            f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+        )
+        output.error_console().print(
+            f"[yellow]warning[/]: not copied to {APP_ROOT}: {shown}: a link that leads out of "
+            f"{project} (the image would carry what it points at); copy the files in instead"
+        )
     if not files:
         output.fail(f"{project}'s .dockerignore leaves nothing to copy to {APP_ROOT}")
     sf = _plan_streamflow(builder, base_image)
