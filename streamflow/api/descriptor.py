@@ -2,20 +2,20 @@
 
 Declarations are collected lazily, not at class creation, so a class with a
 broken declaration still imports, and ``describe`` and the verifier can name
-exactly which declaration is broken instead of showing a traceback.
+exactly which declaration is broken instead of showing a traceback. Finding a
+class by its path, from trusted places only, is :mod:`streamflow.api.classpath`'s
+job; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
-import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamflow.api import params as params_mod
+from streamflow.api.classpath import ClassLoadError, load_streamlet_class
 from streamflow.api.ports import ControlInlet, Inlet, Outlet, Port, PortKind
 from streamflow.api.streamlet import Logic, Shape, Streamlet
 
@@ -26,7 +26,6 @@ __all__ = [
     "PortDescriptor",
     "StreamletDescriptor",
     "describe",
-    "ensure_on_path",
     "is_dns_label",
     "load_streamlet_class",
 ]
@@ -45,16 +44,6 @@ class DeclarationError(Exception):
         super().__init__(f"{class_path}: " + "; ".join(problems))
         self.class_path = class_path
         self.problems = problems
-
-
-class ClassLoadError(Exception):
-    """``module:Class`` that cannot be loaded; ``code`` is a verifier problem code."""
-
-    def __init__(self, code: str, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -145,57 +134,6 @@ class StreamletDescriptor:
             "outlets": [p.to_json() for p in self.outlets],
             "params": [p.to_json() for p in self.params],
         }
-
-
-def load_streamlet_class(class_path: str) -> type[Streamlet]:
-    """Import ``module:Class`` (or ``module.Class``) and check it is a Streamlet."""
-    module_name, _, attr = class_path.partition(":")
-    if not attr:
-        module_name, _, attr = class_path.rpartition(".")
-    if not module_name or not attr:
-        raise ClassLoadError(
-            "class-not-found",
-            f"{class_path!r} is not of the form 'module:Class'",
-            "write the class as module.path:ClassName",
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise ClassLoadError(
-                "class-not-found",
-                f"module {module_name!r} not found",
-                "check the module path, and that its directory is on the Python path",
-            ) from None
-        raise ClassLoadError(
-            "class-not-found", f"importing {module_name!r} failed: {_last_frame(exc)}"
-        ) from None
-    except Exception as exc:
-        raise ClassLoadError(
-            "class-not-found", f"importing {module_name!r} failed: {_last_frame(exc)}"
-        ) from None
-    target = getattr(module, attr, None)
-    if target is None:
-        candidates = [
-            n
-            for n, v in vars(module).items()
-            if inspect.isclass(v) and issubclass(v, Streamlet) and v is not Streamlet
-        ]
-        hint = f"streamlets in {module_name}: {', '.join(sorted(candidates))}" if candidates else ""
-        raise ClassLoadError("class-not-found", f"{module_name} has no attribute {attr!r}", hint)
-    if not (inspect.isclass(target) and issubclass(target, Streamlet)):
-        raise ClassLoadError(
-            "not-a-streamlet",
-            f"{class_path} is a {type(target).__name__}, not a Streamlet subclass",
-            "subclass streamflow.Streamlet",
-        )
-    return target
-
-
-def _last_frame(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def describe(cls: type[Streamlet], *, class_path: str | None = None) -> StreamletDescriptor:
@@ -329,9 +267,3 @@ def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[Logic | No
             return logic, inspect.iscoroutinefunction(method)
     problems.append("declares inlets but neither process() nor process_batch()")
     return None, False
-
-
-def ensure_on_path(directory: str) -> None:
-    """Let ``module:Class`` paths resolve relative to a blueprint's directory."""
-    if directory not in sys.path:
-        sys.path.insert(0, directory)

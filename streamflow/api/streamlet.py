@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from streamflow.api import own_metrics
 from streamflow.api.ports import Emit
@@ -369,7 +369,9 @@ class ConfigProblem:
     """A config that parses but does not fit the streamlet's ports (see ``check_config``).
 
     ``code`` is stable (for scripts and docs); ``param`` names the parameter whose
-    value the verifier points at, and ``path`` the entry inside that value.
+    value the verifier points at, and ``path`` the entry inside that value. A
+    ``warning`` is reported without failing ``verify``: the config runs, but is
+    probably not what its author meant (an allowlist entry that admits any port).
     """
 
     code: str
@@ -377,6 +379,7 @@ class ConfigProblem:
     param: str = ""
     hint: str = ""
     path: tuple[str | int, ...] = ()  # keys and indexes inside the parameter's value
+    severity: Literal["error", "warning"] = "error"
 
 
 class Streamlet:

@@ -151,13 +151,15 @@ class Application:
     # -- queries -------------------------------------------------------------
 
     def descriptor(self, streamlet: str) -> StreamletDescriptor:
-        """The descriptor of a streamlet's class, loaded on first use."""
+        """The descriptor of a streamlet's class, loaded on first use.
+
+        The class comes from streamflow or the python_paths only, as when the
+        blueprint was verified: a spec edited since is held to the same rule.
+        """
         cached = self._descriptors.get(streamlet)
         if cached is None:
-            for path in self.python_paths:
-                descriptors.ensure_on_path(path)
             spec = self.streamlets[streamlet]
-            cls = descriptors.load_streamlet_class(spec.class_path)
+            cls = descriptors.load_streamlet_class(spec.class_path, python_paths=self.python_paths)
             cached = descriptors.describe(cls, class_path=spec.class_path)
             self._descriptors[streamlet] = cached
         return cached

@@ -1,11 +1,11 @@
 """The verifier's pass over streamlets: their classes and their config.
 
-Each streamlet's class is imported and described; an import failure or a
-broken declaration becomes a problem at the ``class:`` line, never a
-traceback. Config values (and ``--set`` overrides, which win) are parsed by
-the class's own parameters, so a blueprint is checked with exactly the rules
-the streamlet will run with. The result is JSON-able config for the
-Application model.
+Each streamlet's class is imported and described; an import failure, a
+module outside the python_paths (never imported) or a broken declaration
+becomes a problem at the ``class:`` line, never a traceback. Config values
+(and ``--set`` overrides, which win) are parsed by the class's own
+parameters, so a blueprint is checked with exactly the rules the streamlet
+will run with. The result is JSON-able config for the Application model.
 """
 
 from __future__ import annotations
@@ -52,23 +52,25 @@ class Override:
 def load_descriptors(
     streamlets: Mapping[str, StreamletDraft], *, python_paths: list[Path], report: Reporter
 ) -> dict[str, StreamletDescriptor]:
-    """The descriptor of every streamlet whose class loads and is well declared."""
-    for path in reversed(python_paths):  # the first listed path ends up first on sys.path
-        descriptors.ensure_on_path(str(path))
+    """The descriptor of every streamlet whose class loads and is well declared.
+
+    Classes come from the streamflow package and ``python_paths`` only; a
+    module anywhere else is a problem, and is not imported.
+    """
     out: dict[str, StreamletDescriptor] = {}
     for draft in streamlets.values():
         if draft.class_path is not None:
-            found = _describe(draft, draft.class_path, report)
+            found = _describe(draft, draft.class_path, python_paths, report)
             if found is not None:
                 out[draft.name] = found
     return out
 
 
 def _describe(
-    draft: StreamletDraft, class_path: str, report: Reporter
+    draft: StreamletDraft, class_path: str, python_paths: list[Path], report: Reporter
 ) -> StreamletDescriptor | None:
     try:
-        cls = descriptors.load_streamlet_class(class_path)
+        cls = descriptors.load_streamlet_class(class_path, python_paths=python_paths)
     except descriptors.ClassLoadError as exc:
         report.error(
             exc.code, f"streamlet {draft.name}: {exc.message}", draft.class_node, hint=exc.hint
@@ -196,7 +198,7 @@ def check_config_against_ports(
 
     A problem points at the entry inside the value of the parameter it names, at
     ``<--set>`` when that value came from the command line, or at the streamlet
-    when it names no parameter.
+    when it names no parameter. It is an error or a warning, as the class says.
     """
     overridden = {o.param for o in overrides if o.streamlet == draft.name}
     try:
@@ -216,7 +218,8 @@ def check_config_against_ports(
             where = Position(OVERRIDE_FILE)
         else:
             where = report.at(_inside(given[1], problem.path) if given else draft.key)
-        report.error(
+        emit = report.warning if problem.severity == "warning" else report.error
+        emit(
             problem.code,
             f"streamlet {draft.name}: {problem.param + ': ' if problem.param else ''}"
             f"{problem.message}",

@@ -82,7 +82,9 @@ def verify(
 
     To read the streamlets' ports and parameters, verify imports the modules the
     blueprint names, which runs their top-level code with your rights: verify only
-    blueprints you trust.
+    blueprints you trust. It imports them only from the streamflow package and the
+    blueprint's directory and python_paths; a class anywhere else (the standard
+    library, site-packages) is an error, and its module is not imported.
     """
     result = registry_opts.verified(file, overrides=parse_overrides(set_), registry_url=registry)
     if output_format is VerifyFormat.text:
@@ -174,7 +176,8 @@ def describe(
             "--path",
             exists=True,
             file_okay=False,
-            help="A directory to import the class from (repeatable); the current one is included.",
+            help="A directory to import the class from (repeatable); the current one is "
+            "included. Classes come only from these and the streamflow package.",
         ),
     ] = None,
     schemas: Annotated[
@@ -185,10 +188,11 @@ def describe(
     ] = None,
 ) -> None:
     """Print a streamlet's descriptor: shape, logic, ports with schemas, and parameters."""
-    for directory in reversed([Path.cwd(), *(path or [])]):
-        descriptors.ensure_on_path(str(directory.resolve()))
+    directories = [Path.cwd(), *(path or [])]
     try:
-        cls = descriptors.load_streamlet_class(class_path)
+        cls = descriptors.load_streamlet_class(
+            class_path, python_paths=directories, option="--path"
+        )
     except descriptors.ClassLoadError as exc:
         output.fail(exc.message, code=exc.code, hint=exc.hint or _import_hint())
     try:

@@ -64,7 +64,19 @@ def run(
             "(ghcr.io/acme/*) or a prefix that ends at /, : or @ "
             "(registry.internal/streamflow admits registry.internal/streamflow:1.2); a prefix "
             "without a / is a registry host, matched up to the / only (registry.internal "
-            "does not admit registry.internal:5000/...). Default: any image.",
+            "does not admit registry.internal:5000/...). Default: the registry of the "
+            "operator's own image (--operator-image ghcr.io/acme/streamflow:1 admits "
+            "ghcr.io/acme/...), and no image when that is unknown or on Docker Hub. "
+            "'*' admits any image.",
+        ),
+    ] = None,
+    operator_image: Annotated[
+        str | None,
+        typer.Option(
+            "--operator-image",
+            envvar="STREAMFLOW_OPERATOR_IMAGE",
+            help="The image this operator runs from, whose registry --allowed-images defaults "
+            "to (the manifests set STREAMFLOW_OPERATOR_IMAGE to the Deployment's image).",
         ),
     ] = None,
     ui_port: Annotated[
@@ -94,7 +106,7 @@ def run(
     try:
         import kopf
 
-        from streamflow.operator.kubernetes import names
+        from streamflow.operator.kubernetes import admission, names
         from streamflow.operator.kubernetes.client import KubeAccess, KubeError
         from streamflow.operator.kubernetes.runner import VERIFY_IN, Operator
     except ImportError as exc:
@@ -110,6 +122,14 @@ def run(
         output.fail(
             f"--log-format {log_format!r}: use plain, full or json", exit_code=output.EXIT_USAGE
         )
+    given = [pattern.strip() for pattern in allowed_images or ()]
+    if any(not pattern for pattern in given):
+        output.fail(
+            "--allowed-images: an empty pattern admits nothing",
+            hint=f"name a registry or repository, or '{admission.ANY_IMAGE}' for any image",
+            exit_code=output.EXIT_USAGE,
+        )
+    patterns = admission.allowed_images(given, own_image=operator_image)
     access = KubeAccess(kubeconfig=kubeconfig, context=context)
     try:
         version = access.check(group=names.GROUP, version=names.VERSION)
@@ -119,7 +139,7 @@ def run(
             clusterwide=all_namespaces,
             resync_s=resync,
             liveness_endpoint=liveness,
-            allowed_images=allowed_images or (),
+            allowed_images=patterns,
             verify_in=verify_in,
         )
     except KubeError as exc:
@@ -128,8 +148,14 @@ def run(
     if not verbose:  # kopf reports every handler call; what the operator did is logged anyway
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     where = "all namespaces" if all_namespaces else ", ".join(operator.namespaces)
-    logging.getLogger("streamflow.operator").info(
-        "streamflow operator on Kubernetes %s, watching %s", version, where
+    log = logging.getLogger("streamflow.operator")
+    log.info("streamflow operator on Kubernetes %s, watching %s", version, where)
+    # A warning when it admits no image (nothing will run) or any (anyone's code will).
+    wide_open_or_shut = not patterns or admission.ANY_IMAGE in patterns
+    log.log(
+        logging.WARNING if wide_open_or_shut else logging.INFO,
+        "%s",
+        admission.describe_allowed_images(given, own_image=operator_image),
     )
     ui = _start_ui(ui_port, kubeconfig, context, operator.namespaces) if ui_port else None
     try:

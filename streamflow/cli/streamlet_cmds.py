@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from streamflow.api import descriptor as descriptors
 from streamflow.blueprint.model import Application
 from streamflow.runtime import clients, logfile, logs
 from streamflow.runtime.replica import ReplicaOptions, install_signal_handlers, run_replica
@@ -71,6 +72,7 @@ def run(
     logs.configure_logging(
         fmt=log_format, level=log_level, app=app.name, streamlet=streamlet, replica=replica
     )
+    _load_class(app, streamlet)
     bootstrap = bootstrap_servers or app.kafka.bootstrap
     if not bootstrap:
         typer.echo(
@@ -97,6 +99,24 @@ def run(
             exc,
             exc_info=os.environ.get("STREAMFLOW_DEBUG") == "1",
         )
+        raise typer.Exit(1) from None
+
+
+def _load_class(app: Application, streamlet: str) -> None:
+    """Load the streamlet's class before anything starts, or exit 1 saying why.
+
+    The spec was verified where it was deployed, but it is a file here: a class
+    it names is still imported only from streamflow and its python_paths.
+    """
+    try:
+        app.descriptor(streamlet)
+    except descriptors.ClassLoadError as exc:
+        typer.echo(f"error[{exc.code}]: streamlet {streamlet}: {exc.message}", err=True)
+        if exc.hint:
+            typer.echo(f"  hint: {exc.hint}", err=True)
+        raise typer.Exit(1) from None
+    except descriptors.DeclarationError as exc:
+        typer.echo(f"error[invalid-streamlet]: streamlet {streamlet}: {exc}", err=True)
         raise typer.Exit(1) from None
 
 

@@ -152,11 +152,8 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     project = tmp_path / "proj"
     (project / "bp").mkdir(parents=True)
     (project / "pyproject.toml").write_text("[project]\nname='p'\n")
-    # its own module name: this process may have imported the example's wine_app already,
-    # and a blueprint's module may not share a name with a module loaded from elsewhere
-    blueprint = (WINE / "blueprint.yaml").read_text().replace("wine_app:", "tag_hash_app:")
-    (project / "bp" / "blueprint.yaml").write_text(blueprint)
-    (project / "bp" / "tag_hash_app.py").write_text((WINE / "wine_app.py").read_text())
+    for name in ("blueprint.yaml", "wine_app.py"):
+        (project / "bp" / name).write_text((WINE / name).read_text())
     shutil.copytree(ROOT / "schemas" / "examples" / "wine", project / "schemas" / "wine")
 
     def plan() -> plans.Plan:
@@ -173,7 +170,7 @@ def test_the_tag_is_a_content_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert first.application is not None
     assert first.application.root == project and first.application.extras == {}
     assert plan().reference == first.reference == first.application.image
-    (project / "bp" / "tag_hash_app.py").write_text((WINE / "wine_app.py").read_text() + "\n# x\n")
+    (project / "bp" / "wine_app.py").write_text((WINE / "wine_app.py").read_text() + "\n# x\n")
     assert plan().reference != first.reference
     assert plan().streamflow == first.streamflow
     operator = plans.plan_operator(tag=None, base_image="b", builder=builder)

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from streamflow import devkit
+from streamflow.blueprint import verify_file
+from streamflow.streamlets.serving import locations
 from tests import stopping
 from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
 from tests.waiting import exited, wait_until
@@ -81,6 +83,21 @@ def test_the_blueprint_verifies(blueprint: Path, tmp_path: Path) -> None:
     result = _cli(tmp_path, "verify", str(blueprint), timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"^✓ [\w-]+: \d+ streamlets, \d+ topics, 0 problems$", result.stdout, re.M)
+
+
+def test_every_example_blueprint_verifies_without_a_warning() -> None:
+    """Examples are what users copy: their allowlists name exact origins, ending at '/'."""
+    examples = sorted((DIGITS.parent).glob("*/*.yaml"))
+    allowlists = 0
+    for blueprint in examples:
+        result = verify_file(blueprint, require_registry=False)  # registry.yaml starts its own
+        assert result.problems == [], (blueprint, [str(p) for p in result.problems])
+        assert result.application is not None
+        for streamlet in result.application.streamlets.values():
+            for entry in streamlet.config.get("allowlist") or []:
+                allowlists += 1
+                assert locations.loose(entry) == (), (blueprint, entry)
+    assert len(examples) >= 9 and allowlists >= 10
 
 
 @pytest.mark.parametrize(
@@ -148,18 +165,24 @@ def test_the_monitored_digits_alert_on_drift_and_explain_pixels(
 def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
     digits_models: DigitsModels, tmp_path: Path
 ) -> None:
-    """The README's flow: run, then push the ONNX graph, then a KServe server over V2."""
+    """The README's flow: run, then push the ONNX graph, then a KServe server over V2.
+
+    The server listens on a free port rather than the README's 8080, so the
+    blueprint's allowlist is pointed at it, as a user points it at their own.
+    """
     log_file = tmp_path / "run.log"
+    server = devkit.ModelServer(model_path=digits_models.keras_files[2], model_name="digits")
+    server.start()  # first: its port goes into the allowlist
     command = [
         str(STREAMFLOW), "run", str(DIGITS / "classifier.yaml"),
         "--set", f"samples.dataset={digits_models.samples}",
         "--set", f"models.keras={digits_models.keras_files[1]}",
+        "--set", f"classifier.allowlist={server.url}/",
     ]  # fmt: skip
     with log_file.open("w") as out:
         process = subprocess.Popen(
             command, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, text=True
         )
-    server = devkit.ModelServer(model_path=digits_models.keras_files[2], model_name="digits")
 
     def log() -> str:
         return ANSI.sub("", log_file.read_text())
@@ -181,7 +204,6 @@ def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
         )  # fmt: skip
         assert onnx.returncode == 0, onnx.stdout + onnx.stderr + log()[-4000:]
         assert "pushed digits:2 (ONNX" in onnx.stdout
-        server.start()
         remote = _cli(
             tmp_path, "model", "push", "digits-classifier", "classifier",
             "--url", server.url, "--protocol", "v2", timeout=180,

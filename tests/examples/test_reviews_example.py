@@ -147,7 +147,7 @@ def test_the_classifier_sends_raw_text_to_a_model_server_as_v2_bytes(
 ) -> None:
     server = model_server_factory(model_path=reviews_model.keras_file, model_name="reviews")
     values = support.read_jsonl(reviews_model.samples, limit=40)
-    config = {**CONFIG, "allowlist": ["http://127.0.0.1:"]}
+    config = {**CONFIG, "allowlist": [f"{server.url}/"]}  # its exact origin
     with support.classifier(reviews_app.SentimentClassifier, config, tmp_path) as h:
         remote = {
             **support.descriptor("reviews", 1, "OPEN_INFERENCE_V2", b""),

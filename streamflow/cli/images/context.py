@@ -131,12 +131,10 @@ def needed_extras(app: Application) -> dict[str, str]:
     from streamflow.streamlets.serving import ModelPublisher
     from streamflow.streamlets.serving.follower import ModelFollower
 
-    for directory in app.python_paths:
-        descriptors.ensure_on_path(directory)
     extras: dict[str, str] = {}
     followers: list[str] = []
     for name, spec in app.streamlets.items():
-        cls = descriptors.load_streamlet_class(spec.class_path)
+        cls = descriptors.load_streamlet_class(spec.class_path, python_paths=app.python_paths)
         modules = {klass.__module__ for klass in cls.__mro__}
         if any(m.startswith("streamflow.streamlets.drift") for m in modules):
             extras.setdefault("drift", f"{name} detects drift")

@@ -15,8 +15,11 @@ pods, and the operator refuses what would reach further than that:
 * **Only labelled Secrets hold credentials** (``streamflow.io/kafka-credentials=true``),
   and such a Secret names its brokers (``BOOTSTRAP``), which win over the
   spec's (:func:`streamflow.operator.kubernetes.kafka.credentials`).
-* **Images**, when the operator runs with ``--allowed-images``, must match one
-  of the patterns (:func:`image_allowed`).
+* **Images** must match one of the operator's patterns (:func:`image_allowed`):
+  those of ``--allowed-images``, else the registry its own image came from
+  (:func:`own_registry`), else none. An operator that knows neither admits no
+  image, rather than any: ``'*'`` (:data:`ANY_IMAGE`) admits any, and only
+  when someone writes it.
 
 A refusal is the application's ``Failed`` phase with a message that names
 the key, the Secret or the image, and a Warning event; nothing is created.
@@ -40,18 +43,27 @@ from streamflow.operator.kubernetes import kafka
 from streamflow.operator.kubernetes.spec import AppResource
 
 __all__ = [
+    "ANY_IMAGE",
     "Credentials",
     "Refusal",
     "RefusedError",
     "admit",
+    "allowed_images",
     "client_settings",
+    "describe_allowed_images",
     "image_allowed",
+    "own_registry",
     "refuse_config",
     "refuse_image",
     "refuse_spec",
 ]
 
+# The pattern that admits any image: a glob, spelled out so that no default is ever it.
+ANY_IMAGE = "*"
 _GLOB = frozenset("*?[")
+# Docker Hub: a bare name (``streamflow:1``) or one of these hosts is its registry, where
+# anyone may publish, and whose ``library/`` holds every official image: never a default.
+_DOCKER_HUB = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 _BOUNDARIES = ("/", ":", "@")
 _HOST_BOUNDARIES = ("/",)  # after a registry host, ``:`` starts a port: another endpoint
 
@@ -157,10 +169,70 @@ def image_allowed(image: str, patterns: Sequence[str]) -> bool:
 
 
 def refuse_image(image: str, patterns: Sequence[str]) -> Refusal | None:
-    """An image outside the operator's ``--allowed-images`` (none given: any image)."""
-    if not patterns or image_allowed(image, patterns):
+    """An image that matches none of ``patterns``; no patterns admit no image."""
+    if image_allowed(image, patterns):
         return None
+    if not patterns:
+        return Refusal(
+            "ImageNotAllowed",
+            f"image {image!r} is not allowed: this operator admits no image until its "
+            "administrator names the images it may run (--allowed-images)",
+        )
     return Refusal(
         "ImageNotAllowed",
-        f"image {image!r} is not allowed by this operator (allowed: {', '.join(patterns)})",
+        f"image {image!r} is not allowed by this operator (allowed: {', '.join(patterns)}); "
+        "use an image from there, or ask its administrator to add it to --allowed-images",
+    )
+
+
+def own_registry(image: str | None) -> str | None:
+    """Where the operator's own image lives, up to its repository's last ``/``; None for none.
+
+    ``ghcr.io/acme/streamflow:1`` gives ``ghcr.io/acme/``, the prefix that
+    ``streamflow build --tag $REGISTRY/...`` gives the applications' images too.
+    Docker Hub's bare names and ``library/`` (everyone's official images) give None.
+    """
+    if not image:
+        return None
+    repository = image.partition("@")[0]
+    registry, slash, _ = repository.rpartition("/")
+    if not slash:
+        return None
+    host, _, path = registry.partition("/")
+    if host.lower() in _DOCKER_HUB and path in ("", "library"):
+        return None
+    return registry + "/"
+
+
+def allowed_images(given: Sequence[str], *, own_image: str | None) -> tuple[str, ...]:
+    """The operator's patterns: those given, else its own image's registry, else none."""
+    if given:
+        return tuple(given)
+    registry = own_registry(own_image)
+    return (registry,) if registry else ()
+
+
+def describe_allowed_images(given: Sequence[str], *, own_image: str | None) -> str:
+    """What the operator says at start about the images it admits, and why those."""
+    patterns = allowed_images(given, own_image=own_image)
+    if ANY_IMAGE in patterns:
+        return (
+            f"admits any image (--allowed-images '{ANY_IMAGE}'): whoever may create a "
+            "StreamflowApplication chooses what its pods run"
+        )
+    if given:
+        return f"admits the images matching {', '.join(patterns)} (--allowed-images)"
+    if patterns:
+        return (
+            f"admits the images under {patterns[0]}, the registry of its own image "
+            f"{own_image} (--allowed-images names others)"
+        )
+    why = (
+        f"its own image {own_image} names no registry of its own"
+        if own_image
+        else "its own image is unknown (STREAMFLOW_OPERATOR_IMAGE)"
+    )
+    return (
+        f"admits no image: {why}; name the images it may run with --allowed-images, "
+        f"or '{ANY_IMAGE}' for any"
     )

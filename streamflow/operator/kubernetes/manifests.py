@@ -14,6 +14,10 @@ grant, so no cluster-scoped role is needed. The verifier's Jobs
 (``--verify-in job``, the default, rendered explicitly in the Deployment) are
 created, listed (and watched, to learn they finished) and deleted; their pods
 are listed and their logs read, which is where the answer is.
+
+The Deployment tells the operator its own image (``STREAMFLOW_OPERATOR_IMAGE``),
+whose registry is the default of ``--allowed-images``: an operator installed
+from these files admits the images built beside its own, and no others.
 """
 
 from __future__ import annotations
@@ -115,6 +119,9 @@ def operator_deployment(
                 "name": "STREAMFLOW_NAMESPACE",
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             },
+            # Its registry is what the operator admits by default (--allowed-images): the
+            # downward API cannot tell a container its image, so the manifests do.
+            {"name": "STREAMFLOW_OPERATOR_IMAGE", "value": image},
             {"name": "HOME", "value": "/tmp"},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],

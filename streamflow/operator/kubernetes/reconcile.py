@@ -16,10 +16,11 @@ restart), the same function runs on a fresh read of the resource:
 
 Before any of that, the resource is admitted (:mod:`~streamflow.operator.kubernetes.admission`):
 security settings in its Kafka config, an unlabelled or bootstrap-less Secret,
-or an image outside ``--allowed-images`` fail it with nothing created and nothing
-sent to Kafka. Then it is verified (:mod:`~streamflow.operator.kubernetes.verify`)
-with the CLI's verifier, in a child process or a Job from the application's
-image: an application that does not verify fails with its problems in the
+or an image the operator does not admit (``--allowed-images``, by default its own
+image's registry) fail it with nothing created and nothing sent to Kafka. Then it
+is verified (:mod:`~streamflow.operator.kubernetes.verify`) with the CLI's verifier,
+in a child process or a Job from the application's image: an application that
+does not verify fails with its problems in the
 ``Verified`` condition, and the children of its last good spec, if any, are left
 as they are; while the Job runs, the application is ``Pending``, ``Verifying``
 (:mod:`~streamflow.operator.kubernetes.unapplied` writes these statuses). A spec
@@ -120,7 +121,7 @@ class Reconciler:
     _topics: dict[tuple[str, str], _TopicsCheck] = field(default_factory=dict)
     # Whether the cluster serves KEDA's ScaledObjects; a cached discovery call unless given.
     keda_installed: Callable[[], bool] | None = None
-    # Image patterns a resource may name (``--allowed-images``); empty: any image.
+    # Image patterns a resource may name (``--allowed-images``); empty: no image.
     allowed_images: tuple[str, ...] = ()
     # Runs the CLI's verifier on each spec: a child process (or a Job) per application.
     verifier: verify.AppVerifier = field(default_factory=verify.Verifier)

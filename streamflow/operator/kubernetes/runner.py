@@ -57,7 +57,8 @@ class Operator:
     ) -> None:
         """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
         overrides asking the cluster whether it serves KEDA's ScaledObjects (tests);
-        ``allowed_images``: the image patterns an application may use (empty: any);
+        ``allowed_images``: the image patterns an application may use (empty: none;
+        ``streamflow operator run`` defaults them to its own image's registry);
         ``verify_in``: ``job`` or ``operator`` (see the module); ``verifier``: another
         verifier, which ``verify_in`` then does not choose."""
         if verify_in not in VERIFY_IN:

@@ -57,7 +57,7 @@ from streamflow.streamlets.drift import inputs as tensor_inputs
 from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
 from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
-from streamflow.streamlets.serving import artifacts, remote, tensors
+from streamflow.streamlets.serving import artifacts, locations, remote, tensors
 
 __all__ = ["DriftDetector"]
 
@@ -114,7 +114,11 @@ class DriftDetector(Streamlet):
     reference_size = params.Int(
         default=1000, min=2, description="N: records in a first-N reference"
     )
-    allowlist = params.List(params.Str(), default=[], description="allowed location prefixes")
+    allowlist = params.List(
+        params.Str(),
+        default=[],
+        description="allowed locations, scheme://host[:port][/path], as serving's allowlist",
+    )
     cache_dir = params.Str(default="", description="dataset cache (default ~/.cache/streamflow)")
     probabilities_field = params.Str(default="probabilities", description="outputs: probabilities")
     class_field = params.Str(default="predicted", description="outputs: the predicted class")
@@ -163,8 +167,12 @@ class DriftDetector(Streamlet):
     def check_config(
         cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
     ) -> list[ConfigProblem]:
-        """``inputs`` against the ``in`` port, as serving checks its own: at verify."""
-        return tensor_inputs.config_problems(config, schemas=schemas)
+        """``inputs`` against the ``in`` port, as serving checks its own: at verify; and a
+        warning per allowlist entry looser than it looks (any port, no path end)."""
+        return [
+            *tensor_inputs.config_problems(config, schemas=schemas),
+            *locations.config_problems(config.get("allowlist") or []),
+        ]
 
     def setup(self, context: Context) -> None:
         store = context.schema_store if context.schema_store is not None else SchemaStore()

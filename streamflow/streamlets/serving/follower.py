@@ -36,7 +36,7 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
-from streamflow.streamlets.serving import admission, artifacts, limits, remote, tensors
+from streamflow.streamlets.serving import admission, artifacts, limits, locations, remote, tensors
 from streamflow.streamlets.serving.embedded import EMBEDDED_KINDS, load_embedded
 from streamflow.streamlets.serving.predictor import Predictor
 
@@ -95,7 +95,8 @@ class ModelFollower(Streamlet):
         params.Str(),
         default=[],
         description="allowed locations, scheme://host[:port][/path]: the host exactly, "
-        "no port = the default one, 'host:' = any port, the path by whole segments",
+        "no port = the default one, 'host:' = any port, the path by whole segments; "
+        "verify warns of an entry without its port or a trailing '/'",
     )
     cache_dir = params.Str(default="", description="artifact cache (default ~/.cache/streamflow)")
     remote_batch_size = params.Int(default=64, min=1, description="instances per request")
@@ -156,21 +157,25 @@ class ModelFollower(Streamlet):
     def check_config(
         cls, config: Mapping[str, Any], *, schemas: Mapping[str, Mapping[str, Any]]
     ) -> list[ConfigProblem]:
-        """The tensor mapping against the ports: fields that exist, with types that fit."""
+        """The tensor mapping against the ports: fields that exist, with types that fit;
+        and a warning per allowlist entry looser than it looks (any port, no path end)."""
+        loose = locations.config_problems(config.get("allowlist") or [])
         try:
             mapping = cls(dict(config)).tensor_mapping()
         except tensors.MappingError as exc:
-            return [
-                ConfigProblem(
-                    "invalid-tensor-mapping",
-                    str(exc),
-                    "inputs" if config.get("inputs") else "input_fields",
-                    hint="inputs: {MODEL_INPUT: {field: F, dtype: float32, shape: [...]}}",
-                )
-            ]
+            invalid = ConfigProblem(
+                "invalid-tensor-mapping",
+                str(exc),
+                "inputs" if config.get("inputs") else "input_fields",
+                hint="inputs: {MODEL_INPUT: {field: F, dtype: float32, shape: [...]}}",
+            )
+            return [invalid, *loose]
         return [
-            ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint, p.path)
-            for p in cls.check_mapping(mapping, schemas)
+            *(
+                ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint, p.path)
+                for p in cls.check_mapping(mapping, schemas)
+            ),
+            *loose,
         ]
 
     @classmethod

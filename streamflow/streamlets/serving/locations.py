@@ -14,6 +14,14 @@ An allowlist entry is ``scheme://host[:port][/path]``:
 * no port means the scheme's default port; ``host:`` or ``host:*`` means any port;
 * the path matches whole segments: ``/models`` admits ``/models/wine.keras``
   but not ``/models-old/wine.keras``.
+
+``streamflow verify`` warns of an entry that is looser than it looks
+(:func:`loose`, :func:`config_problems`): ``host:`` admits every service on
+the host, not only the model server, and an entry that does not end in ``/``
+leaves its reader to guess where it ends. Read as a string prefix, as people
+and other tools read it, ``https://models.example.com`` also names
+``https://models.example.com.evil.net/``; streamflow never matches so, but an
+entry copied from an example should say exactly what it admits.
 """
 
 from __future__ import annotations
@@ -22,7 +30,11 @@ import dataclasses
 import urllib.parse
 from collections.abc import Sequence
 
-__all__ = ["Location", "allowed", "parse"]
+from streamflow.api.streamlet import ConfigProblem
+
+__all__ = ["LOOSE_ENTRY", "Location", "allowed", "config_problems", "loose", "parse"]
+
+LOOSE_ENTRY = "loose-allowlist-entry"  # the code of verify's warning
 
 SCHEMES = ("file", "http", "https")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -66,6 +78,68 @@ def allowed(location: str, allowlist: Sequence[str]) -> bool:
     return any(entry is not None and where.within(entry) for entry in entries)
 
 
+def loose(entry: str) -> tuple[str, ...]:
+    """What makes an allowlist entry admit more than one origin's path; empty when nothing.
+
+    An entry that is no entry at all admits nothing, so it is not loose either.
+    """
+    if _parse(entry, entry=True) is None:
+        return ()
+    parsed = urllib.parse.urlsplit(entry)
+    reasons = []
+    if _any_port(parsed.netloc):
+        reasons.append(f"admits every port of {_host_of(parsed.netloc)}")
+    if not parsed.path.endswith("/"):
+        reasons.append("does not end at a path boundary ('/')")
+    return tuple(reasons)
+
+
+def config_problems(allowlist: Sequence[str], *, param: str = "allowlist") -> list[ConfigProblem]:
+    """What ``streamflow verify`` says of a streamlet's allowlist: a warning per loose entry."""
+    problems = []
+    for index, entry in enumerate(allowlist):
+        reasons = loose(entry)
+        if not reasons:
+            continue
+        parsed = urllib.parse.urlsplit(entry)
+        host, any_port = _host_of(parsed.netloc), _any_port(parsed.netloc)
+        path = parsed.path if parsed.path.endswith("/") else parsed.path + "/"
+        netloc = f"{host}:PORT" if any_port else parsed.netloc
+        exact = urllib.parse.urlunsplit((parsed.scheme, netloc, path, "", ""))
+        hint = f"write {exact}: an exact origin (scheme, host and port) and a path ending in '/'"
+        if any_port:
+            hint += f"; as it is, it admits {parsed.scheme}://{host}:6379/ too (any service)"
+        elif parsed.path or parsed.netloc:  # no path boundary: what a prefix would also name
+            wider = entry + _past_the_end(parsed)
+            hint += f"; read as a string prefix, {entry} would also name {wider}"
+        problems.append(
+            ConfigProblem(
+                LOOSE_ENTRY,
+                f"entry {entry!r} {' and '.join(reasons)}",
+                param,
+                hint=hint,
+                path=(index,),
+                severity="warning",
+            )
+        )
+    return problems
+
+
+def _past_the_end(parsed: urllib.parse.SplitResult) -> str:
+    """What a string prefix match would also admit past an entry that does not end in '/'."""
+    if parsed.path:
+        return "-old/"  # another directory
+    return "@evil.net/" if ":" in parsed.netloc else ".evil.net/"  # another host
+
+
+def _any_port(netloc: str) -> bool:
+    return netloc.endswith(":") or netloc.endswith(":*")
+
+
+def _host_of(netloc: str) -> str:
+    return netloc.removesuffix("*").removesuffix(":")
+
+
 def _parse(text: str, *, entry: bool) -> Location | None:
     try:
         parsed = urllib.parse.urlsplit(text)
@@ -76,8 +150,8 @@ def _parse(text: str, *, entry: bool) -> Location | None:
     if scheme not in SCHEMES or "@" in netloc or "\\" in netloc:
         return None
     port: int | None
-    if entry and (netloc.endswith(":") or netloc.endswith(":*")):
-        netloc, port = netloc.removesuffix("*").removesuffix(":"), _ANY_PORT
+    if entry and _any_port(netloc):
+        netloc, port = _host_of(netloc), _ANY_PORT
         explicit = None
     else:
         port, explicit = None, netloc

@@ -26,6 +26,9 @@ WAIT_S = 60.0
 POLL_S = 0.2  # how often a wait asks the API server again
 # kwok's nodes pull nothing: any image reference will do, as long as there is one.
 TEST_IMAGE = "registry.example/streamflow-tests:1"
+# What the tests' operators admit (``--allowed-images``): the registries of their images.
+TEST_REGISTRY = "registry.example/"
+TEST_REGISTRIES = (TEST_REGISTRY, "reg.example/")
 
 
 def make_application(*, bootstrap: str) -> Application:
@@ -45,13 +48,14 @@ class OperatorThread:
         """``options``: more :class:`Operator` settings (``autoscale_s``, ``keda_installed``).
 
         Specs are verified in the operator's process (``verify_in="operator"``) unless
-        a test says otherwise: kwok's nodes never run the verifier's Job.
+        a test says otherwise: kwok's nodes never run the verifier's Job. The images
+        admitted are those of TEST_REGISTRIES unless a test names others (``allowed_images``).
         """
         self.operator = Operator(
             access=KubeAccess(kubeconfig=str(kubeconfig)),
             namespaces=[namespace],
             resync_s=30,
-            **{"verify_in": "operator", **options},
+            **{"verify_in": "operator", "allowed_images": TEST_REGISTRIES, **options},
         )
         self._stop = threading.Event()
         self._ready = threading.Event()

@@ -6,8 +6,10 @@ import base64
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from streamflow.blueprint.model import Application
+from streamflow.cli.main import app
 from streamflow.operator import targets
 from streamflow.operator.kubernetes import admission, kafka, spec
 from streamflow.operator.kubernetes.target import KubernetesTarget
@@ -71,8 +73,100 @@ def test_images_match_a_glob_or_a_prefix_at_a_boundary(image: str, allowed: bool
     assert (admission.refuse_image(image, patterns) is None) is allowed
 
 
-def test_no_allowed_images_means_any_image() -> None:
-    assert admission.refuse_image("anything:latest", []) is None
+# -- which images, when the operator is given none: secure by default --------------------------
+
+
+@pytest.mark.parametrize(
+    ("own_image", "registry"),
+    [
+        ("ghcr.io/acme/streamflow:0.1.0", "ghcr.io/acme/"),
+        ("ghcr.io/acme/team/streamflow:0.1.0", "ghcr.io/acme/team/"),
+        ("registry.internal:5000/streamflow@sha256:" + "0" * 64, "registry.internal:5000/"),
+        ("registry.internal/streamflow:0.1.0", "registry.internal/"),
+        ("localhost/streamflow:0.1.0-0123abcd", "localhost/"),  # what `streamflow build` tags
+        ("acme/streamflow:1", "acme/"),  # Docker Hub's acme/
+        # Docker Hub's official images are everyone's registry, not the operator's own
+        ("streamflow:0.1.0", None),
+        ("docker.io/streamflow:0.1.0", None),
+        ("docker.io/library/streamflow:0.1.0", None),
+        ("index.docker.io/library/streamflow", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_default_is_the_registry_of_the_operators_own_image(
+    own_image: str | None, registry: str | None
+) -> None:
+    assert admission.own_registry(own_image) == registry
+    expected = (registry,) if registry else ()
+    assert admission.allowed_images([], own_image=own_image) == expected
+
+
+def test_by_default_a_foreign_image_is_refused_and_the_operators_registry_admitted() -> None:
+    patterns = admission.allowed_images([], own_image="ghcr.io/acme/streamflow:0.1.0")
+    refusal = admission.refuse_image("attacker.example/anything:latest", patterns)
+    assert refusal is not None and refusal.reason == "ImageNotAllowed"
+    assert "'attacker.example/anything:latest'" in refusal.message
+    assert "ghcr.io/acme/" in refusal.message and "--allowed-images" in refusal.message
+    assert admission.refuse_image("ghcr.io/acme/wine:1", patterns) is None
+    assert admission.refuse_image("ghcr.io/acme/team/wine@sha256:" + "0" * 64, patterns) is None
+    for foreign in ("ghcr.io/acmeinc/wine:1", "ghcr.io/acme.evil/wine:1", "ghcr.io/wine:1"):
+        assert admission.refuse_image(foreign, patterns) is not None, foreign
+
+
+def test_given_patterns_replace_the_default() -> None:
+    given = ["registry.internal/streamflow", "ghcr.io/acme/*"]
+    own = "localhost/streamflow:0.1.0"
+    assert admission.allowed_images(given, own_image=own) == tuple(given)
+    assert admission.refuse_image(
+        "localhost/wine:1", admission.allowed_images(given, own_image=own)
+    )
+
+
+def test_no_allowed_images_means_no_image() -> None:
+    """No patterns (no --allowed-images, no registry of its own) admit nothing, and say so."""
+    for image in ("anything:latest", "attacker.example/anything:latest", ""):
+        refusal = admission.refuse_image(image, [])
+        assert refusal is not None and refusal.reason == "ImageNotAllowed"
+        assert "admits no image" in refusal.message and "--allowed-images" in refusal.message
+
+
+def test_an_explicit_star_admits_any_image() -> None:
+    assert admission.ANY_IMAGE == "*"
+    for image in ("anything:latest", "attacker.example/anything:latest", "a/b/c@sha256:00"):
+        assert admission.refuse_image(image, [admission.ANY_IMAGE]) is None
+
+
+@pytest.mark.parametrize(
+    ("given", "own_image", "says"),
+    [
+        ([], "ghcr.io/acme/streamflow:1", "admits the images under ghcr.io/acme/, the registry "
+         "of its own image ghcr.io/acme/streamflow:1"),
+        (["registry.internal/streamflow", "ghcr.io/acme/*"], "ghcr.io/acme/streamflow:1",
+         "admits the images matching registry.internal/streamflow, ghcr.io/acme/* "
+         "(--allowed-images)"),
+        (["*"], None, "admits any image (--allowed-images '*')"),
+        ([], None, "admits no image: its own image is unknown"),
+        ([], "streamflow:0.1.0", "admits no image: its own image streamflow:0.1.0 names no "
+         "registry of its own"),
+    ],
+)  # fmt: skip
+def test_the_operator_says_at_start_which_images_it_admits(
+    given: list[str], own_image: str | None, says: str
+) -> None:
+    line = admission.describe_allowed_images(given, own_image=own_image)
+    assert line.startswith(says), line
+    if "admits no image" in says:
+        assert "--allowed-images" in line and "'*'" in line
+
+
+def test_operator_run_help_says_what_is_admitted_by_default() -> None:
+    result = CliRunner().invoke(app, ["operator", "run", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Default: the registry of the operator's own image" in text
+    assert "'*' admits any image" in text
+    assert "STREAMFLOW_OPERATOR_IMAGE" in text
 
 
 def _secret(labels: dict[str, str], **data: str) -> dict[str, object]:

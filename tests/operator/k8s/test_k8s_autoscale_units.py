@@ -274,7 +274,8 @@ def cluster_of(app: Application, *, keda_installed: bool) -> tuple[FakeCluster, 
     body = spec.body(app, namespace="prod")
     body["metadata"].update(uid="u-1", generation=1)
     cluster = FakeCluster(body, keda=keda_installed)
-    reconciler = Reconciler(cluster, Events())  # type: ignore[arg-type]
+    # about scaling, not images: its body names none, and the operator admits any
+    reconciler = Reconciler(cluster, Events(), allowed_images=("*",))  # type: ignore[arg-type]
     return cluster, reconciler
 
 

@@ -83,6 +83,17 @@ def test_operator_manifests_prints_the_crd_rbac_and_deployment() -> None:
     assert "ClusterRole" not in result.stdout  # namespaced: least privilege
 
 
+def test_the_operators_deployment_tells_it_its_own_image_and_admits_no_other_registry() -> None:
+    """The default allowlist is the registry of this image: the Deployment passes it, no more."""
+    for image in ("registry.example/sf:1", manifests.DEFAULT_IMAGE):
+        deployment = manifests.operator_deployment(image=image)
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert container["image"] == env["STREAMFLOW_OPERATOR_IMAGE"] == image
+        assert "STREAMFLOW_ALLOWED_IMAGES" not in env
+        assert not any(arg.startswith("--allowed-images") for arg in container["args"])
+
+
 # -- resource bodies ---------------------------------------------------------------------------
 
 

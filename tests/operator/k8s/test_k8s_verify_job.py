@@ -401,6 +401,7 @@ def test_the_application_is_pending_while_verified_and_applied_once_it_is(
         events,
         verifier=job_verifier.JobVerifier(cluster),
         keda_installed=lambda: False,
+        allowed_images=(IMAGE,),
     )
     name = cluster.body["metadata"]["name"]
     for _ in range(2):
@@ -427,7 +428,10 @@ def test_a_restarted_operator_trusts_the_recorded_verdict_and_starts_no_job(
 
     def operator() -> Reconciler:  # a fresh one: the verifier's cache is empty
         verifier = job_verifier.JobVerifier(cluster, clock=Clock())
-        return Reconciler(cluster, Events(), verifier=verifier, keda_installed=lambda: False)  # type: ignore[arg-type]
+        return Reconciler(
+            cluster, Events(), verifier=verifier, keda_installed=lambda: False,  # type: ignore[arg-type]
+            allowed_images=(IMAGE,),
+        )  # fmt: skip
 
     first = operator()
     first.reconcile("prod", name)
