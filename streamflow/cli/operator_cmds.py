@@ -11,13 +11,14 @@ CLI works without the ``k8s`` extra installed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from streamflow.cli import output
+from streamflow.cli import output, ui_cmds
 
 __all__ = ["register"]
 
@@ -85,7 +86,30 @@ def run(
             min=1,
             max=65535,
             help="Serve the read-only web view (`streamflow ui`) of the namespace's applications "
-            "on this port, on every address (default: off; the manifests use 8081).",
+            "on this port (default: off; the manifests use 8081, on 127.0.0.1: reach it with "
+            "kubectl port-forward deploy/streamflow-operator 8765:8081).",
+        ),
+    ] = None,
+    ui_host: Annotated[
+        str,
+        typer.Option(
+            help="The address the web view listens on. Anything but loopback needs "
+            "--ui-token-env: the view shows every application's dead letters.",
+        ),
+    ] = "127.0.0.1",
+    ui_token_env: Annotated[
+        str | None,
+        typer.Option(
+            help="The environment variable holding the web view's token; every request must "
+            "carry it (a browser opens /?token=... once, scripts send a Bearer header).",
+        ),
+    ] = None,
+    ui_allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ui-allowed-host",
+            help="A Host name the web view answers when it listens beyond loopback "
+            "(repeat it; default: any). On loopback only loopback names are answered.",
         ),
     ] = None,
     verify_in: Annotated[
@@ -130,6 +154,7 @@ def run(
             exit_code=output.EXIT_USAGE,
         )
     patterns = admission.allowed_images(given, own_image=operator_image)
+    ui_access = _ui_access(ui_port, ui_host, ui_token_env, ui_allowed_hosts)
     access = KubeAccess(kubeconfig=kubeconfig, context=context)
     try:
         version = access.check(group=names.GROUP, version=names.VERSION)
@@ -157,7 +182,18 @@ def run(
         "%s",
         admission.describe_allowed_images(given, own_image=operator_image),
     )
-    ui = _start_ui(ui_port, kubeconfig, context, operator.namespaces) if ui_port else None
+    ui = (
+        _start_ui(
+            ui_port,
+            kubeconfig,
+            context,
+            operator.namespaces,
+            host=ui_host,
+            access=ui_access,
+        )
+        if ui_port
+        else None
+    )
     try:
         operator.run()
     finally:
@@ -165,8 +201,33 @@ def run(
             ui.stop()
 
 
-def _start_ui(port: int, kubeconfig: str | None, context: str | None, namespaces: list[str]) -> Any:
-    """The web view beside the operator, with the kubernetes target in its (first) namespace."""
+def _ui_access(port: int | None, host: str, token_env: str | None, hosts: list[str] | None) -> Any:
+    """The web view's access, checked before anything starts: never exposed without a token."""
+    from streamflow.operator import web
+
+    access = ui_cmds.ui_access(token_env, hosts, flag="--ui-token-env")
+    if port:
+        try:
+            web.check_exposure(host, access)
+        except web.UiError as exc:
+            output.fail(str(exc))
+    return dataclasses.replace(access, import_code=False)
+
+
+def _start_ui(
+    port: int,
+    kubeconfig: str | None,
+    context: str | None,
+    namespaces: list[str],
+    *,
+    host: str,
+    access: Any,
+) -> Any:
+    """The web view beside the operator, with the kubernetes target in its (first) namespace.
+
+    It never imports an application's classes: the operator holds the rights to every
+    application's Secret, and must not run their code.
+    """
     from streamflow.operator import backends, targets, web
 
     try:
@@ -176,12 +237,17 @@ def _start_ui(port: int, kubeconfig: str | None, context: str | None, namespaces
             context=context,
             namespace=namespaces[0] if namespaces else None,
         )
-        running = web.serve_in_background(target, host="0.0.0.0", port=port)
+        running = web.serve_in_background(target, host=host, port=port, access=access)
     except targets.TargetError as exc:
         output.fail(exc.message, hint=exc.hint)
     except web.UiError as exc:
         output.fail(str(exc))
-    logging.getLogger("streamflow.operator").info("the web view listens on port %d", port)
+    logging.getLogger("streamflow.operator").info(
+        "the web view listens on %s port %d%s",
+        host,
+        port,
+        ", with a token" if access.token else " (loopback: kubectl port-forward to reach it)",
+    )
     return running
 
 
@@ -210,17 +276,29 @@ def manifests(
             "monitoring/grafana-dashboard.json.",
         ),
     ] = False,
+    expose_ui: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the web view to the cluster, not only to kubectl port-forward: a "
+            "Service, a NetworkPolicy admitting pods labelled streamflow.io/ui-client=true, "
+            "and a token from the Secret streamflow-ui-token (key token), which you create.",
+        ),
+    ] = False,
 ) -> None:
     """Print the CRD, RBAC (ServiceAccount, Role, RoleBinding) and the operator's Deployment.
 
-    With --monitoring, also the Prometheus alerts and the Grafana dashboard.
+    The web view listens on the operator pod's 127.0.0.1: kubectl port-forward
+    deploy/streamflow-operator 8765:8081, then open http://localhost:8765. With
+    --monitoring, also the Prometheus alerts and the Grafana dashboard.
     """
     try:
         from streamflow.operator.kubernetes import manifests as manifests_mod
         from streamflow.operator.kubernetes import monitoring as monitoring_mod
     except ImportError as exc:
         output.fail(f"the manifests need {exc.name!r}", hint=_EXTRA_HINT)
-    found = manifests_mod.files(namespace=namespace, image=image or manifests_mod.DEFAULT_IMAGE)
+    found = manifests_mod.files(
+        namespace=namespace, image=image or manifests_mod.DEFAULT_IMAGE, expose_ui=expose_ui
+    )
     if output_dir is None:
         if monitoring:
             found["monitoring.yaml"] = monitoring_mod.render(namespace=namespace)

@@ -10,8 +10,9 @@ application's business.
 
 from __future__ import annotations
 
+import os
 import webbrowser
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import quote
 
 import typer
@@ -27,7 +28,10 @@ from streamflow.cli.deploy_cmds import (
 )
 from streamflow.operator import targets
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from streamflow.operator import web
+
+__all__ = ["register", "ui_access"]
 
 
 def ui(
@@ -52,6 +56,20 @@ def ui(
     interval: Annotated[
         float, typer.Option(min=0.2, max=60.0, help="Seconds between updates of the page.")
     ] = 1.0,
+    token_env: Annotated[
+        str | None,
+        typer.Option(
+            help="The environment variable holding a token every request must carry; needed "
+            "to listen beyond loopback (a browser opens the printed URL once).",
+        ),
+    ] = None,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name answered when listening beyond loopback (repeat it; default any).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a live web view of an application: its graph, rates, lag, models and drift.
 
@@ -61,23 +79,29 @@ def ui(
         from streamflow.operator import web
     except ImportError as exc:  # pragma: no cover - starlette and uvicorn are core dependencies
         output.fail(f"the web view needs {exc.name!r}", hint="reinstall streamflow")
+    access = ui_access(token_env, allowed_hosts, flag="--token-env")
+    try:
+        web.check_exposure(host, access)
+    except web.UiError as exc:
+        output.fail(str(exc))
     chosen = target_for(target, kubeconfig, context, namespace)
     if app is not None:
         _check_app(chosen, app)
 
     def announce(base: str) -> None:
         url = f"{base}/apps/{quote(app, safe='')}" if app else base
+        gate = f"; open {url}?token=${token_env} once" if access.token else ""
         output.error_console().print(
-            f"streamflow ui: serving {url} (read-only; Ctrl-C to stop)",
+            f"streamflow ui: serving {url} (read-only{gate}; Ctrl-C to stop)",
             markup=False,
             highlight=False,
         )
         typer.echo(url)
         if open_browser:
-            webbrowser.open(url)
+            webbrowser.open(f"{url}?token={quote(access.token)}" if access.token else url)
 
     try:
-        web.serve(chosen, host=host, port=port, interval=interval, on_ready=announce)
+        web.serve(chosen, host=host, port=port, interval=interval, on_ready=announce, access=access)
     except web.UiError as exc:
         output.fail(str(exc))
     except KeyboardInterrupt:
@@ -94,3 +118,18 @@ def _check_app(target: targets.Target, name: str) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("ui")(ui)
+
+
+def ui_access(token_env: str | None, hosts: list[str] | None, *, flag: str) -> web.Access:
+    """The web view's access from the options: the token read from its variable."""
+    from streamflow.operator import web
+
+    token = None
+    if token_env is not None:
+        token = os.environ.get(token_env, "").strip()
+        if not token:
+            output.fail(
+                f"{flag} {token_env}: the variable is not set or empty",
+                hint="set it to a long random string (openssl rand -hex 32), e.g. from a Secret",
+            )
+    return web.Access(token=token, hosts=tuple(hosts or ()))

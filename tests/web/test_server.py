@@ -78,7 +78,9 @@ class FakeTarget:
 
 
 @contextlib.contextmanager
-def served(target: object, host: str = "127.0.0.1") -> Iterator[tuple[str, int]]:
+def served(
+    target: object, host: str = "127.0.0.1", access: serving.Access | None = None
+) -> Iterator[tuple[str, int]]:
     """``serve`` on a free port of ``host``, as ``streamflow ui --host`` does."""
     if not server.static_ready():
         pytest.fail("the web view is not built: run ./dev setup", pytrace=False)
@@ -99,6 +101,7 @@ def served(target: object, host: str = "127.0.0.1") -> Iterator[tuple[str, int]]
             "interval": 0.2,
             "on_ready": announce,
             "running": running,
+            "access": access,
         },
         daemon=True,
     )

@@ -42,8 +42,8 @@ def test_the_help_says_it_is_read_only() -> None:
     assert "Read-only" in result.output and "--port" in result.output
 
 
-def test_the_operator_manifests_serve_the_web_view_behind_a_service() -> None:
-    text = manifests.files()["operator-deployment.yaml"]
+def test_the_exposed_operator_manifests_serve_the_web_view_behind_a_service() -> None:
+    text = manifests.files(expose_ui=True)["operator-deployment.yaml"]
     assert "- --ui-port=8081" in text
     assert "kind: Service\n" in text and "name: streamflow-ui" in text
     assert "type: ClusterIP" in text and "targetPort: ui" in text

@@ -8,13 +8,22 @@ kubernetes target. :mod:`.snapshot` is the pure heart (everything the page
 shows, from plain inputs); :mod:`.live` polls; :mod:`.server` serves and :mod:`.listen` runs it.
 """
 
-from streamflow.operator.web.listen import Running, UiError, serve, serve_in_background
+from streamflow.operator.web.listen import (
+    Access,
+    Running,
+    UiError,
+    check_exposure,
+    serve,
+    serve_in_background,
+)
 from streamflow.operator.web.server import STATIC_DIR, create_app, static_ready
 
 __all__ = [
     "STATIC_DIR",
+    "Access",
     "Running",
     "UiError",
+    "check_exposure",
     "create_app",
     "serve",
     "serve_in_background",

@@ -23,7 +23,17 @@ from streamflow.operator import targets
 from streamflow.operator.web import server
 from streamflow.runtime import httpguard
 
-__all__ = ["Running", "UiError", "bind", "is_loopback", "serve", "serve_in_background", "url_of"]
+__all__ = [
+    "Access",
+    "Running",
+    "UiError",
+    "bind",
+    "check_exposure",
+    "is_loopback",
+    "serve",
+    "serve_in_background",
+    "url_of",
+]
 
 
 log = logging.getLogger("streamflow.ui")
@@ -35,6 +45,31 @@ REQUEST_LINE_TIMEOUT_S = 3.0
 # Per client the same: behind `kubectl port-forward`, every browser is 127.0.0.1.
 MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_CLIENT = MAX_CONNECTIONS
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may read the view, and whether it may import the streamlets' classes.
+
+    ``token``: what every request must carry (required beyond loopback, see
+    :func:`check_exposure`); ``hosts``: the Host names answered beyond loopback;
+    ``import_code``: False in the operator, which never runs an application's code.
+    """
+
+    token: str | None = None
+    hosts: tuple[str, ...] = ()
+    import_code: bool = True
+
+
+def check_exposure(host: str, access: Access) -> None:
+    """UiError for a view that would listen beyond loopback without a token."""
+    if not is_loopback(host) and not access.token:
+        raise UiError(
+            f"the web view would listen on {host} without a token: anyone who reaches it "
+            "could read every application's snapshot, dead-letter keys and error headers. "
+            "Give a token (--ui-token-env / --token-env names the variable holding it), "
+            "or keep it on 127.0.0.1 and use kubectl port-forward"
+        )
 
 
 class UiError(Exception):
@@ -104,15 +139,26 @@ def serve(
     on_ready: Callable[[str], None] | None = None,
     running: Running | None = None,
     sock: socket.socket | None = None,
+    access: Access | None = None,
 ) -> None:
     """Serve until Ctrl-C/SIGTERM (main thread) or ``running.stop()``; UiError if it cannot.
 
-    ``sock``: an already bound socket (see :func:`serve_in_background`).
+    ``sock``: an already bound socket (see :func:`serve_in_background`); ``access``:
+    the token, Host names and code rule (the defaults: none, loopback's, import).
     """
     _check_built()
+    access = access or Access()
     sock = sock or bind(host, port)
     running = running or Running()
-    app = server.create_app(target, interval=interval, host=host, closing=running.closing)
+    app = server.create_app(
+        target,
+        interval=interval,
+        host=host,
+        closing=running.closing,
+        token=access.token,
+        hosts=access.hosts,
+        import_code=access.import_code,
+    )
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -140,7 +186,9 @@ def serve(
         sock.close()
 
 
-def serve_in_background(target: targets.Target, *, host: str, port: int) -> Running:
+def serve_in_background(
+    target: targets.Target, *, host: str, port: int, access: Access | None = None
+) -> Running:
     """Serve on a daemon thread (the operator's ``--ui-port``); UiError at once if it cannot."""
     _check_built()
     sock = bind(host, port)
@@ -148,7 +196,7 @@ def serve_in_background(target: targets.Target, *, host: str, port: int) -> Runn
     threading.Thread(
         target=serve,
         args=(target,),
-        kwargs={"host": host, "port": port, "running": running, "sock": sock},
+        kwargs={"host": host, "port": port, "running": running, "sock": sock, "access": access},
         name="streamflow-ui",
         daemon=True,
     ).start()

@@ -38,17 +38,20 @@ _IDLE_STOP_S = 60.0
 _APP_REFRESH_S = 15.0
 
 
-def graph_of(app: Application) -> graphs.Graph:
-    """The blueprint's graph; without schemas when the streamlets' classes cannot be imported.
+def graph_of(app: Application, *, import_code: bool = True) -> graphs.Graph:
+    """The blueprint's graph; without schemas when the streamlets' classes are not imported.
 
-    The in-cluster operator does not have an application's own code (it runs
-    in the application's image), so the graph falls back to what the spec
-    alone says: who writes and reads each topic.
+    ``import_code=False`` never imports them: the operator's web view runs in the
+    operator's process, which must never run an application's code (it holds
+    the rights to every application's Secret). The graph then says what the spec
+    alone says, as it does when the classes cannot be imported: who writes and
+    reads each topic.
     """
-    try:
-        return graphs.build_graph(app)
-    except (descriptors.ClassLoadError, descriptors.DeclarationError, ImportError):
-        pass
+    if import_code:
+        try:
+            return graphs.build_graph(app)
+        except (descriptors.ClassLoadError, descriptors.DeclarationError, ImportError):
+            pass
     nodes = tuple(
         graphs.StreamletNode(name, spec.class_path, "?", spec.replicas)
         for name, spec in app.streamlets.items()
@@ -78,10 +81,12 @@ class Watcher:
         window: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        import_code: bool = True,
     ) -> None:
         self.target = target
         self.name = app.name
         self.interval = interval
+        self.import_code = import_code
         self.window = window
         self._clock, self._wall = clock, wall
         self._set_app(app)
@@ -149,7 +154,7 @@ class Watcher:
 
     def _set_app(self, app: Application) -> None:
         self.app = app
-        self.graph = graph_of(app)
+        self.graph = graph_of(app, import_code=self.import_code)
         self.formats = {name: str(getattr(t, "format", "avro")) for name, t in app.topics.items()}
         self.dlq_topics = {s: app.dlq_topic(s) for s in app.streamlets}
         self._app_at = self._clock()
@@ -245,9 +250,12 @@ class Watcher:
 class Hub:
     """The watchers of the applications being viewed, started on demand."""
 
-    def __init__(self, target: targets.Target, *, interval: float = 1.0) -> None:
+    def __init__(
+        self, target: targets.Target, *, interval: float = 1.0, import_code: bool = True
+    ) -> None:
         self.target = target
         self.interval = interval
+        self.import_code = import_code
         self._watchers: dict[str, Watcher] = {}
         self._lock = threading.Lock()
 
@@ -262,7 +270,12 @@ class Hub:
         with self._lock:
             found = self._watchers.get(name)
             if found is None or not found.alive:
-                found = Watcher(target=self.target, app=app, interval=self.interval)
+                found = Watcher(
+                    target=self.target,
+                    app=app,
+                    interval=self.interval,
+                    import_code=self.import_code,
+                )
                 found.start()
                 self._watchers[name] = found
             return found

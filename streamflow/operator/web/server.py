@@ -23,7 +23,7 @@ import ipaddress
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streamflow.operator import targets
-from streamflow.operator.web import live, topics
+from streamflow.operator.web import access, live, topics
 from streamflow.runtime import peek
 
 __all__ = [
@@ -110,13 +110,19 @@ def create_app(
     host: str = "127.0.0.1",
     closing: threading.Event | None = None,
     max_streams: int = MAX_STREAMS,
+    token: str | None = None,
+    hosts: Sequence[str] | None = None,
+    import_code: bool = True,
 ) -> Starlette:
     """The ASGI app serving ``target``'s applications.
 
     ``host``: the address it listens on (a loopback one: other Hosts are refused);
-    ``closing``: once set, event streams end; ``max_streams``: open event streams at most.
+    ``closing``: once set, event streams end; ``max_streams``: open event streams at most;
+    ``token``: what every request must carry (:mod:`.access`); ``hosts``: the Host names
+    answered, when it listens beyond loopback (None: any); ``import_code=False``: the
+    streamlets' classes are never imported (the operator's process).
     """
-    hub = live.Hub(target, interval=interval)
+    hub = live.Hub(target, interval=interval, import_code=import_code)
     api = _Api(target, hub, closing or threading.Event(), max_streams)
     routes = [
         Route("/", _index(static), methods=["GET"]),
@@ -128,9 +134,11 @@ def create_app(
         Mount("/static", app=StaticFiles(directory=static, check_dir=False), name="static"),
     ]
     middleware = [Middleware(_SecurityHeaders)]
-    hosts = allowed_hosts(host)
-    if hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=hosts))
+    answered = allowed_hosts(host) or (list(hosts) if hosts else None)
+    if answered is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=answered))
+    if token is not None:
+        middleware.append(Middleware(access.TokenGate, token=token))
     return Starlette(
         routes=routes,
         middleware=middleware,
