@@ -4,8 +4,9 @@ These are the checks that need nothing but the descriptor and the
 streamlet's settings, so they run the moment a descriptor arrives and a
 refusal is reported as ``rejected`` at once. Each is repeated where what it
 guards is used (the allowlist where an artifact is read and where a model
-server's client is built, the SavedModel opt-in where a model is loaded), so
-a mistake here does not open the door.
+server's client is built, the SavedModel opt-in where a model is loaded, an
+ONNX model's ``threads`` where its session is made), so a mistake here does
+not open the door.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from streamflow.streamlets.serving import artifacts, wire
+from streamflow.streamlets.serving import artifacts, onnx_model, wire
 from streamflow.streamlets.serving.embedded import SAVED_MODEL_OFF
 
 __all__ = ["REMOTE_KINDS", "refusal"]
@@ -32,6 +33,10 @@ def refusal(
         return "a remote model's descriptor carries no inline data"
     if kind == "TF_SAVED_MODEL" and not allow_saved_model:
         return SAVED_MODEL_OFF
+    if kind == "ONNX" and (
+        problem := onnx_model.threads_problem(descriptor.get("parameters") or {})
+    ):
+        return problem
     if kind not in REMOTE_KINDS:  # a model server's URL has no digest; an artifact does
         problem = artifacts.check_sha256(
             descriptor.get("sha256"), location=None if inline else location

@@ -11,6 +11,15 @@ then is it extracted, counting the bytes again as they are written, into a
 scratch directory that is renamed into place only when complete and holding a
 ``saved_model.pb``, and removed on any failure: a refused archive leaves
 nothing in the model cache.
+
+An unpacked directory already in the cache (an earlier load's, another
+replica's) is used only if it holds exactly what the archive holds: the same
+names, every file a plain file with the archive's bytes, nothing more. The
+archive is the verified artifact (its digest is what was pushed), so it is
+read again and compared with the directory on every hit; a manifest kept
+beside the directory could be rewritten by whoever rewrote the directory.
+Anything else is moved aside and removed, and the archive unpacked afresh.
+
 A Keras file is a zip that Keras reads itself: its members are counted the
 same way, from the zip's directory, before Keras opens it.
 
@@ -20,16 +29,19 @@ modes), so the same directory has the same digest on every machine.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
 import io
 import os
+import secrets
 import shutil
 import tarfile
 import tempfile
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple, Protocol
+from typing import IO, NamedTuple, Protocol
 
 from streamflow.streamlets.serving.limits import Limits, MiB
 
@@ -44,13 +56,22 @@ class TooBig(Exception):
     """A directory larger than the byte cap, found while archiving it."""
 
 
+#: a file's size and sha256, or None for a directory
+_Entry = tuple[int, str] | None
+
+
 class _Writable(Protocol):
     def write(self, data: bytes, /) -> object: ...
 
 
 def unpack(archive: Path, *, into: Path, limits: Limits) -> Path:
-    """Unpack a (gzipped) tar SavedModel once; returns the directory holding saved_model.pb."""
+    """Unpack a (gzipped) tar SavedModel once; returns the directory holding saved_model.pb.
+
+    A directory unpacked before is used when it still holds exactly the archive's files.
+    """
     target = into / (archive.name + ".d")
+    if os.path.lexists(target) and not _holds(target, archive, limits):
+        _discard(target)
     if not target.is_dir():
         scratch = Path(tempfile.mkdtemp(dir=into, prefix=".unpack-"))
         try:
@@ -157,6 +178,89 @@ def _check_name(name: str) -> None:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name or "\x00" in name:
         raise ArchiveError(f"the archive member {name!r} would land outside the model's directory")
+
+
+def _holds(target: Path, archive: Path, limits: Limits) -> bool:
+    """Whether ``target`` is a directory holding exactly what ``archive`` unpacks to."""
+    if target.is_symlink() or not target.is_dir():
+        return False
+    try:
+        cap = _cap(limits, packed=archive.stat().st_size)
+        return _matches(target, _contents(archive, limits, cap))
+    except (ArchiveError, tarfile.TarError, OSError, EOFError, zlib.error):
+        return False  # unreadable, or removed meanwhile: unpacking again says which
+
+
+def _contents(archive: Path, limits: Limits, cap: _Cap) -> dict[str, _Entry]:
+    """What the archive unpacks to, by relative name: each file's size and sha256,
+    ``None`` for a directory (named, or holding a file). Read, never written."""
+    contents: dict[str, _Entry] = {}
+    with tarfile.open(archive, "r:*") as tar:
+        for member in _checked_members(tar, limits, cap):
+            parts = PurePosixPath(member.name).parts
+            for depth in range(1, len(parts)):
+                contents.setdefault("/".join(parts[:depth]), None)
+            name = "/".join(parts)
+            if member.isdir():
+                contents.setdefault(name, None)
+                continue
+            source = tar.extractfile(member)
+            if not parts or name in contents or source is None:
+                raise ArchiveError(f"the archive member {member.name!r} cannot be unpacked")
+            with source:
+                contents[name] = (member.size, _sha256(source))
+    contents.pop("", None)
+    return contents
+
+
+def _matches(root: Path, contents: dict[str, _Entry]) -> bool:
+    """Whether the tree under ``root`` is ``contents``: plain files and directories only,
+    with the same names, sizes and bytes, and nothing else."""
+    seen = 0
+    pending = [(root, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = prefix + entry.name
+                if name not in contents:
+                    return False
+                expected = contents[name]
+                seen += 1
+                if entry.is_dir(follow_symlinks=False) and expected is None:
+                    pending.append((Path(entry.path), name + "/"))
+                elif not (entry.is_file(follow_symlinks=False) and expected is not None):
+                    return False  # a link, a special file, or a file and a directory swapped
+                elif entry.stat(follow_symlinks=False).st_size != expected[0]:
+                    return False
+                else:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+                    with os.fdopen(fd, "rb") as handle:
+                        if _sha256(handle) != expected[1]:
+                            return False
+    return seen == len(contents)
+
+
+def _sha256(source: IO[bytes]) -> str:
+    hasher = hashlib.sha256()
+    while chunk := source.read(_CHUNK):
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def _discard(target: Path) -> None:
+    """Remove what stands where an unpacked model goes: a link or a file is unlinked (never
+    followed); a directory is first moved aside, so no reader sees it half-removed."""
+    if target.is_symlink() or not target.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        return
+    aside = target.with_name(f".unpack-stale-{secrets.token_hex(8)}")
+    try:
+        os.replace(target, aside)
+    except FileNotFoundError:
+        return  # another replica removed it first
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def check_zip(path: Path, *, limits: Limits) -> None:

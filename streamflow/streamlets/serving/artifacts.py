@@ -7,8 +7,9 @@ arbitrary file or call an arbitrary host. A location must come with its
 sha256, a 64-digit lower-case hex digest and nothing else: the digest names
 the file in the cache, and a digest that were a path (``../../x``, ``/etc/x``)
 would pass any file off as a verified artifact. The cache directory is private
-to the user (0700); a cache hit is hashed again before it is used, since
-anything that could write the cache could otherwise swap a model; and old
+to the user (0700), and one another user owns is refused; a cache hit is hashed
+again before it is used (and an unpacked SavedModel compared with its archive),
+since anything that could write the cache could otherwise swap a model; and old
 entries are evicted, keeping the most recently used few.
 
 Downloads stream to disk under a byte cap and an overall deadline
@@ -158,11 +159,24 @@ def check_zip(path: Path, *, limits: Limits | None = None) -> None:
 
 
 def private_dir(path: Path) -> None:
-    """Create ``path`` (and missing parents) readable by this user alone; tighten it if ours."""
+    """Create ``path`` (and missing parents) readable by this user alone; tighten it if ours.
+
+    A directory another user owns is refused, whatever its mode: its owner could swap
+    the models served from it (and could loosen its mode again at any time).
+    """
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for directory in reversed(missing):
         directory.mkdir(mode=0o700, exist_ok=True)
-    if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+    status = path.stat()
+    if status.st_uid != os.getuid():
+        raise ArtifactError(
+            f"the model cache {path} is owned by uid {status.st_uid} "
+            f"(mode {stat.S_IMODE(status.st_mode):04o}), not by this replica's user "
+            f"(uid {os.getuid()}): its owner could swap the models served from it. Set "
+            "cache_dir to a directory of this user's own (a missing one is created 0700), "
+            f"or chown it to uid {os.getuid()} and chmod it 0700"
+        )
+    if status.st_mode & 0o077:
         path.chmod(0o700)
 
 

@@ -7,6 +7,15 @@ before TensorFlow loads one, its ``saved_model.pb`` is parsed as a protobuf,
 which runs nothing, and every op of every function in it is checked against
 :data:`DENIED_OPS`. One denied op anywhere refuses the model.
 
+A graph can also carry another graph as data: ``DatasetFromGraph`` turns a
+serialized GraphDef, kept in a constant or a variable, back into a dataset and
+runs it (a ``TextLineDataset`` hidden that way read files while this check saw
+only bytes). Rather than decode every tensor that might hold a graph, the ops
+that run a graph or program kept as data are denied outright
+(:data:`EMBEDDED_OPS`): a serving graph has no need for them. Functions passed
+by attribute (``MapDataset``'s ``f``, ``XlaCallModule``'s ``function_list``)
+are in the library, and checked like any other.
+
 The checkpoint ops (``SaveV2``, ``RestoreV2``, ...) are the one nuance: every
 TF2 SavedModel carries a saver whose functions hold them, and
 ``tf.saved_model.load`` does not run those (it restores variables with its
@@ -28,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHECKPOINT_OPS", "DENIED_OPS", "GraphRefused", "check_saved_model"]
+__all__ = ["CHECKPOINT_OPS", "DENIED_OPS", "EMBEDDED_OPS", "GraphRefused", "check_saved_model"]
 
 
 class GraphRefused(Exception):
@@ -44,6 +53,8 @@ _FILES = {
     "FixedLengthRecordReader", "FixedLengthRecordReaderV2", "TFRecordReader",
     "TFRecordReaderV2", "LMDBReader", "IdentityReader", "IdentityReaderV2",
     "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2",
+    "RecordInput", "Skipgram", "FixedUnigramCandidateSampler",  # file_pattern, a corpus, vocab
+    "DumpTensor", "CalibrationStatisticsSaver",  # quantization's calibration files
 }  # fmt: skip
 _DATASETS = {
     "TextLineDataset", "TFRecordDataset", "TFRecordDatasetV2", "FixedLengthRecordDataset",
@@ -52,6 +63,7 @@ _DATASETS = {
     "MatchingFilesDataset", "ExperimentalMatchingFilesDataset", "SaveDataset",
     "SaveDatasetV2", "LoadDataset", "ExperimentalLoadDataset", "SnapshotDataset",
     "SnapshotDatasetV2", "SnapshotDatasetReader", "SnapshotNestedDatasetReader",
+    "SnapshotChunkDataset", "ListSnapshotChunksDataset",
     "ExperimentalSnapshotDataset", "CacheDataset", "CacheDatasetV2", "DatasetToTFRecord",
     "ExperimentalDatasetToTFRecord", "DistributedSave", "DataServiceDataset",
     "DataServiceDatasetV2", "DataServiceDatasetV3", "DataServiceDatasetV4", "RegisterDataset",
@@ -76,14 +88,39 @@ _NETWORK = {
     "CollectiveAssignGroupV2",
 }  # fmt: skip
 
+#: Ops that run a graph or a program kept as data (a tensor or a string attribute), which
+#: this check cannot read: a dataset's GraphDef, an iterator's saved state (which rebuilds
+#: its datasets), an MLIR module.
+EMBEDDED_OPS = frozenset(
+    {
+        "DatasetFromGraph",
+        "DeserializeIterator",
+        "MlirPassthroughOp",
+        "_TPUCompileMlir",
+        "_XlaHostComputeMlir",
+    }
+)
+
 #: Ops that write or read checkpoint files: allowed only in the saver's own functions.
 CHECKPOINT_OPS = frozenset(
-    {"Save", "SaveV2", "SaveSlices", "Restore", "RestoreV2", "RestoreSlice", "MergeV2Checkpoints"}
+    {
+        "Save",
+        "SaveV2",
+        "SaveSlices",
+        "Restore",
+        "RestoreV2",
+        "RestoreSlice",
+        "MergeV2Checkpoints",
+        "DTensorRestoreV2",
+    }
 )
 
 #: Ops refused anywhere a model's functions can reach: file and I/O, dataset sources and
-#: sinks, printing and summaries, Python callbacks, RPC and cross-device sends.
-DENIED_OPS = frozenset(_FILES | _DATASETS | _OUTPUT | _PYTHON | _NETWORK | CHECKPOINT_OPS)
+#: sinks, printing and summaries, Python callbacks, RPC and cross-device sends, and the ops
+#: that run a graph kept as data.
+DENIED_OPS = frozenset(
+    _FILES | _DATASETS | _OUTPUT | _PYTHON | _NETWORK | EMBEDDED_OPS | CHECKPOINT_OPS
+)
 
 
 def check_saved_model(directory: Path) -> None:
@@ -137,11 +174,13 @@ def _check_meta_graph(meta_graph: Any) -> None:
 
 
 def _refuse(node: Any, denied: frozenset[str], where: str) -> None:
-    if node.op in denied:
-        raise GraphRefused(
-            f"refused op {node.op} in {where}: a served model may not touch files, "
-            "call Python or reach other hosts (see SECURITY.md, the denied ops)"
-        )
+    if node.op not in denied:
+        return
+    if node.op in EMBEDDED_OPS:
+        why = "it runs a graph serialized inside the model, which cannot be checked"
+    else:
+        why = "a served model may not touch files, call Python or reach other hosts"
+    raise GraphRefused(f"refused op {node.op} in {where}: {why} (see SECURITY.md, the denied ops)")
 
 
 def _called(nodes: Iterable[Any], library: dict[str, Any]) -> Iterator[str]:

@@ -12,13 +12,19 @@ from a control topic must not use either:
   with ``..``, outside) the cache. Models with external data are refused; push
   a self-contained model.
 
-The session is made from the verified bytes (never from a path), with a fixed
-small thread pool so replicas on one machine do not oversubscribe its cores.
+The session is made from the verified bytes (never from a path), with a small
+thread pool (one thread unless the descriptor's ``threads`` says otherwise) so
+replicas on one machine do not oversubscribe its cores. ``threads`` comes from
+whoever writes the control topic and each of its threads is an OS thread of
+the replica, so it is bounded: a whole number from 1 to :data:`MAX_THREADS`,
+refused otherwise (2,000 once started 2,003 threads). The bound is fixed, not
+the machine's core count, so a descriptor is valid on every replica alike.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,10 +35,13 @@ from streamflow.streamlets.serving import artifacts
 from streamflow.streamlets.serving.embedded_model import EmbeddedModel
 from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
-__all__ = ["STANDARD_DOMAINS", "load"]
+__all__ = ["MAX_THREADS", "STANDARD_DOMAINS", "load", "threads", "threads_problem"]
 
 #: Operator domains onnxruntime implements itself ("" is the default ai.onnx domain).
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+#: The most intra-op threads a descriptor may give an ONNX model.
+MAX_THREADS = 64
 
 _DTYPES = {
     "tensor(float)": "float32",
@@ -54,7 +63,7 @@ def load(artifact: Path, *, parameters: Mapping[str, str]) -> EmbeddedModel:
     data = artifact.read_bytes()
     check(data)
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = int(parameters.get("threads", "1"))
+    options.intra_op_num_threads = threads(parameters)
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only
     try:
@@ -80,6 +89,28 @@ def load(artifact: Path, *, parameters: Mapping[str, str]) -> EmbeddedModel:
         description=f"onnx:{len(signature.inputs)} in, {len(names)} out",
         differentiable=False,
     )
+
+
+def threads_problem(parameters: Mapping[str, str]) -> str | None:
+    """What is wrong with a descriptor's ``threads`` parameter, or None when it is fine."""
+    value = parameters.get("threads", "1")
+    whole = isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}", value) is not None
+    if whole and 1 <= int(value) <= MAX_THREADS:
+        return None
+    shown = str(value)
+    shown = repr(shown if len(shown) <= 20 else shown[:20] + "...")
+    return (
+        f"parameter threads must be a whole number from 1 to {MAX_THREADS} "
+        f"(onnxruntime's threads for this model), not {shown}"
+    )
+
+
+def threads(parameters: Mapping[str, str]) -> int:
+    """The intra-op threads for a session; raises ArtifactError outside 1 to MAX_THREADS."""
+    problem = threads_problem(parameters)
+    if problem:
+        raise artifacts.ArtifactError(problem)
+    return int(parameters.get("threads", "1"))
 
 
 def check(data: bytes) -> None:

@@ -11,6 +11,7 @@ and would leave a file behind if any of it ran.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,125 @@ def test_a_saver_node_holding_a_denied_op_is_refused(
 
     with pytest.raises(graph_guard.GraphRefused, match="refused op WriteFile in the saver"):
         graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", edit))
+
+
+# A graph can carry another graph as data: DatasetFromGraph turns a serialized GraphDef
+# (in a variable or a constant) back into a dataset and runs it, so a TextLineDataset
+# hidden there read /etc/hostname and came back as predictions while the check, reading
+# only the outer graph, saw bytes (security review, finding 1). The ops that run a graph
+# or program kept as data are refused outright: a serving graph has no need for them.
+
+
+def _dataset_from_graph_saved_model(path: Path, secret: Path, *, hidden_in: str) -> Path:
+    """The attack: a TextLineDataset over ``secret`` kept as a serialized GraphDef, which
+    the serving function deserializes (DatasetFromGraph) and returns as an output."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    reader = tf.data.TextLineDataset(str(secret))
+    graph_def = tf.raw_ops.DatasetToGraphV2(input_dataset=reader._variant_tensor).numpy()
+
+    class Leaky(tf.Module):
+        def __init__(self) -> None:
+            self.blob = tf.Variable(graph_def) if hidden_in == "variable" else None
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 13], tf.float32)])
+        def serve(self, x: Any) -> Any:
+            if self.blob is not None:
+                blob = self.blob
+            else:  # joined with nothing from the input, so that it is not folded at load
+                nothing = tf.strings.substr(tf.strings.as_string(tf.shape(x)[0]), 0, 0)
+                blob = tf.strings.join([tf.constant(graph_def), nothing])
+            variant = tf.raw_ops.DatasetFromGraph(graph_def=blob)
+            lines = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
+            leaked = lines.reduce(tf.constant(""), lambda text, line: text + line)
+            codes = tf.cast(tf.io.decode_raw(leaked, tf.uint8), tf.float32)  # the file's bytes
+            return {"probabilities": tf.tile(codes[None, :], [tf.shape(x)[0], 1])}
+
+    module = Leaky()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return path
+
+
+@pytest.mark.parametrize("hidden_in", ["variable", "constant"])
+def test_a_dataset_graph_hidden_in_a_tensor_is_refused_naming_the_op(
+    tmp_path: Path, hidden_in: str
+) -> None:
+    import tensorflow as tf
+
+    secret = tmp_path / "hostname"
+    secret.write_text("the-replicas-secret\n")
+    model = _dataset_from_graph_saved_model(tmp_path / "leaky", secret, hidden_in=hidden_in)
+    # loaded without the check, the model is the attack: it answers with the file
+    serve = tf.saved_model.load(str(model)).signatures["serving_default"]
+    predictions = serve(x=tf.zeros([1, 13]))["probabilities"].numpy()
+    assert bytes(predictions[0].astype("uint8")) == b"the-replicas-secret"
+
+    h = s.harness(tmp_path, allow_saved_model=True)
+    h.control("model", s.descriptor(1, "TF_SAVED_MODEL", data=pack_directory(model)))
+    status = s.settle(h, 1)
+    assert status["state"] == "failed", status
+    assert "refused op DatasetFromGraph" in status["message"], status["message"]
+    assert "serialized" in status["message"], status["message"]  # why, in the user's terms
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        # run a graph or program kept as data, which the check cannot read
+        "DatasetFromGraph",
+        "DeserializeIterator",
+        "MlirPassthroughOp",
+        # read or write files
+        "ListSnapshotChunksDataset",
+        "SnapshotChunkDataset",
+        "RecordInput",
+        "Skipgram",
+        "FixedUnigramCandidateSampler",
+        "DumpTensor",
+        "CalibrationStatisticsSaver",
+        "DTensorRestoreV2",
+    ],
+)
+def test_ops_that_run_hidden_graphs_or_touch_files_are_refused_in_serving_code(
+    tmp_path: Path, plain_saved_model: bytes, op: str
+) -> None:
+    def edit(meta_graph: Any) -> None:
+        _serving_function(meta_graph).node_def.add(name="hidden", op=op)
+
+    with pytest.raises(graph_guard.GraphRefused, match=f"refused op {op} in function __inference"):
+        graph_guard.check_saved_model(_edited(plain_saved_model, tmp_path / "m", edit))
+
+
+# An argument that names a file, a path or a directory, or that holds a graph or a
+# program, marks an op that reaches past the model. Checked against the TensorFlow
+# installed, so an upgrade that adds such an op fails here until it is judged.
+_REACHING = re.compile(r"file|path|(^|_)dir(ectory)?$|logdir|prefix|graph_def|mlir_module")
+_REVIEWED = {
+    "TensorSliceDataset": "is_files only marks the elements as file names for tf.data",
+    "SetStatsAggregatorDataset": "counter_prefix names statistics counters",
+    "ExperimentalSetStatsAggregatorDataset": "counter_prefix names statistics counters",
+    "CTCBeamSearchDecoder": "top_paths is a count",
+}
+
+
+def test_every_tensorflow_op_with_a_file_path_or_graph_argument_is_denied() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf  # noqa: F401  (registers the ops)
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session
+
+    ops = op_def_pb2.OpList()
+    ops.ParseFromString(pywrap_tf_session.TF_GetBuffer(pywrap_tf_session.TF_GetAllOpList()))
+    reaching = {
+        op.name: names
+        for op in ops.op
+        if (names := [a.name for a in (*op.input_arg, *op.attr) if _REACHING.search(a.name)])
+    }
+    assert "ReadFile" in reaching and "DatasetFromGraph" in reaching  # the pattern still sees
+    open_ops = {
+        name: names
+        for name, names in reaching.items()
+        if name not in graph_guard.DENIED_OPS and name not in _REVIEWED
+    }
+    assert open_ops == {}, "ops that may reach past the model, neither denied nor reviewed"

@@ -251,6 +251,51 @@ def test_the_cache_directory_is_created_private(tmp_path: Path, wine_models: Win
     assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
 
 
+# A cache folder another user owns (or may write) lets that user swap the models this
+# replica serves; it was used as long as it existed (security review, finding 3).
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the cache to another user with chown")
+def test_a_cache_folder_owned_by_another_user_is_refused(
+    tmp_path: Path, wine_models: WineModels
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chown(cache, 12345, 12345)
+    cache.chmod(0o777)
+    h = s.harness(tmp_path)
+    h.control("model", s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
+    status = s.settle(h, 1)
+    assert status["state"] == "failed", status
+    for detail in (str(cache), "uid 12345", "0777", "cache_dir"):
+        assert detail in status["message"], status["message"]
+    assert list(cache.iterdir()) == []  # nothing was written into it
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o777 and cache.stat().st_uid == 12345
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o755, 0o777], ids=["0700", "0755", "0777"])
+def test_a_cache_folder_not_ours_is_refused_whatever_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(mode)
+    owner = cache.stat().st_uid
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)  # as another user sees it
+    with pytest.raises(artifacts.ArtifactError, match=f"owned by uid {owner}"):
+        artifacts.private_dir(cache)
+    monkeypatch.undo()
+    assert stat.S_IMODE(cache.stat().st_mode) == mode  # not ours to change
+
+
+def test_a_cache_folder_of_ours_open_to_others_is_made_private(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    artifacts.private_dir(cache)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+
+
 # -- 5. a model name stays one path segment -------------------------------------------
 
 
