@@ -18,13 +18,16 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamflow.blueprint import kafka_keys
 from streamflow.blueprint.model import Application
+
+if TYPE_CHECKING:
+    from streamflow.runtime.kafka_watch import KafkaWatch
 
 __all__ = [
     "ENV_PREFIX",
@@ -120,38 +123,61 @@ class KafkaClients:
         """The clients a replica of ``app`` would make; ``extra`` adds settings (``log_level``)."""
         return cls(bootstrap=bootstrap, config={**application_config(app, environ), **extra})
 
-    def __init__(self, *, bootstrap: str, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        config: Mapping[str, Any] | None = None,
+        watch: KafkaWatch | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             # librdkafka's own log lines join the structured log instead of raw stderr
-            "logger": logging.getLogger("streamflow.kafka"),
+            "logger": logging.getLogger(KAFKA_LOGGER),
             **(config or {}),
         }
+        # told by each client's statistics when a broker is up again (a replica's)
+        self.watch = watch
 
     def consumer(self, *, group: str, client_id: str, **overrides: Any) -> Consumer:
         return Consumer(
-            {**self.config, **_CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id}
-            | overrides
+            self._watched(
+                {**self.config, **_CONSUMER_DEFAULTS, "group.id": group, "client.id": client_id}
+                | overrides
+            )
         )
 
     def reader(self, *, client_id: str, **overrides: Any) -> Consumer:
         """A consumer that only looks: partitions assigned by hand, nothing committed."""
         return Consumer(
-            {
-                **self.config,
-                "group.id": f"{client_id}-{uuid.uuid4().hex[:8]}",
-                "client.id": client_id,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-            | overrides
+            self._watched(
+                {
+                    **self.config,
+                    "group.id": f"{client_id}-{uuid.uuid4().hex[:8]}",
+                    "client.id": client_id,
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                }
+                | overrides
+            )
         )
+
+    def _watched(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with statistics that tell the watch when Kafka is back (chaining any
+        ``stats_cb`` of the caller's)."""
+        if self.watch is None:
+            return config
+        config["stats_cb"] = self.watch.stats_cb(config.get("stats_cb"))
+        config.setdefault("statistics.interval.ms", _WATCH_STATS_MS)
+        return config
 
     def producer(
         self, *, client_id: str, transactional_id: str | None = None, **overrides: Any
     ) -> Producer:
-        config = {**self.config, **_PRODUCER_DEFAULTS, "client.id": client_id} | overrides
+        config = self._watched(
+            {**self.config, **_PRODUCER_DEFAULTS, "client.id": client_id} | overrides
+        )
         if transactional_id:
             config["transactional.id"] = transactional_id
             # A fenced or crashed transaction blocks its partitions until it times out.
@@ -165,6 +191,10 @@ class KafkaClients:
 
     def admin(self) -> AdminClient:
         return AdminClient({k: v for k, v in self.config.items() if k != "logger"})
+
+
+KAFKA_LOGGER = "streamflow.kafka"  # where librdkafka's lines arrive (and the watch sits)
+_WATCH_STATS_MS = 5000  # how soon a watched client tells that a broker is up again
 
 
 _T = TypeVar("_T")

@@ -64,8 +64,10 @@ class HealthState:
         stall_after: float = DEFAULT_STALL_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.ready = False
-        self.reasons: list[str] = ["starting"]
+        self._ready = False
+        self._reasons: list[str] = ["starting"]
+        # what the replica depends on and cannot reach now ("kafka": why), whatever its loop says
+        self._down: dict[str, str] = {}
         self.details: dict[str, Any] = {}
         self.stall_after = stall_after
         self._clock = clock
@@ -99,8 +101,24 @@ class HealthState:
         self.waiting = max(records, 0)
 
     def set_ready(self, ready: bool, reasons: list[str] | None = None) -> None:
-        self.ready = ready
-        self.reasons = [] if ready else (reasons or ["not ready"])
+        """What the loop says of itself (a dependency that is down is told apart)."""
+        self._ready = ready
+        self._reasons = [] if ready else (reasons or ["not ready"])
+
+    def dependency_down(self, name: str, reason: str | None) -> None:
+        """``name`` cannot be reached (``reason``), or can again (None): not ready meanwhile."""
+        if reason is None:
+            self._down.pop(name, None)
+        else:
+            self._down[name] = reason
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._down
+
+    @property
+    def reasons(self) -> list[str]:
+        return [*self._down.values(), *self._reasons]
 
     def liveness(self) -> Liveness:
         if not self.started:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from streamflow.api.streamlet import Context, Logic, Streamlet
 from streamflow.blueprint.model import EXACTLY_ONCE, Application
 from streamflow.runtime import kafka_access
 from streamflow.runtime import state as state_mod
-from streamflow.runtime.clients import KafkaClients
+from streamflow.runtime.clients import KAFKA_LOGGER, KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
 from streamflow.runtime.health import (
@@ -31,6 +32,7 @@ from streamflow.runtime.health import (
     HealthState,
     LivenessWatch,
 )
+from streamflow.runtime.kafka_watch import SUMMARY_EVERY_S, KafkaWatch
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, bind
 from streamflow.runtime.processor import Processor
@@ -107,8 +109,13 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         watch.stop()
         server.stop()
         return
+    # Kafka going away is told once, then once a minute, not once per reconnect attempt
+    kafka_watch = KafkaWatch(health=health, summary_every=_summary_every())
+    logging.getLogger(KAFKA_LOGGER).addFilter(kafka_watch)
     clients = KafkaClients(
-        bootstrap=options.bootstrap, config={**app.kafka.config, **options.kafka_config}
+        bootstrap=options.bootstrap,
+        config={**app.kafka.config, **options.kafka_config},
+        watch=kafka_watch,
     )
     client_id = f"{app.name}.{streamlet_name}.{options.replica}"
     loop = asyncio.new_event_loop()
@@ -163,7 +170,16 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         watch.stop()
         server.stop()
         loop.close()
+        logging.getLogger(KAFKA_LOGGER).removeFilter(kafka_watch)
     log.info("stopped cleanly")
+
+
+def _summary_every() -> float:
+    """How often an outage of Kafka is summed up in the log (STREAMFLOW_OUTAGE_SUMMARY_EVERY)."""
+    try:
+        return max(1.0, float(os.environ.get("STREAMFLOW_OUTAGE_SUMMARY_EVERY", SUMMARY_EVERY_S)))
+    except ValueError:
+        return SUMMARY_EVERY_S
 
 
 def _bind(
