@@ -23,9 +23,12 @@ to the state a second time.
 Values are typed data, not pickles (a changelog is read back into the process,
 and a pickle would run whatever it was made to): ``None``, ``bool``, ``int``,
 ``float``, ``str``, ``bytes``, lists, tuples, dicts with string keys, and
-numpy arrays, nested as deep as needed. Anything else is refused by ``set``,
-when the logic can still say what it meant. A value read is the store's own
-copy: change it, then ``set`` it again.
+numpy arrays, nested up to 32 levels deep (an array takes two), with up to
+1,000,000 items in all and 16 MiB of bytes. Anything else is refused by ``set``,
+when the logic can still say what it meant; a value in the changelog that is
+not of these (written by another program) is refused when read: the record
+whose logic read it is dead-lettered, saying so. A value read is the store's
+own copy: change it, then ``set`` it again.
 """
 
 from __future__ import annotations

@@ -12,6 +12,13 @@ nested aliases (the "billion laughs") would become hundreds of millions of
 nodes. Composing is cheap (an alias is a reference); the copies are made here,
 so here they are counted: past :data:`MAX_ALIAS_NODES` copied nodes the
 document is refused as ``invalid-yaml``, whatever its size otherwise.
+
+Composing and converting recurse once per level of nesting, so a document
+nested 100,000 deep (a few hundred KB of ``[``) would end in a RecursionError.
+The parser's events come one at a time, so the nesting is measured on them
+first, and past :data:`MAX_DEPTH` the document is refused as ``invalid-yaml``
+where the level too many opens; the conversion holds copies made by aliases
+to the same bound.
 """
 
 from __future__ import annotations
@@ -21,15 +28,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ruamel.yaml import YAML, nodes
+from ruamel.yaml import YAML, events, nodes
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from streamflow.blueprint.problems import Position, Problem
 
-__all__ = ["MAX_ALIAS_NODES", "Node", "parse_yaml"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "Node", "parse_yaml"]
 
 # Nodes that aliases may add in all: a blueprint's anchors repeat a few config blocks.
 MAX_ALIAS_NODES = 10_000
+# Mappings and lists nested in each other, at most: a blueprint needs a handful.
+MAX_DEPTH = 64
+_TOO_DEEP_HINT = "a blueprint needs only a few levels: write this value flatter"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -92,9 +102,11 @@ def _describe_scalar(value: Any) -> str:
 
 def parse_yaml(text: str, *, filename: str) -> tuple[Node | None, list[Problem]]:
     """The document's root node (None when it is empty or not YAML) and its problems."""
-    composer = YAML(typ="rt")
     try:
-        root = composer.compose(io.StringIO(text))
+        too_deep = _too_deep(text, filename)  # composing recurses: measure the events first
+        if too_deep is not None:
+            return None, [too_deep]
+        root = YAML(typ="rt").compose(io.StringIO(text))
     except MarkedYAMLError as exc:
         return None, [_yaml_problem(exc, filename)]
     except YAMLError as exc:
@@ -104,9 +116,29 @@ def parse_yaml(text: str, *, filename: str) -> tuple[Node | None, list[Problem]]
     converter = _Converter(filename)
     try:
         node = converter.convert(root)
-    except _AliasBomb as bomb:
-        return None, [bomb.problem]
+    except _Refused as refused:
+        return None, [refused.problem]
     return node, converter.problems
+
+
+def _too_deep(text: str, filename: str) -> Problem | None:
+    """Where the document nests past :data:`MAX_DEPTH`, read from the parser's events
+    (one at a time, without recursion), or None."""
+    depth = 0
+    for event in YAML(typ="rt").parse(io.StringIO(text)):
+        if isinstance(event, events.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                return Problem(
+                    "invalid-yaml",
+                    f"the YAML nests deeper than {MAX_DEPTH} levels",
+                    Position(filename, mark.line + 1, mark.column + 1),
+                    hint=_TOO_DEEP_HINT,
+                )
+        elif isinstance(event, events.CollectionEndEvent):
+            depth -= 1
+    return None
 
 
 def _yaml_problem(exc: MarkedYAMLError, filename: str) -> Problem:
@@ -121,8 +153,9 @@ def _yaml_problem(exc: MarkedYAMLError, filename: str) -> Problem:
     )
 
 
-class _AliasBomb(Exception):
-    """Aliases expanded past the cap: the whole document is refused, not just one value."""
+class _Refused(Exception):
+    """Aliases expanded past a cap (copies, depth): the whole document is refused, not
+    just one value."""
 
     def __init__(self, problem: Problem) -> None:
         super().__init__(problem.message)
@@ -140,6 +173,7 @@ class _Converter:
         self._converted: set[int] = set()
         self._copies = 0
         self._copying: Position | None = None  # the anchor whose copy is being made
+        self._depth = 0  # of the node being converted, copies of anchors included
 
     def convert(self, raw: nodes.Node) -> Node:
         line, column = raw.start_mark.line + 1, raw.start_mark.column + 1
@@ -155,14 +189,32 @@ class _Converter:
             self._problem("wrong-type", "a recursive YAML alias is not supported", line, column)
             return Node("scalar", line, column)
         self._active.add(id(raw))
+        self._depth += 1
         try:
+            if isinstance(raw, nodes.MappingNode | nodes.SequenceNode):
+                self._check_depth(line, column)
             if isinstance(raw, nodes.MappingNode):
                 return Node("map", line, column, entries=self._entries(raw))
             if isinstance(raw, nodes.SequenceNode):
                 return Node("seq", line, column, items=[self.convert(i) for i in raw.value])
             return self._scalar(raw, line, column)
         finally:
+            self._depth -= 1
             self._active.discard(id(raw))
+
+    def _check_depth(self, line: int, column: int) -> None:
+        """The document nests within :data:`MAX_DEPTH` (checked before composing), but an
+        alias's copy sits as deep as the alias, and can hold aliases itself."""
+        if self._depth > MAX_DEPTH:
+            raise _Refused(
+                Problem(
+                    "invalid-yaml",
+                    f"the YAML nests deeper than {MAX_DEPTH} levels once its aliases are "
+                    "expanded (through the anchor here)",
+                    self._copying or Position(self.filename, line, column),
+                    hint=_TOO_DEEP_HINT,
+                )
+            )
 
     def _count_copy(self, raw: nodes.Node, line: int, column: int) -> bool:
         """A node converted a second time is an alias's copy: count it against the cap.
@@ -178,7 +230,7 @@ class _Converter:
         if outermost:
             self._copying = Position(self.filename, line, column)
         if self._copies > MAX_ALIAS_NODES:
-            raise _AliasBomb(
+            raise _Refused(
                 Problem(
                     "invalid-yaml",
                     f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "

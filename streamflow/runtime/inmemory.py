@@ -459,9 +459,9 @@ class MemoryChangelog:
 
     def read(
         self, topic: str, partition: int, start: int, end: int
-    ) -> Iterator[tuple[str, bytes | None]]:
+    ) -> Iterator[tuple[bytes, bytes | None]]:
         found = self.broker.topics.get(topic)
         for msg in found.partitions[partition][start:end] if found else []:
             key = msg.key()
             if key is not None:
-                yield key.decode(), msg.value()
+                yield key, msg.value()

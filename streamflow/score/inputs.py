@@ -22,6 +22,7 @@ from typing import Any
 
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import Schema
+from streamflow.score import parquet_reader
 from streamflow.streamlets.io import _datasets, _records
 
 __all__ = [
@@ -43,7 +44,6 @@ _EXTENSIONS = {
     ".ndjson": "jsonl",
     ".json": "jsonl",
 }
-_PARQUET_BATCH = 8192
 
 
 class InputError(ValueError):
@@ -85,7 +85,7 @@ def count_rows(path: Path, fmt: str) -> int:
     """How many rows ``read_rows`` will yield, read cheaply (Parquet's footer, lines)."""
     if fmt == "parquet":
         return int(_parquet_file(path).metadata.num_rows)
-    with open(path, encoding="utf-8", newline="") as lines:
+    with _datasets.open_text(path) as lines:
         if fmt == "csv":
             try:
                 return max(sum(1 for _ in csv.reader(lines)) - 1, 0)  # less the header
@@ -124,13 +124,10 @@ def converter(schema: Schema) -> Callable[[Any], dict[str, Any]]:
 
 def _documents(path: Path, fmt: str, schema: Schema) -> Iterator[tuple[int, Any, str]]:
     if fmt == "parquet":
-        number = 0
-        for batch in _parquet_file(path).iter_batches(batch_size=_PARQUET_BATCH):
-            for doc in batch.to_pylist():
-                yield number, doc, ""
-                number += 1
+        _parquet_file(path)  # a file that is not Parquet is said plainly, here
+        yield from parquet_reader.read(path)
         return
-    with open(path, encoding="utf-8", newline="") as lines:
+    with _datasets.open_text(path) as lines:
         for number, row in enumerate(_datasets.rows(lines, fmt=fmt, schema=schema)):
             where = f"line {row.line}: " if row.error else ""
             yield number, row.doc, where + row.error

@@ -27,6 +27,9 @@ from streamflow.streamlets.io import _records
 __all__ = ["dead_letters_path", "write_dead_letters", "write_results"]
 
 ROW = "row"
+# A lone surrogate (JSON's "\ud800" is a valid string no UTF-8 file can hold) is written
+# as that escape: inside a JSON string, which is where JSON text holds one, it reads back.
+_UNENCODABLE = "backslashreplace"
 
 
 def dead_letters_path(results: Path) -> Path:
@@ -44,7 +47,7 @@ def write_results(path: Path, outcome: Outcome, *, fmt: str | None = None) -> in
     elif fmt == "csv":
         _csv(partial, rows)
     else:
-        with open(partial, "w", encoding="utf-8") as out:
+        with open(partial, "w", encoding="utf-8", errors=_UNENCODABLE) as out:
             for row in rows:
                 out.write(_records.dumps(row) + "\n")
     os.replace(partial, path)
@@ -57,7 +60,7 @@ def write_dead_letters(path: Path, outcome: Outcome) -> int:
     if not dead:
         path.unlink(missing_ok=True)  # left over from an earlier run of the same name
         return 0
-    with open(path, "w", encoding="utf-8") as out:
+    with open(path, "w", encoding="utf-8", errors=_UNENCODABLE) as out:
         for letter in dead:
             out.write(_records.dumps(_dead_doc(letter)) + "\n")
     return len(dead)
@@ -87,7 +90,7 @@ def _parquet(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _csv(path: Path, rows: list[dict[str, Any]]) -> None:
     names = list(dict.fromkeys(name for row in rows for name in row)) or [ROW]
-    with open(path, "w", encoding="utf-8", newline="") as out:
+    with open(path, "w", encoding="utf-8", errors=_UNENCODABLE, newline="") as out:
         writer = csv.DictWriter(out, fieldnames=names)
         writer.writeheader()
         writer.writerows(_flat(row) for row in rows)

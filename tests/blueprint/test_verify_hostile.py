@@ -9,6 +9,9 @@ hundreds of millions of nodes; and ``verify --help`` must say that it imports
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -198,3 +201,56 @@ def test_verify_help_says_it_imports_the_streamlet_modules() -> None:
 def test_readme_verify_section_says_it_imports_the_streamlet_modules() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "verify only blueprints you trust" in " ".join(readme.split()).lower()
+
+
+# -- YAML nested past the recursion limit -------------------------------------------------
+
+
+def _run_verify(path: Path) -> subprocess.CompletedProcess[str]:
+    """``streamflow verify`` in its own process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "streamflow.cli.main", "verify", str(path)],
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_verify_reports_yaml_nested_100000_deep_at_its_position(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: deep\nstreamlets: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    result = _run_verify(path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "RecursionError" not in result.stdout + result.stderr
+    # the top mapping is the first level: the bracket that opens one level too many
+    column = len("streamlets: ") + yamlload.MAX_DEPTH
+    assert (
+        f"{path}:2:{column}: error[invalid-yaml]: the YAML nests deeper than "
+        f"{yamlload.MAX_DEPTH} levels" in result.stdout
+    ), result.stdout[-2000:]
+
+
+def test_block_nesting_is_bounded_too() -> None:
+    root, problems = yamlload.parse_yaml("- " * 50_000 + "x\n", filename="b.yaml")
+    assert root is None
+    (problem,) = problems
+    assert problem.code == "invalid-yaml" and "nests deeper than" in problem.message
+    assert (problem.position.line, problem.position.column) == (1, 1 + 2 * yamlload.MAX_DEPTH)
+
+
+def test_nesting_made_of_aliases_is_bounded_too() -> None:
+    lines = ["a0: &a0 [x]"] + [f"a{k}: &a{k} [*a{k - 1}]" for k in range(1, 80)]
+    root, problems = yamlload.parse_yaml("\n".join(lines) + "\n", filename="a.yaml")
+    assert root is None
+    (problem,) = problems
+    assert problem.code == "invalid-yaml" and "nests deeper than" in problem.message
+    assert problem.position.line > 1
+
+
+def test_nesting_within_the_bound_is_read() -> None:
+    depth = yamlload.MAX_DEPTH
+    root, problems = yamlload.parse_yaml("[" * depth + "]" * depth + "\n", filename="ok.yaml")
+    assert problems == [] and root is not None

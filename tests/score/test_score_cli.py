@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.model_fixtures import WineModels
-from tests.score.support import FEATURES, blueprint, cli_env
+from tests.score.support import FEATURES, ROOT, blueprint, cli_env
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 
@@ -118,3 +119,67 @@ def test_start_runs_the_application_for_the_run_and_a_bad_line_is_a_dead_letter(
     assert dead["row"] == 60 and dead["stage"] == "input"
     assert dead["error"].startswith("line 61: not valid JSON"), dead
     assert not any(f in dead for f in FEATURES)  # the unparsed line has no fields to show
+
+
+def _copying_blueprint(tmp_path: Path) -> Path:
+    """One streamlet that copies readings (tests/runtime's ``Scale``): no model to load."""
+    tag = uuid.uuid4().hex[:8]
+    config = {
+        "name": f"score-copy-{tag}",
+        "python_paths": [str(ROOT / "tests" / "runtime")],
+        "schemas": [str(ROOT / "tests" / "runtime" / "schemas")],
+        "streamlets": {"scale": {"class": "apps:Scale"}},
+        "topics": {
+            f"readings-{tag}": {"consumers": ["scale.in"], "partitions": 1},
+            f"scaled-{tag}": {"producers": ["scale.out"], "partitions": 1},
+        },
+    }
+    path = tmp_path / "copy.yaml"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _dead_letters(out: Path) -> dict[int, dict[str, object]]:
+    lines = out.with_name(out.stem + ".dead-letters.jsonl").read_text().splitlines()
+    return {letter["row"]: letter for letter in map(json.loads, lines)}
+
+
+@pytest.mark.timeout(600)
+def test_rows_a_hostile_file_holds_are_dead_letters_and_the_rest_are_scored(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    data = pytest.importorskip("tests.score.hostile_data")  # it needs pyarrow
+    app = _copying_blueprint(tmp_path)
+    lines, table = tmp_path / "readings.jsonl", tmp_path / "readings.parquet"
+    lines.write_bytes(data.hostile_lines())
+    data.hostile_parquet(table, values=40_000_000, count=1300)
+    assert table.stat().st_size < 17 * 1024
+    for source, rows in ((lines, [0, 3, 6]), (table, [0, 1, 2, 5])):
+        out = tmp_path / f"scaled-{source.suffix[1:]}.jsonl"
+        result = _score(
+            tmp_path, str(app), "--start", "-b", kafka_bootstrap, "-i", str(source),
+            "-o", str(out), "--progress", "none",
+            timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert "Traceback" not in result.stderr + result.stdout
+        assert [json.loads(line)["row"] for line in out.read_text().splitlines()] == rows
+        dead = _dead_letters(out)
+        assert all(letter["stage"] == "input" for letter in dead.values())
+        errors = {row: letter["error"] for row, letter in dead.items()}
+        if source == lines:
+            assert dead[7]["input"] == {"id": "\ud800", "seq": 7, "value": 7}
+            assert "surrogates not allowed" in errors.pop(7)  # parsed; the encoder refuses it
+            assert errors == {
+                1: "line 2: not valid JSON: nested deeper than 64 levels",
+                2: "line 3: not valid JSON: a number of more than 4,300 digits",
+                4: "line 5: not UTF-8: byte 0xff at column 9",
+                5: "line 6: not valid JSON: nested deeper than 64 levels",
+            }
+        else:
+            assert sorted(errors) == [3, 4]
+            assert errors[3].startswith("row 3 (row group 1) is not read: its footer declares")
+            assert errors[4] == (
+                "row 4 (row group 2) is not read: reading it takes more memory than a batch "
+                "of rows may (1 GiB)"
+            )

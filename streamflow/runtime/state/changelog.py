@@ -130,7 +130,7 @@ class KafkaChangelog:
 
     def read(
         self, topic: str, partition: int, start: int, end: int
-    ) -> Iterator[tuple[str, bytes | None]]:
+    ) -> Iterator[tuple[bytes, bytes | None]]:
         if start >= end:
             return
         consumer = self._clients.reader(
@@ -158,7 +158,7 @@ class KafkaChangelog:
                         return
                     key = msg.key()
                     if key is not None:
-                        yield key.decode(), msg.value()
+                        yield key, msg.value()
                     position = offset + 1
                 if not messages:
                     # transaction markers take offsets but are never returned: ask where it is

@@ -4,27 +4,38 @@ msgpack carries what JSON would, plus bytes, and extension types carry what
 the drift and explain streamlets keep: numpy arrays (numbers as their raw
 buffer, strings and other objects as a nested list) and tuples, so a value
 reads back as the type it was written. Nothing here can build an arbitrary
-object, so a changelog written by someone else can at worst be refused.
+object, so a changelog written by someone else can at worst be refused: its
+bytes are judged by :mod:`.bounds` before msgpack builds anything, and an
+array's type and shape before numpy sees them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgpack
 import numpy as np
 
-__all__ = ["decode", "encode"]
+from streamflow.runtime.state import bounds
+
+__all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_VALUE_BYTES", "decode", "encode"]
+
+MAX_DEPTH, MAX_ITEMS, MAX_VALUE_BYTES = bounds.MAX_DEPTH, bounds.MAX_ITEMS, bounds.MAX_VALUE_BYTES
 
 _TUPLE, _ARRAY, _OBJECTS = 1, 2, 3
+_NUMERIC = re.compile(r"[<>|][biufc][0-9]{1,2}")  # a numeric dtype's ``str``: '<f8', '|b1'
+_MAX_DIMENSIONS = 32
 
 
 def encode(value: Any) -> bytes:
     """The value's bytes; TypeError, naming what is not storable, when it is not."""
     try:
-        return _pack(value)
+        data = _pack(value)
+        bounds.check(data)  # what could not be read back is refused where it is set
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"not a storable state value: {exc}") from None
+    return data
 
 
 def _pack(value: Any) -> bytes:
@@ -32,6 +43,13 @@ def _pack(value: Any) -> bytes:
 
 
 def decode(data: bytes) -> Any:
+    """The value; ValueError, saying what is wrong, for bytes the store would not write."""
+    bounds.check(data)
+    return _unpack(data)
+
+
+def _unpack(data: bytes) -> Any:
+    """A checked value, or an extension's body within one (checked with it)."""
     return msgpack.unpackb(data, ext_hook=_restore, raw=False, strict_map_key=False)
 
 
@@ -55,15 +73,47 @@ def _extension(value: Any) -> Any:
 
 
 def _restore(code: int, data: bytes) -> Any:
+    body = _unpack(data)  # a list: bounds.check saw to it
     if code == _TUPLE:
-        return tuple(decode(data))
+        return tuple(body)
     if code == _ARRAY:
-        dtype, shape, buffer = decode(data)
-        return np.frombuffer(buffer, dtype=np.dtype(dtype)).reshape(shape)  # read-only: its bytes
+        return _array(body)
     if code == _OBJECTS:
-        shape, items = decode(data)
-        out = np.empty(len(items), dtype=object)
-        for index, item in enumerate(items):  # one by one: numpy would unpack a tuple item
-            out[index] = item
-        return out.reshape(shape)
-    raise ValueError(f"unknown state value extension {code}")
+        return _objects(body)
+    raise ValueError(f"an unknown extension ({code})")
+
+
+def _array(body: list[Any]) -> np.ndarray:
+    if len(body) != 3 or not isinstance(body[0], str) or not isinstance(body[2], bytes):
+        raise ValueError("an array not as the store writes one")
+    kind, shape, buffer = body
+    if not _NUMERIC.fullmatch(kind):
+        raise ValueError(f"an array of type {kind[:20]!r}")
+    dtype = np.dtype(kind)
+    if _size(shape) * dtype.itemsize != len(buffer):
+        raise ValueError(f"an array whose shape {shape} does not fit its {len(buffer):,} bytes")
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)  # read-only: its bytes
+
+
+def _objects(body: list[Any]) -> np.ndarray:
+    if len(body) != 2 or not isinstance(body[1], list):
+        raise ValueError("an array not as the store writes one")
+    shape, items = body
+    if _size(shape) != len(items):
+        raise ValueError(f"an array whose shape {shape} does not fit its {len(items):,} items")
+    out = np.empty(len(items), dtype=object)
+    for index, item in enumerate(items):  # one by one: numpy would unpack a tuple item
+        out[index] = item
+    return out.reshape(shape)
+
+
+def _size(shape: Any) -> int:
+    """How many items ``shape`` holds: a list of counts, as numpy's ``shape`` is."""
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"an array whose shape {shape!r:.60} is not a list of sizes")
+    if len(shape) > _MAX_DIMENSIONS:
+        raise ValueError(f"an array of {len(shape)} dimensions")
+    size = 1
+    for n in shape:
+        size *= n
+    return size

@@ -54,8 +54,9 @@ class ChangelogReader(Protocol):
 
     def read(
         self, topic: str, partition: int, start: int, end: int
-    ) -> Iterator[tuple[str, bytes | None]]:
-        """The (key, value or None) records from ``start`` up to ``end``, in order."""
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        """The (key, value or None) records from ``start`` up to ``end``, in order, as
+        written: the manager judges the keys (:func:`_keyed`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +186,8 @@ class StateManager:
             store.wipe()
             store.save_changelog_id(identity)
             start = first
-        count = store.restore(self._reader.read(changelog, partition, start, end), upto=end)
+        records = self._reader.read(changelog, partition, start, end)
+        count = store.restore(_keyed(records, f"{changelog}[{partition}]"), upto=end)
         seconds = time.monotonic() - started
         self.restored.append(Restored(inlet, partition, count, seconds, wiped))
         keys, size = store.size()
@@ -233,6 +235,29 @@ class _Guarded:
 
     def delete(self, key: str) -> None:
         raise _outside_batch()
+
+
+def _keyed(
+    records: Iterator[tuple[bytes, bytes | None]], where: str
+) -> Iterator[tuple[str, bytes | None]]:
+    """The records whose keys are text, as the store keeps them. A key that is not UTF-8
+    was written by no streamlet (a key is a ``str``) and no logic can ask for it: it is
+    skipped, not allowed to stop the restore (which every restart would repeat)."""
+    skipped = 0
+    for key, value in records:
+        try:
+            text = key.decode()
+        except UnicodeDecodeError:
+            skipped += 1
+            continue
+        yield text, value
+    if skipped:
+        log.warning(
+            "skipped %d records of %s whose keys are not UTF-8: no streamlet writes such a "
+            "key; was the changelog written by another program?",
+            skipped,
+            where,
+        )
 
 
 def _outside_batch() -> StateError:

@@ -19,12 +19,12 @@ Conventions, for cells that text cannot type on its own:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from streamflow.schema import validate
 from streamflow.schema.store import Schema
+from streamflow.streamlets.io import _jsontext
 
 __all__ = ["CsvCoercer"]
 
@@ -138,10 +138,7 @@ def _text(text: str) -> str:
 
 
 def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+    return _jsontext.parse(text)  # ValueError, with its reason, for any text it refuses
 
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {

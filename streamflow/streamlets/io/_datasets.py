@@ -16,7 +16,6 @@ testable alone:
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 import time
@@ -27,7 +26,7 @@ from typing import IO, Any
 
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import Schema
-from streamflow.streamlets.io import _cells, _records
+from streamflow.streamlets.io import _cells, _jsontext, _records
 
 __all__ = [
     "FORMATS",
@@ -35,6 +34,7 @@ __all__ = [
     "RowReader",
     "file_format",
     "generations",
+    "open_text",
     "rows",
 ]
 
@@ -43,6 +43,12 @@ FORMATS = ("auto", "jsonl", "csv")
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
 
 Sleep = Callable[[float], None]
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """A data file, for reading: bytes that are not UTF-8 are read as lone surrogates, so
+    that the line holding them is refused (:func:`_jsontext.not_utf8`), not the file."""
+    return open(path, encoding="utf-8", errors="surrogateescape", newline="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,7 @@ def generations(
     A consumer must finish one generation's lines before asking for the next.
     """
     if not follow:
-        with open(path, encoding="utf-8", newline="") as whole:
+        with open_text(path) as whole:
             yield iter(whole)
         return
     while True:
@@ -89,7 +95,7 @@ def generations(
 def _wait_open(path: Path, *, poll: float, sleep: Sleep) -> IO[str]:
     while True:
         try:
-            return open(path, encoding="utf-8", newline="")
+            return open_text(path)
         except FileNotFoundError:
             sleep(poll)
 
@@ -133,10 +139,14 @@ def _jsonl_rows(lines: Iterable[str]) -> Iterator[Row]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        error = _jsontext.not_utf8(line)
+        if error:
+            yield Row(number, error=error)
+            continue
         try:
-            yield Row(number, json.loads(line))
-        except json.JSONDecodeError as exc:
-            yield Row(number, error=f"not valid JSON: {exc.msg} (column {exc.colno})")
+            yield Row(number, _jsontext.parse(line))
+        except ValueError as exc:
+            yield Row(number, error=str(exc))
 
 
 def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer) -> Iterator[Row]:
@@ -155,6 +165,10 @@ _MISSING = "\x00missing"
 
 
 def _csv_row(number: int, cells: dict[str, Any], *, width: int, coercer: _cells.CsvCoercer) -> Row:
+    for column, text in cells.items():
+        found = _jsontext.bad_byte(text) if isinstance(text, str) else None
+        if found:
+            return Row(number, error=f"not UTF-8: byte 0x{found[0]:02x} in column {column!r}")
     if _EXTRA in cells or _MISSING in cells.values():
         extra = len(cells.pop(_EXTRA, ()))
         missing = sum(1 for value in cells.values() if value == _MISSING)
