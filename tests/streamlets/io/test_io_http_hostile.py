@@ -27,8 +27,8 @@ import pytest
 
 from streamflow.api import describe
 from streamflow.api.config import config_problems
-from streamflow.schema import SchemaStore
 from streamflow.runtime import httpguard
+from streamflow.schema import SchemaStore
 from tests.waiting import wait_until
 
 from .test_io_http import GOOD, FakeEmitter, ReadingApi, post, run
