@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +21,8 @@ import pytest
 from streamflow import devkit
 from streamflow.blueprint import verify_file
 from streamflow.streamlets.serving import locations
-from tests import stopping
 from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
-from tests.waiting import exited, wait_until
+from tests.running import CliRun
 
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -34,7 +32,6 @@ BLUEPRINTS = [
     DIGITS / "monitored.yaml",
     REVIEWS / "classifier.yaml",
 ]
-RUN_FOR = "45s"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -100,6 +97,10 @@ def test_every_example_blueprint_verifies_without_a_warning() -> None:
     assert len(examples) >= 9 and allowlists >= 10
 
 
+def _run(tmp_path: Path, *args: str) -> CliRun:
+    return CliRun(["run", *args], env=_env(tmp_path), log_file=tmp_path / "run.log")
+
+
 @pytest.mark.parametrize(
     ("blueprint", "dataset"),
     [
@@ -110,56 +111,64 @@ def test_every_example_blueprint_verifies_without_a_warning() -> None:
 def test_the_digits_classifier_runs_on_each_input_form(
     digits_models: DigitsModels, tmp_path: Path, blueprint: str, dataset: str
 ) -> None:
-    result = _cli(
-        tmp_path,
-        "run", str(DIGITS / blueprint), "--for", RUN_FOR,
+    labelled = re.compile(r"-> \d \[\d:[\d.]+ \d:[\d.]+ \d:[\d.]+\] by digits:1")
+    with _run(
+        tmp_path, str(DIGITS / blueprint),
         "--set", f"samples.dataset={digits_models.dir / dataset}",
         "--set", f"models.keras={digits_models.keras_files[1]}",
-        timeout=240,
-    )  # fmt: skip
-    log = ANSI.sub("", result.stdout + result.stderr)
-    assert result.returncode == 0, log[-6000:]
+    ) as run:  # fmt: skip
+        run.wait(
+            lambda log: _served(log, "digits:1", at_least=200) and labelled.search(log),
+            what="200 predictions by digits:1, and a labelled one",
+            timeout=240,
+        )
+        log = run.interrupt()
     _clean(log)
     percent, count = _accuracy(log, "digits:1")
     assert count >= 200 and percent > 90.0, log[-3000:]
-    assert re.search(r"-> \d \[\d:[\d.]+ \d:[\d.]+ \d:[\d.]+\] by digits:1", log), log[-3000:]
 
 
 def test_the_reviews_classifier_labels_raw_text(
     reviews_model: ReviewsModel, tmp_path: Path
 ) -> None:
-    result = _cli(
-        tmp_path,
-        "run", str(REVIEWS / "classifier.yaml"), "--for", RUN_FOR,
+    labelled = re.compile(r"review-\d+ '.+' -> (negative|positive) \(p=")
+    with _run(
+        tmp_path, str(REVIEWS / "classifier.yaml"),
         "--set", f"samples.dataset={reviews_model.samples}",
         "--set", f"models.keras={reviews_model.keras_file}",
-        timeout=240,
-    )  # fmt: skip
-    log = ANSI.sub("", result.stdout + result.stderr)
-    assert result.returncode == 0, log[-6000:]
+    ) as run:  # fmt: skip
+        run.wait(
+            lambda log: _served(log, "reviews:1", at_least=200) and labelled.search(log),
+            what="200 predictions by reviews:1, and a labelled review",
+            timeout=240,
+        )
+        log = run.interrupt()
     _clean(log)
     percent, count = _accuracy(log, "reviews:1")
     assert count >= 200 and percent > 90.0, log[-3000:]
-    assert re.search(r"review-\d+ '.+' -> (negative|positive) \(p=", log), log[-3000:]
 
 
 def test_the_monitored_digits_alert_on_drift_and_explain_pixels(
     digits_models: DigitsModels, tmp_path: Path
 ) -> None:
-    result = _cli(
-        tmp_path,
-        "run", str(DIGITS / "monitored.yaml"), "--for", "90s",
+    drift = re.compile(r"drift-alerts-0 .*DRIFT \(\w+\) in the inputs of digits:1")
+    explained = re.compile(
+        r"explanations-0 .*digit \d \(p=[\d.]+\) by digits:1, .*image\[\d,\d,0\]"
+    )
+    with _run(
+        tmp_path, str(DIGITS / "monitored.yaml"),
         "--set", f"samples.dataset={digits_models.samples}",
         "--set", f"models.keras={digits_models.keras_files[1]}",
         "--set", "samples.rate=100",
         "--set", "samples.drift_after=2000",
-        timeout=300,
-    )  # fmt: skip
-    log = ANSI.sub("", result.stdout + result.stderr)
-    assert result.returncode == 0, log[-6000:]
+    ) as run:  # fmt: skip
+        run.wait(
+            lambda log: drift.search(log) and explained.search(log),
+            what="a drift alert and an explanation of digits:1",
+            timeout=300,
+        )
+        log = run.interrupt()
     _clean(log)
-    assert re.search(r"drift-alerts-0 .*DRIFT \(\w+\) in the inputs of digits:1", log), log[-6000:]
-    assert re.search(r"explanations-0 .*digit \d \(p=[\d.]+\) by digits:1, .*image\[\d,\d,0\]", log)
 
 
 def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
@@ -170,52 +179,31 @@ def test_model_push_switches_digits_to_onnx_then_to_a_model_server(
     The server listens on a free port rather than the README's 8080, so the
     blueprint's allowlist is pointed at it, as a user points it at their own.
     """
-    log_file = tmp_path / "run.log"
     server = devkit.ModelServer(model_path=digits_models.keras_files[2], model_name="digits")
     server.start()  # first: its port goes into the allowlist
-    command = [
-        str(STREAMFLOW), "run", str(DIGITS / "classifier.yaml"),
-        "--set", f"samples.dataset={digits_models.samples}",
-        "--set", f"models.keras={digits_models.keras_files[1]}",
-        "--set", f"classifier.allowlist={server.url}/",
-    ]  # fmt: skip
-    with log_file.open("w") as out:
-        process = subprocess.Popen(
-            command, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, text=True
-        )
-
-    def log() -> str:
-        return ANSI.sub("", log_file.read_text())
-
-    def wait_served(version: int, *, timeout: float) -> None:
-        wait_until(
-            lambda: _served(log(), f"digits:{version}"),
-            what=f"version {version}",
-            timeout=timeout,
-            interval=0.5,  # polling the run's log
-            gave_up=exited(process, "streamflow run"),
-        )
-
     try:
-        wait_served(1, timeout=180)
-        onnx = _cli(
-            tmp_path, "model", "push", "digits-classifier", "classifier",
-            "--onnx", str(digits_models.onnx_file), timeout=180,
-        )  # fmt: skip
-        assert onnx.returncode == 0, onnx.stdout + onnx.stderr + log()[-4000:]
-        assert "pushed digits:2 (ONNX" in onnx.stdout
-        remote = _cli(
-            tmp_path, "model", "push", "digits-classifier", "classifier",
-            "--url", server.url, "--protocol", "v2", timeout=180,
-        )  # fmt: skip
-        assert remote.returncode == 0, remote.stdout + remote.stderr + log()[-4000:]
-        wait_served(3, timeout=120)
-        process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
-        assert process.wait(60) == 0, log()[-6000:]
+        with _run(
+            tmp_path, str(DIGITS / "classifier.yaml"),
+            "--set", f"samples.dataset={digits_models.samples}",
+            "--set", f"models.keras={digits_models.keras_files[1]}",
+            "--set", f"classifier.allowlist={server.url}/",
+        ) as run:  # fmt: skip
+            run.wait(lambda log: _served(log, "digits:1"), what="version 1", timeout=180)
+            onnx = _cli(
+                tmp_path, "model", "push", "digits-classifier", "classifier",
+                "--onnx", str(digits_models.onnx_file), timeout=180,
+            )  # fmt: skip
+            assert onnx.returncode == 0, onnx.stdout + onnx.stderr + run.log()[-4000:]
+            assert "pushed digits:2 (ONNX" in onnx.stdout
+            remote = _cli(
+                tmp_path, "model", "push", "digits-classifier", "classifier",
+                "--url", server.url, "--protocol", "v2", timeout=180,
+            )  # fmt: skip
+            assert remote.returncode == 0, remote.stdout + remote.stderr + run.log()[-4000:]
+            run.wait(lambda log: _served(log, "digits:3"), what="version 3", timeout=120)
+            text = run.interrupt()
     finally:
-        stopping.stop(process)  # after a failed assertion: its replicas too
         server.stop()
-    text = log()
     _clean(text)
     for tag in ("digits:1", "digits:2", "digits:3"):
         percent, _ = _accuracy(text, tag)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -28,14 +27,13 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.model_fixtures import WineModels
-from tests.waiting import wait_until
+from tests.running import CliRun
 
 ROOT = Path(__file__).resolve().parents[2]
 BLUEPRINT = ROOT / "blueprints" / "wine" / "registry.yaml"
 FEATURES_SCHEMA = ROOT / "schemas" / "examples" / "wine" / "WineFeatures.avsc"
 EXTERNAL = 25  # wines written by a plain confluent-kafka producer
 STREAMFLOW = Path(sys.executable).with_name("streamflow")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MAGIC = 0
 
 
@@ -46,8 +44,8 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _predictions_logged(log: Path, at_least: int) -> bool:
-    counts = re.findall(r"accuracy: .*?wine:1 [\d.]+% of (\d+)", ANSI.sub("", log.read_text()))
+def _predictions_logged(log: str, at_least: int) -> bool:
+    counts = re.findall(r"accuracy: .*?wine:1 [\d.]+% of (\d+)", log)
     return bool(counts) and int(counts[-1]) >= at_least
 
 
@@ -56,25 +54,21 @@ def test_the_registry_example_runs_and_any_confluent_client_reads_its_prediction
 ) -> None:
     home, log = tmp_path / "home", tmp_path / "run.log"
     env = _env(home)
-    with log.open("w") as out:
-        run = subprocess.Popen(
-            [
-                str(STREAMFLOW), "run", str(BLUEPRINT), "--for", "240s",
-                "--set", f"samples.dataset={wine_models.samples}",
-                "--set", f"models.keras={wine_models.v1.keras_file}",
-            ],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    run = CliRun(
+        [
+            "run", str(BLUEPRINT),
+            "--set", f"samples.dataset={wine_models.samples}",
+            "--set", f"models.keras={wine_models.v1.keras_file}",
+        ],
+        env=env, log_file=log,
+    )  # fmt: skip
     try:
-        wait_until(
-            lambda: _predictions_logged(log, 200) or run.poll() is not None,
+        run.wait(
+            lambda text: _predictions_logged(text, 200),
             what="200 predictions by wine:1",
             timeout=200,
-            interval=0.5,
-            explain=lambda: log.read_text()[-5000:],
         )
-        assert run.poll() is None, log.read_text()[-5000:]
-        text = ANSI.sub("", log.read_text())
+        text = run.log()
         assert "embedded schema registry ready at http://127.0.0.1:" in text
 
         # a second terminal: tail shows the records decoded, with their schema id
@@ -140,16 +134,9 @@ def test_the_registry_example_runs_and_any_confluent_client_reads_its_prediction
         assert external_seen() == {f"external-{n}" for n in range(EXTERNAL)}, len(read)
         assert all(r["model"] == "wine" and r["model_version"] == 1 for r in read)
         assert {r["predicted"] for r in read} <= {0, 1, 2}
+        text = run.interrupt(timeout=90)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGINT)
-        try:
-            run.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-    text = ANSI.sub("", log.read_text())
-    assert run.returncode == 0, text[-5000:]
+        run.close()
     assert "replica failed" not in text and "exited with code" not in text, text[-5000:]
     assert "stopping the embedded schema registry" in text
     assert text.rstrip().endswith("streamflow: stopped"), text[-3000:]

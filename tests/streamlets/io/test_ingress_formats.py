@@ -14,9 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,60 +27,27 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 
 from streamflow import devkit
 from streamflow.schema.registry import schema_id_of
+from tests.running import CliRun
 from tests.runtime.registry_support import value_context
 from tests.streamlets.io_kafka import iohelpers as h
-from tests.waiting import exited, wait_until
 
-STREAMFLOW = Path(sys.executable).with_name("streamflow")
 EVENT_AVSC = (h.SCHEMAS / "event.avsc").read_text()
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LISTENING = re.compile(r"^(\w+)-0\s*\|.*listening on http://\S+:(\d+)", re.M)
 
 
-class Run:
-    """`streamflow run` of a blueprint in a process of its own; its output goes to a file."""
+class Run(CliRun):
+    """`streamflow run` of a blueprint, with `-b` and `--registry`; its output goes to a file."""
 
     def __init__(self, blueprint: Path, bootstrap: str, registry_url: str) -> None:
-        self.root = blueprint.parent
-        self.log_file = self.root / "run.log"
+        root = blueprint.parent
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMFLOW_")}
-        env.update(STREAMFLOW_HOME=str(self.root / "home"), NO_COLOR="1", COLUMNS="250")
+        env.update(STREAMFLOW_HOME=str(root / "home"), NO_COLOR="1", COLUMNS="250")
         args = ["run", str(blueprint), "-b", bootstrap, "--registry", registry_url]
-        with self.log_file.open("w") as out:
-            self.process = subprocess.Popen(
-                [str(STREAMFLOW), *args],
-                cwd=self.root,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def log(self) -> str:
-        return ANSI.sub("", self.log_file.read_text())
-
-    def wait(self, condition: Callable[[], bool], *, message: str, timeout: float = 120) -> None:
-        wait_until(
-            condition,
-            what=message,
-            timeout=timeout,
-            gave_up=exited(self.process, "streamflow run"),
-            explain=self.log,
-        )
+        super().__init__(args, env=env, log_file=root / "run.log", cwd=root)
 
     def ports(self) -> dict[str, int]:
         """The port each HTTP ingress logged as bound, by streamlet."""
         return {name: int(port) for name, port in LISTENING.findall(self.log())}
-
-    def stop(self) -> str:
-        """Ctrl-C, as in a terminal; the run must stop cleanly. Its output."""
-        self.process.send_signal(signal.SIGINT)
-        assert self.process.wait(60) == 0, self.log()
-        return self.log()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture
@@ -101,7 +65,7 @@ def running(
 
     yield start
     for run in runs:
-        run.kill()
+        run.close()
 
 
 def suffix() -> str:
@@ -143,7 +107,11 @@ def test_the_http_ingress_writes_each_topic_in_its_format_and_nothing_of_a_bad_b
             f"  {framed}: {{producers: [framed.out], format: avro-registry, register: auto}}\n",
         )
     )
-    run.wait(lambda: set(run.ports()) == {"plain", "framed"}, message="both ingresses to listen")
+    run.wait(
+        lambda _: set(run.ports()) == {"plain", "framed"},
+        what="both ingresses to listen",
+        timeout=120,
+    )
     urls = {name: f"http://127.0.0.1:{port}/records" for name, port in run.ports().items()}
     good = [h.event(i) for i in range(50)]
     with httpx.Client(timeout=60) as client:
@@ -170,7 +138,7 @@ def test_the_http_ingress_writes_each_topic_in_its_format_and_nothing_of_a_bad_b
             # read to their ends now, the topics hold all that was ever written to them
             last = client.post(url, json=h.event(60))
             assert last.status_code == 202, last.text
-    log = run.stop()
+    log = run.interrupt()
 
     expected = {e["id"]: e for e in [*good, h.event(60)]}
     records = h.read_topic(kafka_bootstrap, plain)
@@ -228,10 +196,11 @@ def test_the_file_ingress_writes_json_registry_and_the_file_egress_reads_registr
         )
     )
     run.wait(
-        lambda: len(h.jsonl(copied)) >= N and len(h.jsonl(kept)) >= N,
-        message=f"{N} records in each output file",
+        lambda _: len(h.jsonl(copied)) >= N and len(h.jsonl(kept)) >= N,
+        what=f"{N} records in each output file",
+        timeout=120,
     )
-    log = run.stop()
+    log = run.interrupt()
 
     expected = [h.event(i) for i in range(N)]
     for path in (copied, kept):  # every record, once, as it went in
