@@ -66,10 +66,23 @@ class CliRun:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(
-                f"streamflow run still running {timeout:g} s after Ctrl-C\n{self.log()[-6000:]}"
+                f"streamflow run still running {timeout:g} s after Ctrl-C\n{self.stacks()}"
             ) from None
         assert code == 0, f"streamflow run exited {code}\n{self.log()[-6000:]}"
         return self.log()
+
+    def stacks(self) -> str:
+        """The log's tail after SIGUSR1, which makes streamflow print every thread's stack."""
+        self.process.send_signal(signal.SIGUSR1)
+        try:
+            wait_until(
+                lambda: "most recent call first" in self.log(),
+                what="the stacks of streamflow run's threads",
+                timeout=10,
+            )
+        except AssertionError as exc:
+            return f"{exc}\n{self.log()[-6000:]}"
+        return self.log()[-12000:]
 
     def close(self) -> None:
         """After a failed assertion: Ctrl-C, then SIGKILL, so no replica is left running."""

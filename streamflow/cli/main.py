@@ -10,6 +10,8 @@ user's mistake never ends in a traceback.
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 from types import ModuleType
 from typing import Annotated
@@ -84,7 +86,15 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
-    """The console script ``streamflow``."""
+    """The console script ``streamflow``.
+
+    ``kill -USR1 <pid>`` makes any streamflow process (a run, a replica, the operator)
+    print every thread's Python stack to its stderr and go on: what a hang is waiting on.
+    Ctrl-C (SIGINT) stops a command even when it was started as a script's background
+    job, which inherits SIGINT ignored: ``streamflow run ... &`` then ``kill -INT``.
+    """
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         app()
     except BlueprintError as exc:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,11 +299,18 @@ def test_run_for_prints_the_start_panel_runs_the_pipeline_and_stops(
     assert not [pid for pid in project.replica_pids() if alive(pid, "streamlet")]
 
 
-def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, list[int]]:
+def run_until_written_then_ctrl_c(
+    project: Project,
+    *args: str,
+    as_background_job: bool = False,
+    before_ctrl_c: Callable[[subprocess.Popen[bytes], Path], None] | None = None,
+) -> tuple[str, list[int]]:
     """``streamflow run`` until every record is in the file, then Ctrl-C; its output and pids.
 
     Checks on the way that the replicas were running before the SIGINT, and that
-    the run exited 0 after it.
+    the run exited 0 after it. ``as_background_job`` starts it as ``sh`` starts
+    ``streamflow run ... &`` in a script: with SIGINT ignored, which a process
+    inherits unless it sets its own handler.
     """
     log = project.root / "run.log"
     with log.open("w") as out:
@@ -313,6 +320,7 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
             env=project.env(),
             stdout=out,
             stderr=subprocess.STDOUT,
+            preexec_fn=_ignore_sigint if as_background_job else None,
         )
     try:
         wait_until(
@@ -325,11 +333,30 @@ def run_until_written_then_ctrl_c(project: Project, *args: str) -> tuple[str, li
         pids = project.replica_pids()
         assert len(pids) == 3 and all(alive(pid, "streamlet") for pid in pids)
         check_a_foreground_run_is_readable_not_changeable(project)
+        if before_ctrl_c is not None:
+            before_ctrl_c(process, log)
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
         assert process.wait(40) == 0, log.read_text()
     finally:
         stopping.stop(process)  # after a failed assertion: its replicas too
     return ANSI.sub("", log.read_text()), pids
+
+
+def _stacks_on_sigusr1(process: subprocess.Popen[bytes], log: Path) -> None:
+    """`kill -USR1` prints where each thread of the run is, and the run goes on."""
+    process.send_signal(signal.SIGUSR1)
+    wait_until(
+        lambda: "in _supervise" in log.read_text(),
+        what="the main thread's stack, in the supervision loop",
+        timeout=20,
+        gave_up=exited(process, "streamflow"),
+        explain=log.read_text,
+    )
+    assert "most recent call first" in log.read_text()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def check_a_foreground_run_is_readable_not_changeable(project: Project) -> None:
@@ -364,8 +391,12 @@ def test_run_with_set_then_ctrl_c_stops_everything_cleanly(
 
 
 def test_run_starts_an_embedded_broker_when_given_no_kafka_and_stops_it(tmp_path: Path) -> None:
+    """Also started as a script's background job, which ignores SIGINT until it says otherwise."""
     project = make_project(tmp_path, count=10)
-    output, pids = run_until_written_then_ctrl_c(project)  # no -b, no $STREAMFLOW_KAFKA_BOOTSTRAP
+    # no -b, no $STREAMFLOW_KAFKA_BOOTSTRAP
+    output, pids = run_until_written_then_ctrl_c(
+        project, as_background_job=True, before_ctrl_c=_stacks_on_sigusr1
+    )
     ready = re.search(r"embedded Kafka ready at (127\.0\.0\.1:(\d+))", output)
     assert ready, output
     assert f"Kafka: {ready.group(1)}" in output
