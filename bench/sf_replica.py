@@ -19,13 +19,14 @@ from confluent_kafka import Message
 from bench import common
 from streamflow.cli import main as cli
 from streamflow.runtime import delivery, processor
+from streamflow.runtime.transactions import ExactlyOnce
 
 
 def _time_batches(records: int) -> None:
     """Wrap the batch step so the driver learns when consumption starts and ends, and
     the commit of a transaction so it learns how many batches one held."""
     original = processor.Processor.process_batch
-    commit = delivery.ExactlyOnce.end_batch
+    commit = ExactlyOnce.end_batch
     seen = batches = transactions = 0
 
     def timed(self: processor.Processor, messages: list[Message]) -> None:
@@ -37,13 +38,13 @@ def _time_batches(records: int) -> None:
         if before < records <= seen:
             common.report("produced", records=seen, batches=batches, transactions=transactions)
 
-    def counted(self: delivery.ExactlyOnce, offsets: delivery.Offsets) -> None:
+    def counted(self: ExactlyOnce, offsets: delivery.Offsets) -> None:
         nonlocal transactions
         commit(self, offsets)
         transactions += 1
 
     processor.Processor.process_batch = timed  # type: ignore[method-assign]
-    delivery.ExactlyOnce.end_batch = counted  # type: ignore[method-assign]
+    ExactlyOnce.end_batch = counted  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> None:

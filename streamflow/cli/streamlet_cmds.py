@@ -12,7 +12,7 @@ import typer
 
 from streamflow.api import descriptor as descriptors
 from streamflow.blueprint.model import Application
-from streamflow.runtime import clients, logfile, logs
+from streamflow.runtime import clients, logfile, logs, shutdown
 from streamflow.runtime.replica import ReplicaOptions, install_signal_handlers, run_replica
 
 __all__ = ["register"]
@@ -43,6 +43,14 @@ def run(
         str, typer.Option(help="Address the health server binds to.")
     ] = "127.0.0.1",
     batch_size: Annotated[int, typer.Option(min=1, help="Records per batch at most.")] = 500,
+    flush_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="On SIGTERM, how many seconds Kafka has to take what the replica holds; it "
+            f"ends within this plus {shutdown.CLOSE_MARGIN_S:g}, saying what was not delivered.",
+        ),
+    ] = shutdown.FLUSH_TIMEOUT_S,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_file: Annotated[
@@ -88,8 +96,9 @@ def run(
         health_host=health_host,
         batch_size=batch_size,
         kafka_config=clients.config_from_env(os.environ),
+        flush_timeout_s=flush_timeout,
     )
-    install_signal_handlers(options.stop)
+    install_signal_handlers(options.stop, flush_timeout_s=flush_timeout)
     try:
         run_replica(app, streamlet, options)
     except Exception as exc:

@@ -15,35 +15,37 @@ partition revoke the producer is flushed first, so the new owner starts
 after our last output.
 
 *Exactly-once* wraps each batch in a Kafka transaction together with the
-consumer offsets (``send_offsets_to_transaction``). Consumers downstream read
-``read_committed``, so they see a batch's outputs only if its offsets moved.
-Under load, full batches share one transaction for up to ``commit_interval_s``
-(the processor decides, see ``Processor._holds``).
+consumer offsets: :mod:`streamflow.runtime.transactions`.
+
+Once the replica is asked to stop, no wait on Kafka outlasts its stop deadline
+(:mod:`streamflow.runtime.shutdown`): what Kafka has not acknowledged by then is
+given up and counted (:meth:`Delivery.close` says how much), and offsets are
+committed without waiting for a coordinator that may be gone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from streamflow.runtime import shutdown
+from streamflow.runtime.watchdog import CallWatchdog  # re-exported: the guarantees use it
 
 __all__ = [
     "IDLE_FLUSH_S",
     "AtLeastOnce",
     "CallWatchdog",
+    "CountedOutputs",
     "Delivery",
     "DeliveryError",
-    "ExactlyOnce",
     "FailedOutputs",
     "Headers",
     "Offsets",
-    "TransactionAborted",
+    "error_reason",
 ]
 
 log = logging.getLogger("streamflow.runtime")
@@ -59,23 +61,10 @@ class DeliveryError(Exception):
     """An output could not be delivered; the replica must restart from committed offsets."""
 
 
-def _reason(exc: KafkaException) -> str:
+def error_reason(exc: KafkaException) -> str:
     """What librdkafka says went wrong, in words."""
     error = exc.args[0] if exc.args else None
     return error.str() if isinstance(error, KafkaError) else str(exc)
-
-
-def _produce(
-    producer: Producer, topic: str, value: bytes | None, key: bytes | None, **where: Any
-) -> None:
-    """Produce (``where``: its ``headers``, or a ``partition``), waiting for queue space
-    instead of failing or growing memory."""
-    while True:
-        try:
-            producer.produce(topic, value, key, **where)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 class FailedOutputs:
@@ -96,6 +85,29 @@ class FailedOutputs:
         return {"delivery.report.only.error": True, "on_delivery": self}
 
 
+class CountedOutputs(FailedOutputs):
+    """A source's ``on_delivery``: librdkafka reports every record, and the ones Kafka
+    acknowledged are counted (``delivered``), failures kept as :class:`FailedOutputs` does.
+
+    What a source says it delivered must be what Kafka has, not what it handed to the
+    producer: a report per record costs a call, which a source (that encodes every
+    record in Python anyway) can afford and a processor's hot path cannot.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delivered = 0
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            super().__call__(err, msg)
+
+    def producer_config(self) -> dict[str, Any]:
+        return {"delivery.report.only.error": False, "on_delivery": self}
+
+
 class Delivery:
     """The interface the processing loop uses; one implementation per guarantee."""
 
@@ -106,11 +118,17 @@ class Delivery:
     # there are no transactions). See ``Processor._holds``.
     commit_interval_s = 0.0
     # Whether a batch is a transaction: its outputs are shown only once it commits, and
-    # an aborted one raises TransactionAborted from end_batch for its writer to redo.
+    # an aborted one raises ``transactions.TransactionAborted`` from end_batch for its
+    # writer to redo.
     transactional = False
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, *, stopping: shutdown.Stopping | None = None) -> None:
+        """``stopping``: the replica's stop request, whose deadline bounds every wait on
+        Kafka once it is made (none: a stop that is never requested)."""
         self.producer = producer
+        self.stopping = stopping if stopping is not None else shutdown.Stopping()
+        #: What the last line of a stopped replica adds (a transaction aborted at the stop).
+        self.stop_notes: list[str] = []
 
     def begin_batch(self) -> None: ...
 
@@ -119,13 +137,29 @@ class Delivery:
         try:  # the common case, without a wrapper call per record
             self.producer.produce(topic, value, key, headers=headers)
         except BufferError:
-            _produce(self.producer, topic, value, key, headers=headers)
+            self._produce_when_room(topic, value, key, headers=headers)
 
     def end_batch(self, offsets: Offsets) -> None: ...
 
     def produce_to(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         """A record for one given partition (a state changelog's), in the batch as outputs are."""
-        _produce(self.producer, topic, value, key, partition=partition)
+        self._produce_when_room(topic, value, key, partition=partition)
+
+    def _produce_when_room(
+        self, topic: str, value: bytes | None, key: bytes | None, **where: Any
+    ) -> None:
+        """Produce (``where``: its ``headers``, or a ``partition``), waiting for queue space
+        instead of failing or growing memory; when stopping, only until the deadline."""
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **where)
+                return
+            except BufferError:
+                if self.stopping.overdue:
+                    raise shutdown.Overdue(
+                        "the producer's queue was still full at the stop deadline"
+                    ) from None
+                self.producer.poll(0.05)
 
     def direct_produce(self) -> Callable[..., None]:
         """The producer's own ``produce(topic, value, key, headers=...)``, for the hot path
@@ -160,10 +194,14 @@ class Delivery:
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None: ...
 
-    def close(self, timeout: float = 30.0) -> None:
-        remaining = self.producer.flush(timeout)
-        if remaining:
-            log.error("%d outputs were not acknowledged before shutdown", remaining)
+    def acknowledged(self) -> int | None:
+        """Records Kafka has acknowledged, where this delivery hears of each; else None."""
+        return None
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush what the producer holds, for up to ``timeout`` and no later than the stop
+        deadline; the records Kafka has not acknowledged (for the caller to tell)."""
+        return self.stopping.flush(self.producer, timeout)
 
 
 class AtLeastOnce(Delivery):
@@ -181,8 +219,9 @@ class AtLeastOnce(Delivery):
         *,
         store_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        stopping: shutdown.Stopping | None = None,
     ) -> None:
-        super().__init__(producer)
+        super().__init__(producer, stopping=stopping)
         self.consumer = consumer
         self.failures = failures
         self.store_interval_s = store_interval_s
@@ -213,6 +252,9 @@ class AtLeastOnce(Delivery):
         super().idle()
         self._store_finished()  # the queue may have drained: store what it held back
 
+    def acknowledged(self) -> int | None:
+        return self.failures.delivered if isinstance(self.failures, CountedOutputs) else None
+
     @property
     def waiting(self) -> Offsets:
         """Offsets of finished batches whose outputs are not all acknowledged yet."""
@@ -231,7 +273,7 @@ class AtLeastOnce(Delivery):
             if self._clock() - self._stored_at < self.store_interval_s:
                 return
             # under load the queue never drains by itself: wait for what is in flight
-            if self.producer.flush(self.store_interval_s):
+            if self.producer.flush(self.stopping.cap(self.store_interval_s)):
                 return  # the broker is slow or away: stored on a later turn
             self._store_finished()
             return
@@ -259,270 +301,33 @@ class AtLeastOnce(Delivery):
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         """Finish everything in flight, then commit, before the partitions move."""
-        self.producer.flush()
+        if self.stopping.requested:  # the consumer's close: no later than the deadline
+            self.stopping.flush(self.producer)
+        else:
+            self.producer.flush()
         self._store_finished()  # still ours: stored before they are forgotten below
         if self._assigned is not None:
             self._assigned.difference_update((tp.topic, tp.partition) for tp in partitions)
+        self._commit("commit on revoke")
+
+    def close(self, timeout: float = 30.0) -> int:
+        unacknowledged = super().close(timeout)
+        self._open = False
+        self._store_finished()
+        self._commit("final commit")
+        return unacknowledged
+
+    def _commit(self, what: str) -> None:
+        """Commit the stored offsets: at once, except once stopping. A synchronous commit
+        waits for the group's coordinator (10 s when Kafka is gone), and the consumer's
+        close, which comes next, commits what is stored anyway."""
         if self.consumer is None:
             return
         try:
-            self.consumer.commit(asynchronous=False)
+            if self.stopping.requested:
+                self.consumer.commit(asynchronous=True)
+            else:
+                self.consumer.commit(asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
-                log.warning("commit on revoke failed: %s", exc.args[0].str())
-
-    def close(self, timeout: float = 30.0) -> None:
-        super().close(timeout)
-        self._open = False
-        self._store_finished()
-        if self.consumer is not None:
-            try:
-                self.consumer.commit(asynchronous=False)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:
-                    log.warning("final commit failed: %s", exc.args[0].str())
-
-
-class TransactionAborted(Exception):
-    """The batch's transaction was aborted and the batch must be processed again.
-
-    A rebalance while the transaction was open (``ILLEGAL_GENERATION``), a broker
-    restart, a request that timed out: none of this is fatal to an exactly-once
-    replica. Nothing of the batch became visible to ``read_committed`` readers and
-    its offsets did not move, so the loop rewinds and retries it after
-    ``retry_after`` seconds.
-    """
-
-    def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class CallWatchdog:
-    """Ends the process when a client call outlives its own timeout by ``grace_s``.
-
-    librdkafka bounds its transactional calls with the timeout it is given, but a
-    broker restart has left ``send_offsets_to_transaction`` blocked for minutes past
-    it (librdkafka 2.16). A replica stuck in C cannot be unstuck from Python, so a
-    thread watches the call in progress and, past the deadline, logs what was stuck
-    and exits with ``EXIT_STUCK``: the supervisor or Kubernetes starts a fresh one,
-    which resumes from the committed offsets.
-
-    The grace is what bounds exactly-once recovery after a broker or network fault:
-    a stuck replica ends within the call's timeout (``transaction.timeout.ms``, 10 s)
-    plus ``GRACE_S`` plus one poll, and its replacement starts after the supervisor's
-    backoff (1 s). When librdkafka works it ends its calls within milliseconds of
-    their timeout, so 5 s waits only for a call that is truly stuck (15 s before).
-    """
-
-    EXIT_STUCK = 70
-    GRACE_S = 5.0
-    POLL_S = 1.0
-
-    def __init__(
-        self,
-        *,
-        grace_s: float = GRACE_S,
-        clock: Callable[[], float] = time.monotonic,
-        exit: Callable[[int], Any] = os._exit,
-        poll_s: float = POLL_S,
-    ) -> None:
-        self.grace_s = grace_s
-        self._clock, self._exit, self._poll_s = clock, exit, poll_s
-        self._call: tuple[str, float, float] | None = None  # (what, started, deadline)
-        self._thread: threading.Thread | None = None
-
-    @contextlib.contextmanager
-    def bounded(self, what: str, timeout_s: float) -> Iterator[None]:
-        """Watch one call that librdkafka should end within ``timeout_s``."""
-        if self._thread is None and self._exit is os._exit:
-            self._thread = threading.Thread(target=self._watch, name="call-watchdog", daemon=True)
-            self._thread.start()
-        now = self._clock()
-        self._call = (what, now, now + timeout_s + self.grace_s)
-        try:
-            yield
-        finally:
-            self._call = None
-
-    def check(self) -> None:
-        """Exit if the call in progress is past its deadline (the thread calls this)."""
-        call = self._call
-        if call is not None and self._clock() > call[2]:
-            what, started, _ = call
-            log.critical(
-                "%s has not returned after %.0fs, past its own timeout: the Kafka client "
-                "is stuck; exiting so that a fresh replica resumes from the committed offsets",
-                what,
-                self._clock() - started,
-            )
-            logging.shutdown()
-            self._exit(self.EXIT_STUCK)
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(self._poll_s)
-            self.check()
-
-
-class ExactlyOnce(Delivery):
-    """Transactions: ``begin_batch`` opens one, ``end_batch`` commits it with its offsets.
-
-    A transaction costs the same few broker round trips whatever its size, so at a
-    moderate rate batches are spaced ``batch_interval_s`` apart rather than taken
-    one record at a time; a record that arrives after a pause goes out at once.
-    Under load the processor lets full batches share one transaction for up to
-    ``commit_interval_s``: it calls ``end_batch`` once, with the offsets of all.
-
-    When a transaction fails, librdkafka says how bad it is. A *fatal* error (this
-    producer was fenced by a newer one with its transactional id) ends the replica
-    with :class:`DeliveryError`. Anything else is aborted and raised as
-    :class:`TransactionAborted`, so the batch is retried; after
-    ``max_aborts`` aborts in a row with nothing committed in between, or at once when
-    the abort itself fails, the replica gives up (``DeliveryError``) and is restarted.
-    Every transactional call is watched by a :class:`CallWatchdog`.
-    """
-
-    batch_interval_s = 0.05
-    # Under load a transaction spans the full batches of up to this long: its commit
-    # costs a few round trips whatever it holds (Kafka Streams commits every 100 ms too).
-    commit_interval_s = 0.1
-    transactional = True
-    max_aborts = 8
-    # No longer than the transaction's own timeout (``transaction.timeout.ms``, 10 s
-    # unless the app sets it): past that the coordinator aborts the transaction, so
-    # waiting longer gains nothing. It is also how soon the watchdog (plus its grace)
-    # ends a replica stuck in the call: after a broker restart, a connection reset or
-    # a partition, librdkafka 2.16 can leave it blocked for good, its timeout never
-    # enforced (confluentinc/librdkafka#5456; the chaos suite hits it every time).
-    send_offsets_timeout_s = 10.0
-
-    def __init__(
-        self,
-        producer: Producer,
-        consumer: Consumer | None,
-        *,
-        watchdog: CallWatchdog | None = None,
-        on_committed: Callable[[Offsets], None] | None = None,
-        transaction_timeout_s: float | None = None,
-    ) -> None:
-        """``on_committed`` hears the offsets of each committed transaction (for the lag);
-        ``transaction_timeout_s`` is the producer's ``transaction.timeout.ms`` when the app
-        sets one, and bounds ``send_offsets_to_transaction`` instead of the default."""
-        super().__init__(producer)
-        if transaction_timeout_s is not None:
-            self.send_offsets_timeout_s = transaction_timeout_s
-        self.consumer = consumer
-        self.watchdog = watchdog or CallWatchdog()
-        self.on_committed = on_committed
-        self._open = False
-        self._aborts = 0  # transactions aborted in a row
-        with self.watchdog.bounded("init_transactions", 60):
-            producer.init_transactions(60)
-
-    def begin_batch(self) -> None:
-        try:
-            self.producer.begin_transaction()
-        except KafkaException as exc:
-            self._failed(exc, "begin_transaction")
-        self._open = True
-
-    def end_batch(self, offsets: Offsets) -> None:
-        call = "send_offsets_to_transaction"
-        try:
-            if offsets and self.consumer is not None:
-                positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-                metadata = self.consumer.consumer_group_metadata()
-                timeout = self.send_offsets_timeout_s
-                self._retrying(
-                    call,
-                    timeout,
-                    lambda: self.producer.send_offsets_to_transaction(positions, metadata, timeout),
-                )
-            call = "commit_transaction"
-            self._retrying(call, 60, lambda: self.producer.commit_transaction(60))
-        except KafkaException as exc:
-            self._failed(exc, call)
-        finally:
-            self._open = False
-        self._aborts = 0
-        if offsets and self.on_committed is not None:
-            self.on_committed(offsets)
-
-    def _retrying(self, call: str, timeout_s: float, attempt: Callable[[], None]) -> None:
-        """Call again what timed out: librdkafka wants a retriable transactional call
-        repeated (another call in between fails with a conflict), up to three times."""
-        for tries in range(3):
-            try:
-                with self.watchdog.bounded(call, timeout_s):
-                    attempt()
-                return
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if (
-                    tries == 2
-                    or not isinstance(error, KafkaError)
-                    or not error.retriable()
-                    or error.txn_requires_abort()
-                    or error.fatal()
-                ):
-                    raise
-                log.warning("%s: %s; calling it again", call, error.str())
-
-    def produce_unbatched(
-        self, topic: str, value: bytes, key: bytes | None, headers: Headers
-    ) -> None:
-        """Its own transaction, retried after an abort: no loop is there to rewind it."""
-        while True:
-            try:
-                super().produce_unbatched(topic, value, key, headers)
-                return
-            except TransactionAborted as aborted:  # DeliveryError after max_aborts
-                log.warning("%s", aborted)
-                time.sleep(aborted.retry_after)
-
-    def _failed(self, exc: KafkaException, call: str) -> None:
-        error = exc.args[0] if exc.args else None
-        reason = _reason(exc)
-        fatal = isinstance(error, KafkaError) and error.fatal()
-        unaborted = self.abort()
-        if fatal:
-            raise DeliveryError(f"transaction failed in {call}: {reason}") from None
-        if unaborted is not None:
-            # librdkafka wants a failed abort called again before anything else, and after
-            # a broker restart it can keep timing out (its coordinator connection stuck):
-            # each retry, each begin_transaction ("conflicting abort_transaction call in
-            # progress") fails, for as many aborts as max_aborts allows, minutes. A fresh
-            # producer fences this one, and its transaction with it, within seconds.
-            raise DeliveryError(
-                f"transaction failed in {call}: {reason}; its abort failed too "
-                f"({unaborted}), so this producer cannot go on: the replica ends and "
-                "resumes from the committed offsets"
-            ) from None
-        self._aborts += 1
-        if self._aborts > self.max_aborts:
-            raise DeliveryError(
-                f"{self._aborts} transactions aborted in a row, the last in {call}: {reason}"
-            ) from None
-        raise TransactionAborted(
-            f"transaction aborted in {call}, the batch will be retried: {reason}",
-            retry_after=min(0.1 * 2 ** (self._aborts - 1), 5.0),
-        ) from None
-
-    def abort(self) -> str | None:
-        """Abort the open transaction; why the abort failed, or None when it did not."""
-        try:
-            with self.watchdog.bounded("abort_transaction", 30):
-                self.producer.abort_transaction(30)
-        except KafkaException as exc:
-            reason = _reason(exc)
-            log.warning("abort failed: %s", reason)
-            return reason
-        finally:
-            self._open = False
-        return None
-
-    def close(self, timeout: float = 30.0) -> None:
-        if self._open:
-            self.abort()
-        super().close(timeout)
+                log.warning("%s failed: %s", what, exc.args[0].str())

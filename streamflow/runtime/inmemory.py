@@ -27,7 +27,8 @@ them:
 
 Everything runs on the caller's thread (the serve runner's poller thread only
 calls ``poll``); nothing waits on a clock, except that an idle ``poll(timeout)``
-naps for a few milliseconds, so that a poller thread does not spin.
+(or a ``flush(timeout)`` of held records) naps for a few milliseconds, so that a
+poller thread, or a flush in slices, does not spin.
 """
 
 from __future__ import annotations
@@ -334,11 +335,16 @@ class MemoryProducer:
         return delivered
 
     def flush(self, timeout: float = -1) -> int:
-        self._deliver()
+        if not self._deliver() and self._in_flight and timeout > 0:
+            time.sleep(min(timeout, _IDLE_POLL_S))  # held: a flush in slices must not spin
         return len(self._in_flight)
 
     def __len__(self) -> int:
         return len(self._in_flight)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """The broker always answers: it is in memory."""
+        return SimpleNamespace(brokers={1: "memory"}, topics=dict.fromkeys(self.broker.topics))
 
     def init_transactions(self, timeout: float = -1) -> None:
         self._transactional = True

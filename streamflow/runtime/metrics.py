@@ -49,6 +49,19 @@ class Metrics:
             [*names, "port"],
             registry=self.registry,
         )
+        # an ingress's truth: what Kafka acknowledged (records_out counts what was produced)
+        self.records_delivered = Counter(
+            "streamflow_records_delivered",
+            "Records an ingress wrote that Kafka acknowledged (or committed, exactly-once).",
+            names,
+            registry=self.registry,
+        )
+        self.records_queued = Gauge(
+            "streamflow_records_queued",
+            "Records an ingress wrote that Kafka has not acknowledged yet.",
+            names,
+            registry=self.registry,
+        )
         self.records_dlq = Counter(
             "streamflow_records_dlq",
             "Records sent to the dead-letter topic, per inlet.",

@@ -33,14 +33,15 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Logic, Record, Streamlet
-from streamflow.runtime import dlq
+from streamflow.runtime import dlq, shutdown
 from streamflow.runtime.control import ControlReader
-from streamflow.runtime.delivery import Delivery, Headers, Offsets, TransactionAborted
+from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.state.manager import StateManager
+from streamflow.runtime.transactions import TransactionAborted
 from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
@@ -132,6 +133,11 @@ class Processor:
         try:
             while not self.stop.is_set():
                 self.turn()
+        except shutdown.Overdue:
+            # stopping, and Kafka took no more outputs by the deadline: the batch is left
+            # unfinished (its offsets never stored, its transaction aborted by the close)
+            self._shared = None
+            return
         except BaseException:
             self._shared = None  # the delivery's close aborts it: nothing of it shows
             raise

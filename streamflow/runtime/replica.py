@@ -13,7 +13,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +20,11 @@ from typing import Any
 from streamflow.api import config as config_mod
 from streamflow.api.streamlet import Context, Logic, Streamlet
 from streamflow.blueprint.model import EXACTLY_ONCE, Application
-from streamflow.runtime import kafka_access
+from streamflow.runtime import kafka_access, shutdown
 from streamflow.runtime import state as state_mod
 from streamflow.runtime.clients import KAFKA_LOGGER, KafkaClients
 from streamflow.runtime.control import ControlInletBinding, ControlReader
-from streamflow.runtime.delivery import AtLeastOnce, Delivery, ExactlyOnce, FailedOutputs
+from streamflow.runtime.delivery import AtLeastOnce, CountedOutputs, Delivery, FailedOutputs
 from streamflow.runtime.health import (
     DEFAULT_STALL_AFTER_S,
     HealthServer,
@@ -38,6 +37,7 @@ from streamflow.runtime.ports import Bindings, bind
 from streamflow.runtime.processor import Processor
 from streamflow.runtime.serve import ServeRunner
 from streamflow.runtime.source import SourceRunner
+from streamflow.runtime.transactions import ExactlyOnce
 from streamflow.schema.registry import RegistryUnavailable
 from streamflow.schema.store import SchemaStore
 
@@ -61,23 +61,24 @@ class ReplicaOptions:
     #: Where a stateful streamlet keeps its local stores (default: $STREAMFLOW_STATE_DIR,
     #: else ~/.local/state/streamflow), under <app>/<streamlet>/.
     state_dir: str | None = None
+    #: How long a stopping replica waits for Kafka to take what it holds; it ends within
+    #: this plus ``shutdown.CLOSE_MARGIN_S`` of SIGTERM, whatever Kafka does.
+    flush_timeout_s: float = shutdown.FLUSH_TIMEOUT_S
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT finish the current batch, commit and exit cleanly."""
-
-    def handler(signum: int, frame: object) -> None:
-        log.info("received %s; finishing the current batch", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+def install_signal_handlers(
+    stop: threading.Event, *, flush_timeout_s: float = shutdown.FLUSH_TIMEOUT_S
+) -> None:
+    """SIGTERM and SIGINT finish the current batch, commit and exit, within the bound."""
+    shutdown.install_signal_handlers(stop, bound_s=shutdown.bound_s(flush_timeout_s))
 
 
 def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) -> None:
     """Run one replica until ``options.stop`` is set. Raises on fatal errors."""
     descriptor = app.descriptor(streamlet_name)
     spec = app.streamlets[streamlet_name]
+    stopping = shutdown.Stopping(options.stop, flush_timeout_s=options.flush_timeout_s)
+    stopping.watch()
     store = SchemaStore(app.schema_paths)
     config = config_mod.parse_config(descriptor, spec.config)
     streamlet: Streamlet = descriptor.cls(config)
@@ -108,6 +109,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
     if bindings is None:  # stopped while the schema registry was away
         watch.stop()
         server.stop()
+        stopping.last_line()
         return
     # Kafka going away is told once, then once a minute, not once per reconnect attempt
     kafka_watch = KafkaWatch(health=health, summary_every=_summary_every())
@@ -136,6 +138,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
                 health,
                 loop,
                 options,
+                stopping,
             )
         elif descriptor.logic == Logic.SERVE:
             producer = clients.producer(client_id=client_id)
@@ -148,6 +151,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
                 health=health,
                 loop=loop,
                 stop=options.stop,
+                stopping=stopping,
             ).run()
         else:
             _run_source(
@@ -161,6 +165,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
                 health,
                 loop,
                 options,
+                stopping,
             )
         try:
             _maybe_await(loop, streamlet.teardown())
@@ -171,7 +176,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         server.stop()
         loop.close()
         logging.getLogger(KAFKA_LOGGER).removeFilter(kafka_watch)
-    log.info("stopped cleanly")
+    stopping.last_line()  # "stopped cleanly", or what Kafka did not get
 
 
 def _summary_every() -> float:
@@ -218,7 +223,12 @@ def _delivery(
     client_id: str,
     consumer: Any,
     metrics: Metrics | None = None,
+    *,
+    stopping: shutdown.Stopping,
+    counted: bool = False,
 ) -> Delivery:
+    """The streamlet's guarantee; ``counted``: at-least-once hears of every record Kafka
+    acknowledged (a source's, which says what it delivered)."""
     if app.streamlets[name].guarantee == EXACTLY_ONCE:
         # A failed output fails the transaction's commit, so successful deliveries need
         # no report: librdkafka then queues none, and poll() has none to serve.
@@ -231,10 +241,11 @@ def _delivery(
             consumer,
             on_committed=on_committed,
             transaction_timeout_s=clients.transaction_timeout_s,
+            stopping=stopping,
         )
-    failures = FailedOutputs()
+    failures = CountedOutputs() if counted else FailedOutputs()
     producer = clients.producer(client_id=client_id, **failures.producer_config())
-    return AtLeastOnce(producer, consumer, failures)
+    return AtLeastOnce(producer, consumer, failures, stopping=stopping)
 
 
 def _control_reader(
@@ -265,6 +276,7 @@ def _run_processor(
     health: HealthState,
     loop: asyncio.AbstractEventLoop,
     options: ReplicaOptions,
+    stopping: shutdown.Stopping,
 ) -> None:
     def on_stats(stats_json: str) -> None:
         health.backlog(metrics.on_stats(stats_json))  # the lag, for liveness: work waiting
@@ -280,7 +292,8 @@ def _run_processor(
         )
         streamlet.context.stores = state
     consumer = clients.consumer(group=app.consumer_group(name), client_id=client_id, **settings)
-    delivery = _delivery(app, name, clients, client_id, consumer, metrics)
+    delivery = _delivery(app, name, clients, client_id, consumer, metrics, stopping=stopping)
+    stopping.pending = lambda: len(delivery.producer)  # what a stop past its bound leaves
     control = _control_reader(bindings, clients, client_id)
     processor = Processor(
         streamlet=streamlet,
@@ -304,7 +317,8 @@ def _run_processor(
             control.catch_up(apply=processor.apply_control, reject=processor.reject_control)
         processor.run()
     finally:
-        delivery.close()
+        if (lost := delivery.close()) or delivery.stop_notes:
+            stopping.tell(lost, *delivery.stop_notes, "the inputs are processed again")
         consumer.close()  # revokes what it holds: the stores are checkpointed and closed
         if state is not None:
             state.close()
@@ -323,8 +337,9 @@ def _run_source(
     health: HealthState,
     loop: asyncio.AbstractEventLoop,
     options: ReplicaOptions,
+    stopping: shutdown.Stopping,
 ) -> None:
-    delivery = _delivery(app, name, clients, client_id, None)
+    delivery = _delivery(app, name, clients, client_id, None, stopping=stopping, counted=True)
     runner = SourceRunner(
         streamlet=streamlet,
         descriptor=app.descriptor(name),
@@ -336,7 +351,7 @@ def _run_source(
         stop=options.stop,
     )
     try:
-        runner.run()
+        runner.run()  # it tells, at its stop, what Kafka did not get
     finally:
         delivery.close()
 

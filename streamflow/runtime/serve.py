@@ -4,7 +4,13 @@ An HTTP ingress must answer only once its records are safe, so
 :class:`KafkaEmitter` resolves an asyncio future from the producer's delivery
 callback. The callback runs on a poller thread (``producer.poll``), so it hands
 the result back to the event loop with ``call_soon_threadsafe``. Memory stays
-bounded: when the producer queue is full, ``emit`` waits rather than buffers.
+bounded: when the producer queue is full, ``emit`` fails at once (an HTTP
+ingress answers 503) rather than buffers.
+
+On a stop, ``serve()`` is cancelled and given until the stop deadline to return
+(an HTTP ingress finishes the requests in flight); at the deadline the emits
+still waiting for Kafka fail, so their callers are answered rather than cut off,
+and what Kafka has not acknowledged is told in the replica's last line.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.ports import Emit
 from streamflow.api.streamlet import EmitError, Streamlet
+from streamflow.runtime import shutdown
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
@@ -28,6 +35,8 @@ from streamflow.runtime.ports import Bindings
 __all__ = ["KafkaEmitter", "ServeRunner"]
 
 log = logging.getLogger("streamflow.runtime")
+
+_SERVED_GRACE_S = 2.0  # for serve() to return once its emits failed at the deadline
 
 
 class KafkaEmitter:
@@ -45,6 +54,15 @@ class KafkaEmitter:
         self._bindings = bindings
         self._loop = loop
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
+        self._waiting: set[asyncio.Future[None]] = set()  # emits Kafka has not answered
+
+    def fail_waiting(self, reason: str) -> int:
+        """Fail every emit still waiting for Kafka (with ``reason``); how many there were."""
+        waiting, self._waiting = self._waiting, set()
+        for future in waiting:
+            if not future.done():
+                future.set_exception(EmitError(reason))
+        return len(waiting)
 
     async def emit(self, output: dict[str, Any] | Emit, *, timeout: float = 10.0) -> None:
         futures = [self._send(out) for out in self._router.route(output, input_key=None)]
@@ -64,6 +82,9 @@ class KafkaEmitter:
 
         def acked(err: KafkaError | None, msg: Any) -> None:
             self._loop.call_soon_threadsafe(_settle, future, err)
+
+        self._waiting.add(future)
+        future.add_done_callback(self._waiting.discard)
 
         headers: list[tuple[str, str | bytes | None]] = [
             ("streamflow-schema", binding.schema_header)
@@ -97,9 +118,11 @@ class ServeRunner:
         health: HealthState,
         loop: asyncio.AbstractEventLoop,
         stop: threading.Event,
+        stopping: shutdown.Stopping | None = None,
     ) -> None:
         self.streamlet = streamlet
         self.producer = producer
+        self.stopping = stopping if stopping is not None else shutdown.Stopping(stop)
         self.health = health
         self.loop = loop
         self.stop = stop
@@ -111,13 +134,16 @@ class ServeRunner:
         # Polling goes on until serve() has returned, not just until the stop request:
         # requests still in flight during the graceful shutdown wait on delivery callbacks.
         served = threading.Event()
+        self.stopping.pending = lambda: len(self.producer)  # for the stop's watch
         poller = threading.Thread(target=self._poll, args=(served,), daemon=True)
         poller.start()
         try:
             self.loop.run_until_complete(self._serve())
         finally:
             served.set()
-            poller.join(timeout=35)
+            poller.join(timeout=self.stopping.cap(35.0) + 1.0)
+        if held := len(self.producer):
+            self.stopping.tell(held, "emit() failed for each of them")
 
     async def _serve(self) -> None:
         task = asyncio.ensure_future(getattr(self.streamlet, "serve")(self.emitter))  # noqa: B009
@@ -127,10 +153,18 @@ class ServeRunner:
             await asyncio.sleep(0.2)  # checks the stop flag set by a signal handler
         if not task.done():
             task.cancel()
+        if not task.done():
+            await asyncio.wait({task}, timeout=self.stopping.left())
+        if not task.done():  # emits wait for a Kafka that is gone: answer their callers
+            failed = self.emitter.fail_waiting("the replica is stopping and Kafka did not answer")
+            await asyncio.wait({task}, timeout=_SERVED_GRACE_S)
+            if not task.done():
+                log.warning("serve() did not return after its stop (%d emits failed)", failed)
+                return
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     def _poll(self, served: threading.Event) -> None:
         while not served.is_set():
             self.producer.poll(0.1)
-        self.producer.flush(30)
+        self.stopping.flush(self.producer, 30.0)

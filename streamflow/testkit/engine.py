@@ -27,7 +27,7 @@ from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.outputs import RoutedOutput
 from streamflow.api.streamlet import Streamlet
 from streamflow.runtime.control import ControlInletBinding, ControlReader
-from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
+from streamflow.runtime.delivery import AtLeastOnce, CountedOutputs
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.inmemory import (
     MemoryBroker,
@@ -102,7 +102,8 @@ class Engine:
         self.codecs = codecs
         self.broker = MemoryBroker()
         self.consumer = MemoryConsumer(self.broker, group="testkit")
-        failures = FailedOutputs()
+        # every delivery reported, as a source's producer is: it says what Kafka took
+        failures = CountedOutputs()
         self.producer = MemoryProducer(self.broker, config=failures.producer_config())
         # The in-memory clients speak the part of confluent-kafka's API the runtime calls;
         # they are not subclasses (those would open librdkafka handles), hence the casts.

@@ -26,7 +26,6 @@ from streamflow.runtime.delivery import (
     AtLeastOnce,
     CallWatchdog,
     Delivery,
-    ExactlyOnce,
     FailedOutputs,
 )
 from streamflow.runtime.health import HealthState
@@ -40,6 +39,7 @@ from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.processor import Processor
 from streamflow.runtime.state.manager import StateManager
+from streamflow.runtime.transactions import ExactlyOnce
 from streamflow.schema.codecs import DecodeError, EncodeError
 from streamflow.schema.store import Schema, SchemaStore
 

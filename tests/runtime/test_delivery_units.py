@@ -18,11 +18,10 @@ from streamflow.runtime.delivery import (
     AtLeastOnce,
     CallWatchdog,
     DeliveryError,
-    ExactlyOnce,
     FailedOutputs,
-    TransactionAborted,
 )
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
+from streamflow.runtime.transactions import ExactlyOnce, TransactionAborted
 from tests.runtime.memory_support import GROUP, IN, OUT, ManualClock
 
 

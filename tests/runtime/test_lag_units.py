@@ -12,9 +12,10 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, Producer
 
-from streamflow.runtime.delivery import CallWatchdog, ExactlyOnce
+from streamflow.runtime.delivery import CallWatchdog
 from streamflow.runtime.inmemory import MemoryBroker, MemoryConsumer, MemoryProducer
 from streamflow.runtime.metrics import Metrics
+from streamflow.runtime.transactions import ExactlyOnce
 
 
 def _stats(**partition: Any) -> str:

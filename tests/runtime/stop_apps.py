@@ -1,0 +1,57 @@
+"""Ingresses for the tests of a broker that goes away: each keeps writing until stopped.
+
+``Paced`` is a ``source()``; ``Pushes`` a ``serve()`` that emits on its own; and
+``ReadingsOverHttp`` the built-in HTTP ingress bound to the readings' schema.
+They write ``tests.runtime.Reading`` records keyed ``r<seq>``, so what a topic
+holds afterwards can be counted id by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from streamflow import EmitError, Emitter, Outlet, Streamlet, params
+from streamflow.streamlets.io.http import HttpIngress
+
+
+def reading(seq: int) -> dict[str, Any]:
+    return {"id": f"r{seq}", "seq": seq, "value": float(seq), "poison": False}
+
+
+class Paced(Streamlet):
+    """Readings r0, r1, ... at ``rate`` a second, without end."""
+
+    out = Outlet("out", "tests.runtime.Reading", key=lambda r: r["id"])
+    rate = params.Float(default=1000.0, min=1.0)
+
+    def source(self) -> Iterator[dict[str, Any]]:
+        start = time.monotonic()
+        for seq in itertools.count():
+            due = start + seq / self.rate
+            if (ahead := due - time.monotonic()) > 0:
+                time.sleep(ahead)  # the pace of the source, not a wait of the test's
+            yield reading(seq)
+
+
+class Pushes(Streamlet):
+    """A ``serve()`` that emits readings ``rate`` a second, each awaited (as an HTTP
+    ingress awaits the records of a request); one Kafka does not take is skipped."""
+
+    out = Outlet("out", "tests.runtime.Reading", key=lambda r: r["id"])
+    rate = params.Float(default=100.0, min=1.0)
+
+    async def serve(self, emitter: Emitter) -> None:
+        for seq in itertools.count():
+            try:
+                await emitter.emit(reading(seq), timeout=5.0)
+            except EmitError as exc:
+                self.context.logger.warning("r%d not written: %s", seq, exc)
+            await asyncio.sleep(1 / self.rate)
+
+
+class ReadingsOverHttp(HttpIngress):
+    out = Outlet("out", "tests.runtime.Reading")
