@@ -6,6 +6,14 @@ With pytest-xdist the reports reach the controller, so the table covers every
 worker. Beside each directory's worker-seconds it shows its tests and its
 slowest one; under the table, the wall time and how busy the workers were.
 
+The suite is bound by the CPU on a 2-core machine, so each test's CPU seconds
+are measured too, on the worker that runs it: its own process and every process
+it started and waited for (a `streamflow run` and its replicas, a broker of its
+own), from `getrusage`. A service shared by many tests (the worker's broker) is
+counted in no test; the line under the table says how busy the machine's CPUs
+were over the run, all processes together, from /proc/stat. The groups that use
+the most CPU are listed: that is where the minutes are.
+
 `STREAMFLOW_TEST_TIMES=FILE` also writes the table as Markdown to FILE, and the
 groups' seconds beside it as `FILE.json`: copy that to tests/durations.json to
 let the scheduler hand out the long groups first.
@@ -15,8 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import defaultdict
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,11 +35,53 @@ import pytest
 from tests.tiers import TIERS
 
 TIMES_ENV = "STREAMFLOW_TEST_TIMES"
+CPU_PROPERTY = "cpu_s"
+TOP_CPU_GROUPS = 15
+
+
+def cpu_seconds() -> float:
+    """User and system seconds of this process and of every child it has waited for."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, total) jiffies of every CPU since boot, from /proc/stat; None elsewhere."""
+    try:
+        fields = [float(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class CpuMeter:
+    """On a worker (or a run without workers): each phase's CPU seconds, in its report."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+
+    def _phase(self) -> Generator[None, None, None]:
+        self._started = cpu_seconds()
+        yield
+
+    pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_phase)
+    pytest_runtest_call = pytest.hookimpl(wrapper=True)(_phase)
+    pytest_runtest_teardown = pytest.hookimpl(wrapper=True)(_phase)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        report.user_properties.append((CPU_PROPERTY, round(cpu_seconds() - self._started, 3)))
+        return report
 
 
 @dataclass
 class _Directory:
     seconds: float = 0.0
+    cpu: float = 0.0
     tests: set[str] = field(default_factory=set)
     slowest: tuple[float, str] = (0.0, "")
 
@@ -43,6 +95,8 @@ class Timing:
         self.tiers: dict[str, set[str]] = defaultdict(set)
         self.tier_seconds: dict[str, float] = defaultdict(float)
         self.per_test: dict[str, float] = defaultdict(float)
+        self.group_cpu: dict[str, float] = defaultdict(float)
+        self.machine = machine_cpu()
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -50,13 +104,17 @@ class Timing:
         parts = path.split("/")
         directory = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
         entry = self.directories[directory]
+        properties = dict(report.user_properties)
+        cpu = float(properties.get(CPU_PROPERTY, 0.0))
         entry.seconds += report.duration
+        entry.cpu += cpu
         entry.tests.add(report.nodeid)
         self.per_test[report.nodeid] += report.duration
         if self.per_test[report.nodeid] > entry.slowest[0]:
             entry.slowest = (self.per_test[report.nodeid], report.nodeid)
-        group = dict(report.user_properties).get("group", path)
-        self.groups[str(group)] += report.duration
+        group = str(properties.get("group", path))
+        self.groups[group] += report.duration
+        self.group_cpu[group] += cpu
         for tier in TIERS:
             if tier in report.keywords:
                 self.tiers[tier].add(report.nodeid)
@@ -66,17 +124,19 @@ class Timing:
         wall = time.monotonic() - self.started
         total = sum(d.seconds for d in self.directories.values())
         lines = [
-            "| directory | tests | seconds | share | slowest test (s) |",
-            "|---|---:|---:|---:|---|",
+            "| directory | tests | seconds | CPU s | share | slowest test (s) |",
+            "|---|---:|---:|---:|---:|---|",
         ]
         for name, entry in sorted(self.directories.items(), key=lambda kv: -kv[1].seconds):
             slow_s, slow_id = entry.slowest
             share = entry.seconds / total if total else 0.0
             lines.append(
-                f"| {name} | {len(entry.tests)} | {entry.seconds:.0f} | {share:.0%} "
+                f"| {name} | {len(entry.tests)} | {entry.seconds:.0f} | {entry.cpu:.0f} "
+                f"| {share:.0%} "
                 f"| {slow_id.split('/', 1)[-1]} ({slow_s:.0f}) |"
             )
-        lines.append(f"| **all** | {len(self.per_test)} | {total:.0f} | 100% | |")
+        cpu = sum(d.cpu for d in self.directories.values())
+        lines.append(f"| **all** | {len(self.per_test)} | {total:.0f} | {cpu:.0f} | 100% | |")
         busy = total / (wall * self.workers) if wall else 0.0
         lines.append("")
         lines.append(
@@ -91,8 +151,30 @@ class Timing:
         lines.append(
             f"Wall time {wall:.0f} s with {self.workers} worker(s): "
             f"{total:.0f} test-seconds, the workers busy {busy:.0%} of the time."
+            + self._machine_line()
         )
+        lines += [
+            "",
+            "The groups that used the most CPU (seconds, by the tests' own processes):",
+            "",
+        ]
+        top = sorted(self.group_cpu.items(), key=lambda kv: -kv[1])[:TOP_CPU_GROUPS]
+        lines += [
+            f"- {group}: {seconds:.0f} CPU s in {self.groups[group]:.0f} s"
+            for group, seconds in top
+        ]
         return "\n".join(lines) + "\n"
+
+    def _machine_line(self) -> str:
+        now = machine_cpu()
+        if self.machine is None or now is None or now[1] <= self.machine[1]:
+            return ""
+        busy = (now[0] - self.machine[0]) / (now[1] - self.machine[1])
+        cores = os.cpu_count() or 1
+        return (
+            f" The machine's {cores} CPUs were busy {busy:.0%} of that time,"
+            " all processes together."
+        )
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -105,11 +187,16 @@ class Timing:
         if path := os.environ.get(TIMES_ENV):
             Path(path).write_text(table)
             groups = {g: round(s, 1) for g, s in sorted(self.groups.items(), key=lambda kv: -kv[1])}
-            Path(f"{path}.json").write_text(json.dumps({"groups": groups}, indent=1) + "\n")
+            cpu = {g: round(self.group_cpu[g], 1) for g in groups}
+            Path(f"{path}.json").write_text(
+                json.dumps({"groups": groups, "cpu": cpu}, indent=1) + "\n"
+            )
             terminalreporter.write_line(f"(written to {path} and {path}.json)")
 
 
 def register(config: pytest.Config) -> None:
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        config.pluginmanager.register(CpuMeter(), "streamflow-cpu")  # where the tests run
     if hasattr(config, "workerinput"):  # an xdist worker: the controller keeps the table
         return
     workers = getattr(config.option, "numprocesses", None) or 1
