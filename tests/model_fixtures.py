@@ -1,7 +1,10 @@
 """Model fixtures: the wine classifier, trained once per session, and a real model server.
 
 `wine_models` trains both versions of blueprints/wine/train.py into a session tmp
-dir (a few seconds on a CPU) and exports each as a `.keras` file and a SavedModel.
+dir (a few seconds on a CPU) and exports each as a `.keras` file, a SavedModel and
+an ONNX graph of the same weights. A test that needs *a* wine model in a replica,
+not Keras itself, serves the ONNX one: a replica that loads it never imports
+TensorFlow, which costs about 5 CPU seconds a replica on a machine the suite keeps busy.
 `model_server` serves version 1's `.keras` file as model "wine" with KServe's
 ModelServer (tools/modelserver/.venv, from `tools/modelserver/setup`), shared by
 the session: a test that kills, pauses or restarts a server takes its own from
@@ -56,6 +59,7 @@ class WineModel:
     version: int
     keras_file: Path
     saved_model: Path
+    onnx_file: Path  # the same weights as an ONNX graph: serving it needs no TensorFlow
     model: Any  # keras.Model; Any so this module imports without TensorFlow
 
 
@@ -90,11 +94,87 @@ def wine_models(tmp_path_factory: pytest.TempPathFactory) -> WineModels:
     for version in train.VERSIONS:
         model = train.train_model(version)
         keras_file, saved_model = train.export(model, out=out, version=version)
-        versions[version] = WineModel(version, keras_file, saved_model, model)
+        onnx_file = wine_onnx(model, out / f"wine-v{version}.onnx")
+        _same_answers(model, onnx_file, train.load_wine_frame().x)
+        versions[version] = WineModel(version, keras_file, saved_model, onnx_file, model)
     samples = out / "wine-sample.jsonl"
     train.write_samples(samples)
     frame = train.load_wine_frame()
     return WineModels(dir=out, versions=versions, samples=samples, x=frame.x, y=frame.y)
+
+
+def wine_onnx(model: Any, path: Path) -> Path:
+    """The wine classifier's layers as an ONNX graph with the Keras model's input and output
+    names: standardise (x - mean) / sqrt(variance), then Gemm and an activation per Dense
+    layer. Written to ``path``; checked against the Keras model on the data set."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes: list[Any] = []
+    weights: list[Any] = []
+    current = ""
+    for layer in model.layers:
+        kind = type(layer).__name__
+        if kind == "InputLayer":
+            current = layer.name
+        elif kind == "Normalization":
+            mean, variance = (
+                np.asarray(v, dtype=np.float32).reshape(-1) for v in layer.get_weights()[:2]
+            )
+            scale = np.maximum(np.sqrt(variance), np.float32(1e-7)).astype(np.float32)
+            weights += [numpy_helper.from_array(mean, "mean")]
+            weights += [numpy_helper.from_array(scale, "scale")]
+            nodes += [
+                helper.make_node("Sub", [current, "mean"], ["centred"]),
+                helper.make_node("Div", ["centred", "scale"], ["standardised"]),
+            ]
+            current = "standardised"
+        elif kind == "Dense":
+            kernel, bias = layer.get_weights()
+            weights += [
+                numpy_helper.from_array(kernel.astype(np.float32), f"{layer.name}_w"),
+                numpy_helper.from_array(bias.astype(np.float32), f"{layer.name}_b"),
+            ]
+            activation = layer.activation.__name__
+            dense = f"{layer.name}_gemm" if activation != "linear" else layer.name
+            nodes.append(
+                helper.make_node("Gemm", [current, f"{layer.name}_w", f"{layer.name}_b"], [dense])
+            )
+            if activation in ("relu", "softmax"):
+                op = {"relu": "Relu", "softmax": "Softmax"}[activation]
+                nodes.append(helper.make_node(op, [dense], [layer.name]))
+            elif activation != "linear":
+                raise ValueError(f"{layer.name}: no ONNX translation of {activation!r}")
+            current = layer.name
+        else:
+            raise ValueError(f"{layer.name}: no ONNX translation of a {kind} layer")
+    features = int(model.inputs[0].shape[-1])
+    classes = int(model.outputs[0].shape[-1])
+    graph = helper.make_graph(
+        nodes,
+        model.name,
+        [helper.make_tensor_value_info(model.layers[0].name, TensorProto.FLOAT, [None, features])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, [None, classes])],
+        initializer=weights,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8  # what onnxruntime reads
+    onnx.checker.check_model(proto, full_check=True)
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def _same_answers(model: Any, onnx_file: Path, x: Any) -> None:
+    """The ONNX graph answers as the Keras model does, on every wine, within float noise."""
+    import numpy as np
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    [graph] = session.run(None, {session.get_inputs()[0].name: x.astype(np.float32)})
+    expected = np.asarray(model.predict(x, verbose=0))
+    difference = float(np.max(np.abs(graph - expected)))
+    assert difference < 1e-4, f"{onnx_file.name} differs from its Keras model by {difference}"
 
 
 def _started(server: devkit.ModelServer) -> devkit.ModelServer:

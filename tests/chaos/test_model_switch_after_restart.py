@@ -2,7 +2,8 @@
 
 The wine classifier (2 replicas, at-least-once) serves an embedded model v1 while records
 stream in. The broker is restarted (SIGTERM, and ``kill -9``), and only then is v2
-pushed on the control topic. Every replica must switch to v2 without being restarted:
+pushed on the control topic. Both are the ONNX graphs of the wine model: the kind is beside
+the point here, and ONNX spares each replica a TensorFlow. Every replica must switch to v2 without being restarted:
 each has one control consumer, assigned its partitions, and a consumer of that kind can
 stop fetching after a broker restart (confluentinc/librdkafka#5153); the control reader
 makes it again when committed descriptors wait past it for 30 s. Every id is predicted,
@@ -62,7 +63,7 @@ def test_a_model_switch_after_a_broker_restart_reaches_every_replica(
     features = support.topic(app, "features")
     out_topic = support.topic(app, "predictions")
     rows = k.features(wine_models, N + AFTER)
-    k.push(bootstrap, app, s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
+    k.push(bootstrap, app, s.descriptor(1, "ONNX", data=wine_models.v1.onnx_file.read_bytes()))
     with support.replicas(app, tmp_path) as running:
         replicas = [running.start("classifier", i) for i in range(2)]
         k.wait_until_serving(bootstrap, app, 1, 2)
@@ -70,9 +71,7 @@ def test_a_model_switch_after_a_broker_restart_reaches_every_replica(
         support.consume_until(bootstrap, out_topic, support.count_at_least(N // 4), timeout=120)
         proxied_kafka.broker.restart(hard=hard)  # returns once the broker answers again
         back_at = time.time()
-        k.push(
-            bootstrap, app, s.descriptor(2, "KERAS", data=wine_models.v2.keras_file.read_bytes())
-        )
+        k.push(bootstrap, app, s.descriptor(2, "ONNX", data=wine_models.v2.onnx_file.read_bytes()))
         k.wait_until_serving(bootstrap, app, 2, 2)
         switched_s = time.time() - back_at
         feeder.join(120)
