@@ -11,7 +11,11 @@ checked the way the runtime will meet it, located at the port:
   (records of each may still be in the topic; Avro's resolution rules, as
   the codec will apply them);
 * a producer that may not register (``register: never``) must find its
-  schema registered already, or it would fail at start.
+  schema registered already, or it would fail at start;
+* a subject the application consumes should not let producers register what
+  its consumers cannot read: a level such as BACKWARD or NONE is a warning at
+  the topic (the records of such a schema would be dead-lettered), naming the
+  level streamflow gives the subjects it creates.
 
 The registry sits behind the :class:`~streamflow.schema.registry.Registry`
 protocol, so this pass holds no network code of its own.
@@ -28,7 +32,13 @@ from streamflow.blueprint.report import Reporter
 from streamflow.blueprint.structure import PortUse, TopicDraft
 from streamflow.blueprint.verify_topics import resolve_port
 from streamflow.schema import compat
-from streamflow.schema.formats import RegisterPolicy, TopicFormat, subject_for
+from streamflow.schema.formats import (
+    UNSAFE_FOR_CONSUMERS,
+    RegisterPolicy,
+    TopicFormat,
+    consumer_compatibility,
+    subject_for,
+)
 from streamflow.schema.registry import (
     Registry,
     RegistryError,
@@ -133,11 +143,12 @@ def _check_topic(
                     hint="register the schema under that subject, or set `register: auto` "
                     "on the topic",
                 )
-    if topic.format is not TopicFormat.AVRO_REGISTRY:
-        return  # JSON is checked record by record against the port's schema
     readers = _port_schemas(topic.consumers, descriptors, store)
     if not readers:
         return
+    _check_protection(topic, subject, [str(use.ref) for use, _ in readers], registry, report)
+    if topic.format is not TopicFormat.AVRO_REGISTRY:
+        return  # JSON is checked record by record against the port's schema
     # every version may still have records in the topic, not only the latest
     for version in registry.versions(subject):
         where = f"version {version.version} of subject {subject} (id {version.schema_id})"
@@ -164,6 +175,33 @@ def _check_topic(
                     use.node,
                     hint="make the consumer's schema a compatible evolution of the subject's",
                 )
+
+
+def _check_protection(
+    topic: TopicDraft, subject: str, consumers: list[str], registry: Registry, report: Reporter
+) -> None:
+    """Warn when the subject's level lets a producer register what our consumers cannot read.
+
+    Only a subject that exists: one streamflow creates gets a protective level
+    then (:mod:`streamflow.runtime.codecs`); one that does not exist yet will be
+    made by whoever registers first, and there is no level to read until then.
+    """
+    if registry.latest(subject) is None:
+        return
+    level = registry.compatibility(subject)
+    if level not in UNSAFE_FOR_CONSUMERS:
+        return
+    wanted = consumer_compatibility(topic.config)
+    report.warning(
+        "unsafe-compatibility",
+        f"topic {topic.name}: subject {subject} has compatibility {level}, which lets a "
+        f"producer register a schema that {', '.join(consumers)} cannot read (one that "
+        "drops a field they need, say); their records would go to the dead-letter topic",
+        topic.key,
+        hint=f"set the subject's level to {wanted} (what streamflow gives the subjects it "
+        f"creates for a topic like this one): PUT {redacted(registry.url)}/config/{subject} "
+        f'{{"compatibility": "{wanted}"}}',
+    )
 
 
 def _port_schemas(

@@ -4,19 +4,40 @@ The runtime's bindings, ``tail``, ``model push`` and the ingresses all ask a
 :class:`Codecs` for the codec of a (topic, schema), so a topic is read and
 written the same way by every part of streamflow. The registry client is
 made on first need and shared, so its caches serve every port of a process.
+
+A subject that streamflow creates (``register: auto``) for a topic the
+application also consumes is given a level that protects those consumers
+(:func:`~streamflow.schema.formats.consumer_compatibility`) before the first
+schema goes in, so no other producer can later register one they cannot read.
+A subject that exists already is someone's: its level is left alone, and
+``verify --registry`` warns when it does not protect the consumers.
 """
 
 from __future__ import annotations
+
+import logging
 
 from streamflow.blueprint.model import Application, TopicSpec
 from streamflow.runtime import registry as registries
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 from streamflow.schema.codecs import Codec, JsonTopicCodec, SingleObjectCodec
-from streamflow.schema.formats import RegisterPolicy, TopicFormat, subject_for
-from streamflow.schema.registry import Registry, RegistryAvroCodec, RegistryJsonCodec
+from streamflow.schema.formats import (
+    RegisterPolicy,
+    TopicFormat,
+    consumer_compatibility,
+    subject_for,
+)
+from streamflow.schema.registry import (
+    Registry,
+    RegistryAvroCodec,
+    RegistryJsonCodec,
+    RegistryRefused,
+)
 from streamflow.schema.store import SchemaStore
 
 __all__ = ["Codecs"]
+
+log = logging.getLogger("streamflow.runtime")
 
 
 class Codecs:
@@ -26,6 +47,7 @@ class Codecs:
         self.app = app
         self.store = store
         self._registry = registry
+        self._protected: set[str] = set()  # subjects already seen to, by this process
 
     @property
     def registry(self) -> Registry:
@@ -77,5 +99,37 @@ class Codecs:
                 limits=limits,
             )
         if producing:
+            if register and topic.consumers:
+                self._protect(topic)
             codec.prepare()
         return codec
+
+    def _protect(self, topic: TopicSpec) -> None:
+        """Give a subject we are about to create the level that protects its consumers.
+
+        Before the first registration, so there is no moment when another producer
+        could slip in a schema they cannot read. Replicas racing here set the same
+        level. A registry that refuses the change (its owner locks levels) does not
+        stop the start: the schema is still registered, and the log says why.
+        """
+        subject = subject_for(topic.name)
+        if subject in self._protected:
+            return
+        if self.registry.latest(subject) is not None:  # may raise: asked again on a retry
+            self._protected.add(subject)
+            return  # someone's subject: verify warns if its level does not protect us
+        level = consumer_compatibility(topic.config)
+        try:
+            self.registry.set_compatibility(subject, level)
+            self._protected.add(subject)
+        except RegistryRefused as exc:
+            self._protected.add(subject)
+            log.warning(
+                "could not set subject %s to %s, which would keep producers from "
+                "registering schemas its consumers cannot read: %s",
+                subject,
+                level,
+                exc,
+            )
+            return
+        log.info("created subject %s with compatibility %s", subject, level)

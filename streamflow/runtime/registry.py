@@ -201,6 +201,37 @@ class ConfluentRegistry:
             f"the registry's compatibility rule for {subject!r} refuses it"
         ]
 
+    def compatibility(self, subject: str) -> str | None:
+        """The level that applies to ``subject``: its own, else the registry's global one.
+
+        Confluent answers a subject without a level of its own with the global one
+        when asked ``defaultToGlobal``; a registry that knows no such subject
+        (Apicurio, before the first version) answers not-found: the global one applies.
+        """
+        quoted = quote(subject, safe="")
+        for path, params in ((f"config/{quoted}", {"defaultToGlobal": "true"}), ("config", {})):
+            what = f"the compatibility level of {subject}"
+            try:
+                answer = httpx.get(
+                    f"{self.url}/{path}", params=params, auth=self._auth, timeout=_TIMEOUT_S
+                )
+            except httpx.HTTPError as exc:
+                raise RegistryUnavailable(f"schema registry: {what}: {exc}") from None
+            if answer.status_code == 404 and path != "config":
+                continue
+            if answer.status_code != 200:
+                _raise_for(answer.status_code, _error_code(answer), answer.text[:200], what)
+            try:
+                level = answer.json().get("compatibilityLevel")
+            except (ValueError, AttributeError):
+                return None
+            return str(level).upper() if level else None
+        return None  # pragma: no cover - the loop returns or raises
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        with _errors(f"setting the compatibility level of {subject} to {level}"):
+            self._client.set_compatibility(subject_name=subject, level=level)
+
     @staticmethod
     def _schema(schema_type: str, text: str) -> Any:
         from confluent_kafka.schema_registry import Schema

@@ -17,8 +17,17 @@ runtime, ``tail``, the ingresses and ``model push`` can never disagree.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
-__all__ = ["DEFAULT_FORMAT", "RegisterPolicy", "TopicFormat", "subject_for"]
+__all__ = [
+    "DEFAULT_FORMAT",
+    "UNSAFE_FOR_CONSUMERS",
+    "RegisterPolicy",
+    "TopicFormat",
+    "consumer_compatibility",
+    "keeps_records",
+    "subject_for",
+]
 
 
 class TopicFormat(enum.StrEnum):
@@ -56,3 +65,27 @@ DEFAULT_FORMAT = TopicFormat.AVRO
 def subject_for(topic: str) -> str:
     """The subject of a topic's values under the topic-name strategy (the registry default)."""
     return f"{topic}-value"
+
+
+#: Compatibility levels under which a producer may register a schema that the
+#: subject's existing readers cannot read: BACKWARD only protects *new readers of
+#: old data* (a writer may drop a field a reader needs), NONE protects nothing.
+UNSAFE_FOR_CONSUMERS = frozenset({"BACKWARD", "BACKWARD_TRANSITIVE", "NONE"})
+
+
+def keeps_records(config: Mapping[str, str]) -> bool:
+    """Whether a topic keeps its records for good (compacted, or unlimited retention)."""
+    compacted = "compact" in str(config.get("cleanup.policy", ""))
+    return compacted or str(config.get("retention.ms", "")).strip() == "-1"
+
+
+def consumer_compatibility(config: Mapping[str, str]) -> str:
+    """The level streamflow gives a subject it creates for a topic it consumes.
+
+    FORWARD_TRANSITIVE: every new writer schema must be readable by every
+    registered one, so no producer can register what a consumer cannot read.
+    A topic that keeps its records for good (a compacted one, or one with
+    ``retention.ms: -1``) gets FULL_TRANSITIVE: its consumers will also meet
+    the oldest records after they upgrade, so each version must read them too.
+    """
+    return "FULL_TRANSITIVE" if keeps_records(config) else "FORWARD_TRANSITIVE"

@@ -123,6 +123,12 @@ class Registry(Protocol):
 
     def compatible(self, subject: str, schema_type: str, text: str) -> list[str]: ...
 
+    def compatibility(self, subject: str) -> str | None:
+        """The subject's compatibility level (the global one when it has none of its own)."""
+        ...
+
+    def set_compatibility(self, subject: str, level: str) -> None: ...
+
 
 def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be a registry's base URL, if it cannot (the URL redacted in it)."""
@@ -405,10 +411,26 @@ class RegistryAvroCodec(_Framed):
             return self._own
         if problems:
             return _Unreadable(
-                f"{self.schema.name} cannot read records written with schema id {schema_id} "
-                f"({writer.name}): " + "; ".join(problems)
+                f"a new writer schema ({writer.name}, {self._version_of(schema_id)}), which "
+                f"{self.schema.name} cannot read: " + "; ".join(problems)
             )
         return (fastavro.parse_schema(writer.raw), self.schema.parsed, bound)
+
+    def _version_of(self, schema_id: int) -> str:
+        """Which version of our subject a writer's schema id is, in words (once per id).
+
+        What a dead letter says, so that a burst of them reads as what it is: some
+        producer registered a schema this consumer cannot read, and which one.
+        """
+        where = f"schema id {schema_id}"
+        try:
+            versions = self.registry.versions(self.subject)
+        except RegistryError:
+            return where
+        for found in versions:
+            if found.schema_id == schema_id and found.version is not None:
+                return f"version {found.version} of subject {self.subject}, {where}"
+        return f"{where}, not a version of subject {self.subject}"
 
 
 class RegistryJsonCodec(_Framed):

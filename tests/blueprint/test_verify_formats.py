@@ -165,8 +165,10 @@ def unique_topic() -> str:
     return f"readings-{uuid.uuid4().hex[:10]}"
 
 
-def register(client: SchemaRegistryClient, subject: str, doc: dict[str, object]) -> int:
-    client.set_compatibility(subject_name=subject, level="BACKWARD")
+def register(
+    client: SchemaRegistryClient, subject: str, doc: dict[str, object], *, level: str = "BACKWARD"
+) -> int:
+    client.set_compatibility(subject_name=subject, level=level)
     return int(client.register_schema(subject, Schema(json.dumps(doc), "AVRO")))
 
 
@@ -256,7 +258,7 @@ def test_verify_finds_a_schema_its_owner_registered_as_written(
     # the owner registered Reading.avsc as written (namespace, short names), and our
     # producer may not register (the default): the lookup must still find it
     fine = unique_topic()
-    register(schema_registry_client, f"{fine}-value", READING)
+    register(schema_registry_client, f"{fine}-value", READING, level="FORWARD_TRANSITIVE")
     path = write_blueprint(
         tmp_path,
         f"""\
@@ -346,3 +348,56 @@ def test_verify_refuses_a_consumer_that_cannot_read_an_older_version_still_in_th
     assert f"{path}:{problem.position.line}:{problem.position.column}" == position(
         path, "consumers:", "sink.in"
     )
+
+
+def test_verify_warns_at_the_topic_when_its_subject_lets_producers_break_its_consumers(
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
+) -> None:
+    """Someone else made the subject, at BACKWARD: a producer may then drop a field our
+    consumer needs, and the registry accepts it. Said at the topic, with the level to set."""
+    topic = unique_topic()
+    register(schema_registry_client, f"{topic}-value", READING)  # BACKWARD, by its owner
+    path = write_blueprint(
+        tmp_path,
+        f"""\
+        {topic}:
+          producers: [source.out]
+          consumers: [sink.in]
+          format: avro-registry
+          config: {{cleanup.policy: compact}}
+        """,
+    )
+    result = invoke("verify", path, "--registry", schema_registry_url)
+    assert result.exit_code == 0, result.output  # a warning: the application still runs
+    warning = next(line for line in result.stdout.splitlines() if "unsafe-compatibility" in line)
+    at = position(path, f"{topic}:", topic)
+    assert warning.startswith(
+        f"{at}: warning[unsafe-compatibility]: topic {topic}: subject {topic}-value has "
+        "compatibility BACKWARD, which lets a producer register a schema that sink.in cannot read"
+    ), warning
+    # the fix: the level streamflow gives such a subject (compacted: FULL_TRANSITIVE)
+    assert f'config/{topic}-value {{"compatibility": "FULL_TRANSITIVE"}}' in result.stdout
+    assert "1 warning" in result.stdout
+
+    # a subject at a level that protects consumers: nothing to say
+    schema_registry_client.set_compatibility(subject_name=f"{topic}-value", level="FULL_TRANSITIVE")
+    quiet = invoke("verify", path, "--registry", schema_registry_url)
+    assert quiet.exit_code == 0 and "unsafe-compatibility" not in quiet.stdout, quiet.output
+
+
+def test_verify_does_not_warn_for_a_subject_the_application_only_produces(
+    tmp_path: Path, schema_registry_url: str, schema_registry_client: SchemaRegistryClient
+) -> None:
+    topic = unique_topic()
+    register(schema_registry_client, f"{topic}-value", READING)  # BACKWARD: fine for producers
+    path = write_blueprint(
+        tmp_path,
+        f"""\
+        {topic}:
+          producers: [source.out]
+          format: avro-registry
+        """,
+    )
+    result = invoke("verify", path, "--registry", schema_registry_url)
+    assert result.exit_code == 0, result.output
+    assert "unsafe-compatibility" not in result.stdout

@@ -255,12 +255,13 @@ class ModelFollower(Streamlet):
             loaded = future.result()
         except Exception as exc:
             serving = self.current.tag if self.current else "nothing"
-            return self._status(
-                descriptor["name"],
-                descriptor["version"],
-                "failed",
-                f"{type(exc).__name__}: {exc}; still serving {serving}",
-            )
+            message = f"{type(exc).__name__}: {exc}; still serving {serving}"
+            if isinstance(exc, tensors.MappingError) and exc.fix:  # the fix goes last
+                message = (
+                    f"{type(exc).__name__}: {exc.problem}; still serving {serving}. "
+                    f"Fix, in the config of streamlet {self.context.streamlet}: {exc.fix}"
+                )
+            return self._status(descriptor["name"], descriptor["version"], "failed", message)
         previous, self.current = self.current, loaded
         self.context.set_state("model", loaded.tag)
         self._report_loaded(self.context, loaded=True)

@@ -12,6 +12,14 @@ from a control topic must not use either:
   with ``..``, outside) the cache. Models with external data are refused; push
   a self-contained model.
 
+A classifier converted by skl2onnx returns its probabilities, by default, as
+a sequence of {class: probability} maps (its ZipMap operator), not a tensor;
+such an output is read into a [batch, classes] float32 tensor, the classes in
+sorted order (scikit-learn's ``classes_`` order), so serving, drift and
+explain see what ``zipmap=False`` would have given. An output of any other
+non-tensor type is declared as such, and a mapping that uses it is refused
+with the fix.
+
 The session is made from the verified bytes (never from a path), with a small
 thread pool (one thread unless the descriptor's ``threads`` says otherwise) so
 replicas on one machine do not oversubscribe its cores. ``threads`` comes from
@@ -33,7 +41,8 @@ import numpy as np
 
 from streamflow.streamlets.serving import artifacts
 from streamflow.streamlets.serving.embedded_model import EmbeddedModel
-from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
+from streamflow.streamlets.serving.tensor_specs import TENSOR, ZIPMAP
+from streamflow.streamlets.serving.tensors import MappingError, ModelSignature, TensorSpec
 
 __all__ = ["MAX_THREADS", "STANDARD_DOMAINS", "load", "threads", "threads_problem"]
 
@@ -78,10 +87,14 @@ def load(artifact: Path, *, parameters: Mapping[str, str]) -> EmbeddedModel:
     )
     names = list(signature.outputs)
     dtypes = {name: spec.dtype for name, spec in signature.inputs.items()}
+    zipmaps = {name for name, spec in signature.outputs.items() if spec.kind == ZIPMAP}
 
     def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
         feed = {name: _feed(array, dtypes.get(name, "")) for name, array in inputs.items()}
-        return dict(zip(names, session.run(names, feed), strict=True))
+        out = dict(zip(names, session.run(names, feed), strict=True))
+        for name in zipmaps:
+            out[name] = _zipmap_rows(name, out[name])
+        return out
 
     return EmbeddedModel(
         run,
@@ -174,10 +187,35 @@ def _tensors(message: Any) -> list[Any]:
     return out
 
 
+#: onnxruntime's type of a ZipMap output: a sequence of maps from class to a float
+_ZIPMAP_TYPE = re.compile(r"seq\(map\((int64|string),\s*tensor\(float\)\)\)")
+
+
 def _spec(node: Any) -> TensorSpec:
+    kind = str(node.type)
+    if _ZIPMAP_TYPE.fullmatch(kind):
+        return TensorSpec(node.name, "float32", (-1, -1), ZIPMAP)
+    if not kind.startswith("tensor("):
+        return TensorSpec(node.name, "", None, kind)
     shape = node.shape
     dims = None if shape is None else tuple(d if isinstance(d, int) else -1 for d in shape)
-    return TensorSpec(node.name, _DTYPES.get(node.type, ""), dims)
+    return TensorSpec(node.name, _DTYPES.get(kind, ""), dims, TENSOR)
+
+
+def _zipmap_rows(name: str, maps: Any) -> np.ndarray:
+    """A ZipMap's [{class: probability}] as a [batch, classes] array, classes sorted."""
+    rows = list(maps)
+    if not rows:
+        return np.zeros((0, 0), dtype=np.float32)
+    classes = sorted(rows[0])
+    try:
+        return np.asarray([[row[c] for c in classes] for row in rows], dtype=np.float32)
+    except (KeyError, TypeError, ValueError):
+        raise MappingError(
+            f"output {name!r} holds maps with different classes from record to record",
+            fix="export the model with skl2onnx's options={'zipmap': False}, which returns "
+            "the probabilities as a tensor",
+        ) from None
 
 
 def _feed(array: np.ndarray, dtype: str) -> np.ndarray:

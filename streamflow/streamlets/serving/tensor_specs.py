@@ -17,7 +17,9 @@ __all__ = [
     "DTYPES",
     "NUMERIC",
     "ONLY",
+    "TENSOR",
     "TRANSFORMS",
+    "ZIPMAP",
     "MappingError",
     "ModelSignature",
     "RecordErrors",
@@ -45,7 +47,16 @@ TRANSFORMS = ("raw", "argmax", "top_k", "threshold")
 
 
 class MappingError(ValueError):
-    """A mapping that cannot work: bad config, a field it cannot read, a model it does not fit."""
+    """A mapping that cannot work: bad config, a field it cannot read, a model it does not fit.
+
+    ``problem`` says what is wrong, ``fix`` (when there is one) what to change; the
+    message is both, the fix last, so whoever shows it can put other words between.
+    """
+
+    def __init__(self, problem: str, *, fix: str = "") -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}. Fix: {fix}" if fix else problem)
 
 
 class RecordErrors(MappingError):
@@ -100,6 +111,8 @@ class TensorOutput:
     k: int = 1
     labels: tuple[str, ...] = ()
     threshold: float = 0.5
+    # the shorthand's outputs (output_field, class_field): "scores" or "class"; "" otherwise
+    role: str = ""
 
 
 def _shape(raw: Any, where: str) -> tuple[int, ...]:
@@ -234,16 +247,37 @@ def _parse_output(name: str, spec: Any) -> TensorOutput:
 # -- what a model declares -------------------------------------------------------------
 
 
+#: ``TensorSpec.kind`` of a tensor, and of a sequence of {class: probability} maps (what
+#: skl2onnx's ZipMap makes of a classifier's probabilities), which the predictor reads
+#: into a [batch, classes] float32 tensor, the classes in sorted order.
+TENSOR = "tensor"
+ZIPMAP = "zipmap"
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
     """A model's input or output: dtype (one of DTYPES, or "" if unknown), shape with batch.
 
-    Unknown dimensions are -1; an unknown rank is ``None``.
+    Unknown dimensions are -1; an unknown rank is ``None``. ``kind`` is :data:`TENSOR`,
+    :data:`ZIPMAP`, or the model's own name for any other type (one that cannot be served).
     """
 
     name: str
     dtype: str
     shape: tuple[int, ...] | None
+    kind: str = TENSOR
+
+    @property
+    def readable(self) -> bool:
+        return self.kind in (TENSOR, ZIPMAP)
+
+    def describe(self) -> str:
+        if self.kind == ZIPMAP:
+            return f"{self.name} {{class: probability}} per record (a ZipMap)"
+        if self.kind != TENSOR:
+            return f"{self.name} {self.kind} (not a tensor)"
+        shape = list(self.shape) if self.shape is not None else "[?]"
+        return f"{self.name} {self.dtype or '?'}{shape}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,9 +287,6 @@ class ModelSignature:
 
     def describe(self) -> str:
         def side(specs: dict[str, TensorSpec]) -> str:
-            return ", ".join(
-                f"{s.name} {s.dtype or '?'}{list(s.shape) if s.shape is not None else '[?]'}"
-                for s in specs.values()
-            )
+            return ", ".join(s.describe() for s in specs.values()) or "none"
 
         return f"inputs: {side(self.inputs)}; outputs: {side(self.outputs)}"

@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.streamlets.serving import tensor_fit
 from streamflow.streamlets.serving.tensor_arrays import (
     describe_error,
     encode_input,
     transform_output,
 )
+from streamflow.streamlets.serving.tensor_fit import LABEL_NAMES, PROBABILITY_NAMES
 from streamflow.streamlets.serving.tensor_schemas import (
     SchemaProblem,
     check_schemas,
@@ -46,7 +48,9 @@ from streamflow.streamlets.serving.tensor_schemas import (
 from streamflow.streamlets.serving.tensor_specs import (
     DTYPES,
     ONLY,
+    TENSOR,
     TRANSFORMS,
+    ZIPMAP,
     MappingError,
     ModelSignature,
     RecordErrors,
@@ -59,8 +63,12 @@ from streamflow.streamlets.serving.tensor_specs import (
 
 __all__ = [
     "DTYPES",
+    "LABEL_NAMES",
     "ONLY",
+    "PROBABILITY_NAMES",
+    "TENSOR",
     "TRANSFORMS",
+    "ZIPMAP",
     "BoundMapping",
     "MappingError",
     "ModelSignature",
@@ -115,108 +123,21 @@ class TensorMapping:
         if not parsed_out:
             shorthand: dict[str, Any] = {}
             if output_field:
-                shorthand[output_field] = TensorOutput(ONLY, output_field)
+                shorthand[output_field] = TensorOutput(ONLY, output_field, role="scores")
             if class_field:
-                shorthand[class_field] = TensorOutput(ONLY, class_field, "argmax")
+                shorthand[class_field] = TensorOutput(ONLY, class_field, "argmax", role="class")
             return cls(parsed_in, {f"{ONLY}#{f}": o for f, o in shorthand.items()})
         return cls(parsed_in, parsed_out)
 
     def bind(self, signature: ModelSignature | None) -> BoundMapping:
-        """This mapping fitted to a model; :class:`MappingError` lists every mismatch."""
-        problems: list[str] = []
-        inputs = _bind_side(
-            {name: spec for name, spec in self.inputs.items()},
-            signature.inputs if signature else None,
-            "input",
-            problems,
-        )
-        outputs = _bind_side(
-            {key: out for key, out in self.outputs.items()},
-            signature.outputs if signature else None,
-            "output",
-            problems,
-        )
-        if signature is not None:
-            fed = {model_name for model_name, _ in inputs.values()}
-            missing = [n for n in signature.inputs if n not in fed]
-            if missing:
-                problems.append(
-                    f"the model also needs input(s) {', '.join(missing)}, which the mapping "
-                    "does not feed"
-                )
-            for key, (model_name, _) in inputs.items():
-                declared = signature.inputs.get(model_name)
-                if declared is not None:
-                    _check_input(self.inputs[key], declared, problems)
+        """This mapping fitted to a model; :class:`MappingError` lists every mismatch once,
+        with the model's signature and the fix (:mod:`.tensor_fit`)."""
+        problems = tensor_fit.Problems()
+        inputs = tensor_fit.bind_inputs(self.inputs, signature, problems)
+        outputs = tensor_fit.bind_outputs(self.outputs, signature, problems)
         if problems:
-            detail = f" (the model has {signature.describe()})" if signature else ""
-            raise MappingError("; ".join(problems) + detail)
-        return BoundMapping(
-            inputs={model_name: self.inputs[key] for key, (model_name, _) in inputs.items()},
-            outputs=[(model_name, self.outputs[key]) for key, (model_name, _) in outputs.items()],
-            signature=signature,
-        )
-
-
-def _bind_side(
-    declared: Mapping[str, Any],
-    model: Mapping[str, TensorSpec] | None,
-    side: str,
-    problems: list[str],
-) -> dict[str, tuple[str, Any]]:
-    """Each declared entry's model name: ONLY resolves to the model's only tensor."""
-    out: dict[str, tuple[str, Any]] = {}
-    for key, spec in declared.items():
-        name = spec.name
-        if model is None:
-            out[key] = (name, spec)
-            continue
-        if name == ONLY:
-            if len(model) != 1:
-                problems.append(
-                    f"the model has {len(model)} {side}s ({', '.join(model)}); name each one "
-                    f"in the {side}s mapping"
-                )
-                continue
-            name = next(iter(model))
-        elif name not in model:
-            problems.append(f"the model has no {side} {name!r}")
-            continue
-        out[key] = (name, spec)
-    return out
-
-
-def _check_input(mapped: TensorInput, declared: TensorSpec, problems: list[str]) -> None:
-    text = ("string", "bytes")  # servers and TensorFlow do not tell the two apart
-    if declared.dtype in text and mapped.dtype in text:
-        pass
-    elif declared.dtype and declared.dtype != mapped.dtype:
-        problems.append(
-            f"input {declared.name!r} is {declared.dtype} in the model, "
-            f"{mapped.dtype} in the mapping"
-        )
-    if declared.shape is None:
-        return
-    model_dims = declared.shape[1:]
-    if len(model_dims) != len(mapped.shape):
-        problems.append(
-            f"input {declared.name!r} has per-record shape {list(model_dims)} in the model, "
-            f"{list(mapped.shape)} in the mapping"
-        )
-        return
-    if mapped.ragged and model_dims[0] != -1 and mapped.max_len != model_dims[0]:
-        problems.append(
-            f"input {declared.name!r} takes sequences of exactly {model_dims[0]}; set "
-            f"max_len: {model_dims[0]} in the mapping (it pads and cuts to that length)"
-        )
-        return
-    for ours, theirs in zip(mapped.shape, model_dims, strict=True):
-        if ours != -1 and theirs != -1 and ours != theirs:
-            problems.append(
-                f"input {declared.name!r} has per-record shape {list(model_dims)} in the model, "
-                f"{list(mapped.shape)} in the mapping"
-            )
-            return
+            raise problems.error(signature)
+        return BoundMapping(inputs=inputs, outputs=outputs, signature=signature)
 
 
 @dataclasses.dataclass(frozen=True)
