@@ -319,11 +319,12 @@ def _run_processor(
     finally:
         if (lost := delivery.close()) or delivery.stop_notes:
             stopping.tell(lost, *delivery.stop_notes, "the inputs are processed again")
-        consumer.close()  # revokes what it holds: the stores are checkpointed and closed
-        if state is not None:
+        # revokes what it holds: the stores are checkpointed and closed
+        closed = stopping.close("the consumer", consumer.close)
+        if state is not None and closed:  # else its revoke may still run: the changelog has it
             state.close()
         if control is not None:
-            control.close()
+            stopping.close("the control reader", control.close)
 
 
 def _run_source(

@@ -52,6 +52,8 @@ log = logging.getLogger("streamflow.runtime")
 FLUSH_TIMEOUT_S = 10.0  # as long as an exactly-once transaction may take (transaction.timeout.ms)
 CLOSE_MARGIN_S = 5.0
 SLICE_S = 0.25
+#: What a bounded close leaves of the margin, for the teardown and the last line.
+CLOSE_RESERVE_S = 1.5
 
 
 def bound_s(flush_timeout_s: float = FLUSH_TIMEOUT_S) -> float:
@@ -139,6 +141,40 @@ class Stopping:
             if wait <= 0:
                 return len(producer)
         return 0
+
+    def close(self, what: str, close: Callable[[], object]) -> bool:
+        """Call ``close`` (a Kafka client's), ending the wait by the bound after a stop request.
+
+        With Kafka gone, closing a consumer can wait on its coordinator for longer
+        than the margin the bound leaves: a final offset commit, leaving the group.
+        Once a stop is requested the close runs on a thread of its own, and the
+        replica goes on at ``bound_s - CLOSE_RESERVE_S`` after the request whether it
+        has returned or not (the client is then left as it is; the process ends
+        next). True when it returned; when not, the last line says so.
+        """
+        if not self.requested:
+            close()
+            return True
+        assert self._since is not None
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                close()
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"close-{what}", daemon=True).start()
+        if done.wait(max(0.0, self._since + self.bound_s - CLOSE_RESERVE_S - self._clock())):
+            if failure:
+                raise failure[0]
+            return True
+        log.warning("closing %s did not end in time (Kafka unreachable); going on", what)
+        self.tell(0, f"{what} was left unclosed")
+        return False
 
     def tell(self, not_delivered: int, *notes: str) -> None:
         """What a part of the replica gave up at its stop, for the last line."""

@@ -72,6 +72,37 @@ def test_a_flush_ends_at_the_deadline_with_what_kafka_still_holds() -> None:
     assert _requested().flush(producer, 30) == 2
 
 
+def test_a_close_that_never_returns_is_left_behind_by_the_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A consumer's close waiting on a coordinator that is gone must not take the process
+    past its bound: the replica goes on, and its last line says what it left."""
+    clock = ManualClock()
+    stopping = _requested(flush_timeout_s=10, clock=clock)
+    assert stopping.requested  # the deadline counts from 0
+    clock.now = stopping.bound_s - shutdown.CLOSE_RESERVE_S  # nothing of the wait is left
+    never = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="streamflow.runtime"):
+        assert stopping.close("the consumer", never.wait) is False
+        stopping.last_line()
+    assert "closing the consumer did not end in time" in caplog.text
+    assert caplog.records[-1].getMessage() == "stopped: the consumer was left unclosed"
+    never.set()
+
+
+def test_a_close_that_returns_or_raises_is_waited_for() -> None:
+    closed: list[str] = []
+    assert _requested(flush_timeout_s=10).close("the consumer", lambda: closed.append("x"))
+    assert shutdown.Stopping().close("before any stop", lambda: closed.append("y"))
+    assert closed == ["x", "y"]
+
+    def broken() -> None:
+        raise KafkaException(KafkaError(KafkaError._DESTROY))
+
+    with pytest.raises(KafkaException):
+        _requested(flush_timeout_s=10).close("the consumer", broken)
+
+
 def test_the_last_line_says_what_was_not_delivered(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "streamflow.runtime")
     shutdown.Stopping().last_line()
