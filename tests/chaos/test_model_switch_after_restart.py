@@ -2,12 +2,13 @@
 
 The wine classifier (2 replicas, at-least-once) serves an embedded model v1 while records
 stream in. The broker is restarted (SIGTERM, and ``kill -9``), and only then is v2
-pushed on the control topic. Both are the ONNX graphs of the wine model: the kind is beside
-the point here, and ONNX spares each replica a TensorFlow. Every replica must switch to v2 without being restarted:
-each has one control consumer, assigned its partitions, and a consumer of that kind can
-stop fetching after a broker restart (confluentinc/librdkafka#5153); the control reader
-makes it again when committed descriptors wait past it for 30 s. Every id is predicted,
-and every record sent after both replicas said they serve v2 is predicted by v2.
+pushed on the control topic. Both are the ONNX graphs of the wine model: the kind is
+beside the point here, and ONNX spares each replica a TensorFlow. Every replica must
+switch to v2 without being restarted: each has one control consumer, assigned its
+partitions, and a consumer of that kind can stop fetching after a broker restart
+(confluentinc/librdkafka#5153); the control reader makes it again when committed
+descriptors wait past it for 30 s. Every id is predicted, and every record sent after
+both replicas said they serve v2 is predicted by v2.
 """
 
 from __future__ import annotations
