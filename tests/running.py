@@ -32,11 +32,13 @@ class CliRun:
         env: Mapping[str, str],
         log_file: Path,
         cwd: Path | None = None,
+        program: Path = STREAMFLOW,
     ) -> None:
+        """``program``: another `streamflow` (one installed in a virtualenv of the test's)."""
         self.log_file = log_file
         with log_file.open("w") as out:
             self.process = subprocess.Popen(
-                [str(STREAMFLOW), *args],
+                [str(program), *args],
                 cwd=cwd,
                 env=dict(env),
                 stdout=out,

@@ -64,6 +64,7 @@ STARTS_SERVICES: dict[str, str] = {
     "e2e/": "e2e",
     "images/": "e2e",
     "examples/": "e2e",
+    "packaging/": "e2e",  # a wheel installed and run as a user does, its own broker
     "devkit/test_k8s_real_node.py": "e2e",
     "devkit/test_k8s_cluster.py": "integration",
     "devkit/test_kafka_broker.py": "integration",

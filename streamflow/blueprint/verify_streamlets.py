@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from streamflow.api import descriptor as descriptors
+from streamflow.api import lifecycle
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.blueprint.problems import Position
 from streamflow.blueprint.report import Reporter, did_you_mean
@@ -77,7 +78,7 @@ def _describe(
         )
         return None
     try:
-        return descriptors.describe(cls, class_path=class_path)
+        described = descriptors.describe(cls, class_path=class_path)
     except descriptors.DeclarationError as exc:
         report.error(
             "invalid-streamlet",
@@ -87,6 +88,16 @@ def _describe(
             hint=f"fix the class; `streamflow describe {class_path}` lists the problems",
         )
         return None
+    for problem in lifecycle.check_signatures(cls):
+        # at the def itself: the blueprint is right, the class is not
+        report.error(
+            "invalid-signature",
+            f"streamlet {draft.name}: {class_path}.{problem.method} is defined as "
+            f"{problem.found}, but the runtime calls {problem.expected} ({problem.reason})",
+            Position(problem.file, problem.line, problem.column),
+            hint=f"define it as `def {problem.expected}`",
+        )
+    return described  # its ports and parameters are sound: the rest is checked as usual
 
 
 def read_overrides(

@@ -53,8 +53,14 @@ def register(app: typer.Typer) -> None:
 
 BlueprintFile = Annotated[
     Path,
-    typer.Argument(exists=True, dir_okay=False, readable=True, help="The blueprint YAML file."),
+    typer.Argument(
+        exists=True,
+        dir_okay=False,
+        readable=True,
+        help="The blueprint YAML file (default: blueprint.yaml, as `streamflow init` makes).",
+    ),
 ]
+DEFAULT_BLUEPRINT = Path("blueprint.yaml")
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -69,7 +75,7 @@ SetOption = Annotated[
 
 
 def verify(
-    file: BlueprintFile,
+    file: BlueprintFile = DEFAULT_BLUEPRINT,
     output_format: Annotated[
         VerifyFormat, typer.Option("--output", "-o", help="Output format.")
     ] = VerifyFormat.text,
@@ -133,7 +139,7 @@ def _print_verify_text(result: VerifyResult, *, file: Path) -> None:
 
 
 def graph(
-    file: BlueprintFile,
+    file: BlueprintFile = DEFAULT_BLUEPRINT,
     output_format: Annotated[
         GraphFormat, typer.Option("--output", "-o", help="text, mermaid or dot (Graphviz).")
     ] = GraphFormat.text,

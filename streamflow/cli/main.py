@@ -1,8 +1,12 @@
 """The ``streamflow`` entry point: one typer app, assembled from command modules.
 
 Commands live in modules of their own (``inspect_cmds`` for verify, graph and
-describe; later ones for run, tail, deploy, ...), each with a ``register(app)``
-function, so adding a command group touches only :data:`COMMAND_MODULES`.
+describe; ``run_cmds`` for run; ...), each with a ``register(app)`` function.
+:data:`COMMANDS` names each module's commands, and a module is imported only
+when one of its commands runs (``--help`` imports them all, to list them): a
+replica's ``streamflow streamlet run`` or a ``streamflow status`` does not pay
+for importing the deploy, build, score and model code, which is most of what a
+short command costs. Adding a command touches only :data:`COMMANDS`.
 ``main`` is the console script; it turns a :class:`BlueprintError` that a
 command let through into the usual problem listing and exit code 1, so a
 user's mistake never ends in a traceback.
@@ -11,52 +15,89 @@ user's mistake never ends in a traceback.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import signal
 import sys
-from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 
 import streamflow
 from streamflow.blueprint import BlueprintError
-from streamflow.cli import (
-    build_cmds,
-    deploy_cmds,
-    inspect_cmds,
-    model_cmds,
-    operator_cmds,
-    output,
-    run_cmds,
-    score_cmds,
-    streamlet_cmds,
-    tail_cmds,
-    ui_cmds,
-)
+from streamflow.cli import output
 
-__all__ = ["COMMAND_MODULES", "app", "main"]
+__all__ = ["COMMANDS", "app", "main"]
+
+#: Each command module (under ``streamflow.cli``, with ``register(app)``) and the
+#: commands it adds, in the order ``--help`` lists them.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "inspect_cmds": ("verify", "graph", "describe"),
+    "run_cmds": ("run",),
+    "score_cmds": ("score",),
+    "streamlet_cmds": ("streamlet",),
+    "tail_cmds": ("tail",),
+    "model_cmds": ("model",),
+    "deploy_cmds": (
+        "deploy",
+        "undeploy",
+        "list",
+        "status",
+        "scale",
+        "configure",
+        "configuration",
+        "logs",
+    ),
+    "operator_cmds": ("operator",),
+    "ui_cmds": ("ui",),
+    "build_cmds": ("build",),
+    "devkit_cmds": ("devkit",),
+    "init_cmds": ("init",),
+}
+_MODULE_OF = {name: module for module, names in COMMANDS.items() for name in names}
+_SETTINGS: dict[str, Any] = {"rich_markup_mode": "rich", "pretty_exceptions_show_locals": False}
+
+
+def commands_of(module: str) -> dict[str, Any]:
+    """The click commands that ``streamflow.cli.<module>`` registers, by name."""
+    registered = typer.Typer(**_SETTINGS)
+    registered.callback()(_no_options)  # a group, even of one command
+    importlib.import_module(f"streamflow.cli.{module}").register(registered)
+    group = typer.main.get_command(registered)
+    return dict(group.commands) if isinstance(group, typer.core.TyperGroup) else {}
+
+
+def _no_options() -> None:
+    """A module's commands, gathered."""
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    """The top-level group: a command's module is imported when the command is asked for."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [name for names in COMMANDS.values() for name in names]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in _MODULE_OF:
+            for name, command in commands_of(_MODULE_OF[cmd_name]).items():
+                self.add_command(command, name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in _MODULE_OF:  # a typo: every name, for "Did you mean"
+            for name in self.list_commands(ctx):
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
     name="streamflow",
     help="Schema-typed streaming ML inference over Apache Kafka.",
     no_args_is_help=True,
-    rich_markup_mode="rich",
-    pretty_exceptions_show_locals=False,
     add_completion=False,
-)
-
-# Each module has register(app). Add new command modules here (run, tail, streamlet, deploy, ...).
-COMMAND_MODULES: tuple[ModuleType, ...] = (
-    inspect_cmds,
-    run_cmds,
-    score_cmds,
-    streamlet_cmds,
-    tail_cmds,
-    model_cmds,
-    deploy_cmds,
-    operator_cmds,
-    ui_cmds,
-    build_cmds,
+    cls=_LazyGroup,
+    **_SETTINGS,
 )
 
 
@@ -79,10 +120,6 @@ def _root(
 
     Exit codes: 0 success, 1 invalid input, 2 usage error.
     """
-
-
-for _module in COMMAND_MODULES:
-    _module.register(app)
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from streamflow.blueprint import format_problems
 from streamflow.blueprint.model import Application
 from streamflow.cli import overrides as overrides_mod
 from streamflow.cli import progress, registry_opts
+from streamflow.devkit import fetch_progress
 from streamflow.operator.local import ReplicaProcess, store
 from streamflow.operator.local.supervisor import LocalSupervisor
 from streamflow.runtime import kafka_access
@@ -49,8 +50,11 @@ _COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_
 
 def run(
     blueprint: Annotated[
-        Path, typer.Argument(help="The blueprint YAML file.", exists=True, dir_okay=False)
-    ],
+        Path,
+        typer.Argument(
+            help="The blueprint YAML file (default: blueprint.yaml).", exists=True, dir_okay=False
+        ),
+    ] = Path("blueprint.yaml"),
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -193,7 +197,13 @@ def _kafka(app: Application, explicit: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    broker = devkit.KafkaBroker()
+    try:  # Java, then the jars (fetched on first use, with their own progress bar)
+        devkit.require_java()
+        lib = devkit.find_kafka_lib(fetch=True, progress=fetch_progress.for_console(console))
+    except devkit.DevkitError as exc:
+        console.print(f"error: {exc}", markup=False, style="red")
+        raise typer.Exit(1) from None
+    broker = devkit.KafkaBroker(lib_dir=lib)
     with progress.waiting("starting an embedded Apache Kafka broker (KRaft)", console=console):
         try:
             broker.start()

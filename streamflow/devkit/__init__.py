@@ -1,6 +1,8 @@
-"""Local development infrastructure: Kafka, kwok Kubernetes, a real Kubernetes node, KServe,
-and Toxiproxy for network faults."""
+"""Local development infrastructure: Kafka (its pinned jars fetched on first use), kwok
+Kubernetes, a real Kubernetes node, KServe, and Toxiproxy for network faults."""
 
+from streamflow.devkit.download import FetchError
+from streamflow.devkit.java import java_major, require_java
 from streamflow.devkit.k8s import KUBE_BINARIES, KubeCluster, find_k8s_bin, find_kubectl
 from streamflow.devkit.k8s_node import PAUSE_IMAGE, TEST_IMAGE, RealNode, find_node_images
 from streamflow.devkit.kafka import (
@@ -20,6 +22,7 @@ __all__ = [
     "PAUSE_IMAGE",
     "TEST_IMAGE",
     "DevkitError",
+    "FetchError",
     "KafkaBroker",
     "KubeCluster",
     "ModelServer",
@@ -38,4 +41,6 @@ __all__ = [
     "find_node_images",
     "find_registry_app",
     "find_toxiproxy",
+    "java_major",
+    "require_java",
 ]

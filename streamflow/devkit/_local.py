@@ -18,7 +18,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["LocalService", "find_upwards", "tail", "terminate"]
+__all__ = ["DevkitError", "LocalService", "find_upwards", "tail", "terminate"]
+
+
+class DevkitError(RuntimeError):
+    """The development Kafka (or another local service) could not be found, fetched,
+    started or reached."""
 
 
 class LocalService:

@@ -3,7 +3,8 @@
 Why a JVM from jars, and not Docker or a fake: the runtime's guarantees
 (transactions, read_committed, consumer-group rebalances, compacted control
 topics) are Kafka's, so tests and `streamflow run` need the real broker. Docker
-is not everywhere; a JDK and the Maven-fetched jars in `tools/kafka/lib` are.
+is not everywhere; a JDK is, and the pinned Kafka jars are fetched from Maven
+Central into the user's cache on first use (:mod:`streamflow.devkit.kafka_jars`).
 
 Design choices, each for a reason:
 
@@ -50,13 +51,19 @@ from pathlib import Path
 # NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from streamflow.devkit import _local
+from streamflow.devkit import _local, kafka_jars
+from streamflow.devkit._local import DevkitError
+from streamflow.devkit.fetch_progress import Progress
+from streamflow.devkit.java import find_java, require_java
 
 __all__ = ["DevkitError", "KafkaBroker", "create_topic", "find_java", "find_kafka_lib"]
 
 _HOST = "127.0.0.1"
 _NODE_ID = 1
-_FETCH_HINT = "Run `tools/fetch-kafka` (or `./dev setup`) to fetch the Kafka jars."
+_FETCH_HINT = (
+    "`streamflow devkit fetch` fetches the pinned Kafka jars into the user's cache "
+    "(`--lib-dir DIR` into another folder; in a checkout, `tools/fetch-kafka`)."
+)
 _LIB_ENV = "STREAMFLOW_KAFKA_LIB"
 _LIB_RELATIVE = Path("tools") / "kafka" / "lib"
 _BROKER_JAR_GLOB = "kafka_2.13-*.jar"
@@ -93,24 +100,30 @@ _LEAN_SETTINGS: Mapping[str, str] = {
 _LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-class DevkitError(RuntimeError):
-    """The development Kafka could not be found, started or reached."""
+def find_kafka_lib(
+    *, lib_dir: Path | None = None, fetch: bool = False, progress: Progress | None = None
+) -> Path:
+    """Where the Kafka jars are: `lib_dir`, `$STREAMFLOW_KAFKA_LIB`, `tools/kafka/lib`, or
+    the user's cache, in that order.
 
-
-def find_kafka_lib(*, lib_dir: Path | None = None) -> Path:
-    """Where the Kafka jars are: `lib_dir`, `$STREAMFLOW_KAFKA_LIB`, or `tools/kafka/lib`.
-
-    The last is searched upwards from the current directory and from this package.
+    `tools/kafka/lib` (a checkout's) is searched upwards from the current directory
+    and from this package. With `fetch`, a cache that is not complete yet is filled
+    (see :mod:`streamflow.devkit.kafka_jars`), ``progress`` showing how it goes.
     """
     explicit = lib_dir or (Path(env) if (env := os.environ.get(_LIB_ENV)) else None)
     if explicit is not None:
         return _checked_lib(explicit.expanduser())
     found = _local.find_upwards(_LIB_RELATIVE)
-    if found is not None:
-        return _checked_lib(found)
+    if found is not None and any(found.glob(_BROKER_JAR_GLOB)):
+        return found.resolve()
+    cached = kafka_jars.cached_lib()
+    if kafka_jars.is_complete(cached):
+        return cached.resolve()
+    if fetch:
+        return kafka_jars.fetch(cached, progress=progress).resolve()
     raise DevkitError(
-        f"No Kafka jars found: {_LIB_RELATIVE} is not above {Path.cwd()} or the streamflow "
-        f"package, and ${_LIB_ENV} is not set. {_FETCH_HINT}"
+        f"No Kafka jars found: {cached} is not fetched yet, {_LIB_RELATIVE} is not above "
+        f"{Path.cwd()} or the streamflow package, and ${_LIB_ENV} is not set. {_FETCH_HINT}"
     )
 
 
@@ -120,24 +133,6 @@ def _checked_lib(lib: Path) -> Path:
     if not any(lib.glob(_BROKER_JAR_GLOB)):
         raise DevkitError(f"{lib} holds no Kafka broker jar ({_BROKER_JAR_GLOB}). {_FETCH_HINT}")
     return lib.resolve()
-
-
-def find_java() -> Path:
-    """The `java` of `$JAVA_HOME`, else the one on PATH."""
-    if java_home := os.environ.get("JAVA_HOME"):
-        java = Path(java_home) / "bin" / "java"
-        if not os.access(java, os.X_OK):
-            raise DevkitError(
-                f"JAVA_HOME is {java_home}, but {java} is not an executable. "
-                "Point JAVA_HOME at a JDK 17 or newer, or unset it to use the java on PATH."
-            )
-        return java
-    if found := shutil.which("java"):
-        return Path(found)
-    raise DevkitError(
-        "No `java` on PATH and JAVA_HOME is not set. The development Kafka needs "
-        "Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`)."
-    )
 
 
 class KafkaBroker(_local.LocalService):
@@ -204,8 +199,8 @@ class KafkaBroker(_local.LocalService):
         """Start the broker (reusing ports and data if it ran before) and wait until it answers."""
         if self.is_running:
             return
-        java = find_java()
-        lib = find_kafka_lib(lib_dir=self._lib_dir)
+        java = require_java()  # before a first fetch: an old Java would waste it
+        lib = find_kafka_lib(lib_dir=self._lib_dir, fetch=True)
         work_dir = self._prepare_work_dir()
         if self._ports is None:
             listeners = 2 if self._advertised is not None else 1

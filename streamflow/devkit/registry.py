@@ -53,7 +53,15 @@ _API_PATH = "/apis/ccompat/v7"
 _APP_ENV = "STREAMFLOW_REGISTRY_APP"
 _APP_RELATIVE = Path("tools") / "registry" / "app"
 _APP_JAR = "quarkus-run.jar"
-_BUILD_HINT = "Run `tools/registry/build` (or `./dev setup`) to build it."
+# Apicurio ships its server on Maven Central only as a library, so there is nothing
+# pinned to fetch for an installed package: name the user's own ways instead.
+_BUILD_HINT = (
+    "Topics in a registry format need a schema registry: pass `--registry URL` (or set "
+    "kafka.schema_registry in the blueprint) for any Confluent-compatible one, for example "
+    "`docker run -p 8080:8080 apicurio/apicurio-registry-mem:2.4.2.Final` and then "
+    "`--registry http://localhost:8080/apis/ccompat/v7`; in a streamflow checkout, "
+    "`tools/registry/build` (or `./dev setup`) builds the embedded one."
+)
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _STOP_GRACE_S = 10.0
 _POLL_INTERVAL_S = 0.1
