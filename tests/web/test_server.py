@@ -27,6 +27,7 @@ from streamflow.blueprint.model import Application
 from streamflow.operator import targets
 from streamflow.operator.web import listen as serving
 from streamflow.operator.web import server
+from tests.waiting import wait_until
 
 APP = Application.from_dict(
     {
@@ -122,9 +123,7 @@ def serving_app(app: Starlette, closing: threading.Event) -> Iterator[tuple[str,
     instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: instance.started, what="uvicorn to start", timeout=30, interval=0.05)
     try:
         yield "127.0.0.1", sock.getsockname()[1]
     finally:

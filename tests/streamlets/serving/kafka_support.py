@@ -90,7 +90,17 @@ def wait_until_serving(bootstrap: str, app: Application, version: int, replicas:
             >= replicas
         )
 
-    support.consume_until(bootstrap, support.topic(app, "status"), done, timeout=90)
+    records = support.consume_until(bootstrap, support.topic(app, "status"), done, timeout=90)
+    if not done(records):  # consume_until returns at its timeout: here that is a failure
+        codec = codec_of("streamflow.ml.ModelStatus")
+        seen = [
+            (v["replica"], v["version"], v["state"])
+            for v in map(codec.decode, (m.value() for m in records))
+        ]
+        raise AssertionError(
+            f"{replicas} replica(s) never all said they serve version {version} in 90 s; "
+            f"the statuses: {seen[-20:]}"
+        )
 
 
 def produce_paced(
