@@ -67,10 +67,26 @@ def print_status(status: targets.AppStatus) -> None:
     for streamlet in status.streamlets:
         if streamlet.autoscale is not None:
             console.print(autoscale_line(streamlet.name, streamlet.autoscale))
+    for line in writer_schema_lines(status):
+        console.print(line, soft_wrap=True)  # one line per writer schema, however long
     for line in replica_lines(status):
         console.print(line)
     if status.message:
         console.print(Text(status.message, style="dim"))
+
+
+def writer_schema_lines(status: targets.AppStatus) -> list[Text]:
+    """``classifier.in  dead letters: 10 from a new writer schema: version 3 of S (id 7): ...``."""
+    return [
+        Text.assemble(
+            (f"{streamlet.name}.{entry.port}", "bold"),
+            "  ",
+            ("dead letters", "red"),
+            f": {entry.describe()}",
+        )
+        for streamlet in status.streamlets
+        for entry in streamlet.writer_schemas
+    ]
 
 
 def replica_lines(status: targets.AppStatus) -> list[Text]:

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from streamflow.api import own_metrics
+from streamflow.runtime.writer_schemas import WriterSchemaDeadLetters
 
 __all__ = ["Metrics"]
 
@@ -68,6 +69,8 @@ class Metrics:
             [*names, "port"],
             registry=self.registry,
         )
+        # of those, the ones a writer schema the port cannot read caused, by schema
+        self.writer_schemas = WriterSchemaDeadLetters(self.registry, self.labels)
         self.errors = Counter(
             "streamflow_errors",
             "Errors, per port and kind (decode, logic, encode, delivery).",

@@ -43,7 +43,11 @@ from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.state.manager import StateManager
 from streamflow.runtime.transactions import TransactionAborted
 from streamflow.schema.codecs import DecodeError, error_line
-from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
+from streamflow.schema.registry import (
+    RegistryRefused,
+    RegistryUnavailable,
+    UnreadableWriterSchema,
+)
 
 __all__ = ["DeadLetterHook", "Processor"]
 
@@ -607,6 +611,8 @@ class Processor:
             self.on_dead_letter(msg, inlet, error, kind)
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
         self.metrics.port(self.metrics.errors, inlet, kind=kind).inc()
+        if isinstance(error, UnreadableWriterSchema):
+            self.metrics.writer_schemas.dead_letter(inlet, error.writer)
         log.warning(
             "dead-lettered a record from %s[%d]@%d: %s",
             msg.topic(),
@@ -732,6 +738,8 @@ class Processor:
         if self.on_dead_letter is not None:
             self.on_dead_letter(msg, inlet, error, "control")
         self.metrics.port(self.metrics.records_dlq, inlet).inc()
+        if isinstance(error, UnreadableWriterSchema):
+            self.metrics.writer_schemas.dead_letter(inlet, error.writer)
         log.warning("control record rejected: %s", dlq.describe(error))
         value, key, headers = dlq.dead_letter(msg, error)
         self._settle()

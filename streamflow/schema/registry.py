@@ -63,6 +63,8 @@ __all__ = [
     "RegistryUnavailable",
     "SchemaNotRegistered",
     "UnknownSchemaId",
+    "UnreadableWriter",
+    "UnreadableWriterSchema",
     "has_credentials",
     "redacted",
     "registry_text",
@@ -97,6 +99,33 @@ class UnknownSchemaId(NotFound):
 
 class SchemaNotRegistered(RegistryError):
     """Our schema is not under the subject and we may not register it."""
+
+
+@dataclass(frozen=True)
+class UnreadableWriter:
+    """A writer schema a port's reader cannot read: where it is registered, and why not.
+
+    ``version`` is None when the id is not a version of the port's subject (a
+    producer wrote under another subject), or the registry could not say.
+    """
+
+    subject: str
+    version: int | None
+    schema_id: int
+    writer: str  # the writer schema's full name
+    problems: tuple[str, ...]
+
+
+class UnreadableWriterSchema(DecodeError):
+    """A record written with a schema the port cannot read; ``writer`` says which and why.
+
+    A :class:`~streamflow.schema.codecs.DecodeError` like any other (the record is
+    dead-lettered), told apart so a burst of them can be counted by writer schema.
+    """
+
+    def __init__(self, message: str, writer: UnreadableWriter) -> None:
+        super().__init__(message)
+        self.writer = writer
 
 
 @dataclass(frozen=True)
@@ -292,9 +321,15 @@ class _Unreadable:
 
     reason: str
     until: float = math.inf  # monotonic; inf: for the life of the codec
+    writer: UnreadableWriter | None = None  # a writer schema the reader cannot read
 
     def expired(self) -> bool:
         return time.monotonic() >= self.until
+
+    def error(self) -> DecodeError:
+        if self.writer is not None:
+            return UnreadableWriterSchema(self.reason, self.writer)
+        return DecodeError(self.reason)
 
 
 _ASK = _Unreadable("not asked yet", -math.inf)  # a marker: expired from the start
@@ -380,7 +415,7 @@ class RegistryAvroCodec(_Framed):
         if cached is None or (isinstance(cached, _Unreadable) and cached.expired()):
             cached = self._writers[schema_id] = self._resolve(schema_id)
         if isinstance(cached, _Unreadable):
-            raise DecodeError(cached.reason)
+            raise cached.error()
         return cached
 
     def _resolve(self, schema_id: int) -> tuple[Any, Any, RecordBound] | _Unreadable:
@@ -410,14 +445,19 @@ class RegistryAvroCodec(_Framed):
         if same:
             return self._own
         if problems:
+            version, where = self._version_of(schema_id)
+            unreadable = UnreadableWriter(
+                self.subject, version, schema_id, writer.name, tuple(problems)
+            )
             return _Unreadable(
-                f"a new writer schema ({writer.name}, {self._version_of(schema_id)}), which "
-                f"{self.schema.name} cannot read: " + "; ".join(problems)
+                f"a new writer schema ({writer.name}, {where}), which "
+                f"{self.schema.name} cannot read: " + "; ".join(problems),
+                writer=unreadable,
             )
         return (fastavro.parse_schema(writer.raw), self.schema.parsed, bound)
 
-    def _version_of(self, schema_id: int) -> str:
-        """Which version of our subject a writer's schema id is, in words (once per id).
+    def _version_of(self, schema_id: int) -> tuple[int | None, str]:
+        """Which version of our subject a writer's schema id is, and in words (once per id).
 
         What a dead letter says, so that a burst of them reads as what it is: some
         producer registered a schema this consumer cannot read, and which one.
@@ -426,11 +466,11 @@ class RegistryAvroCodec(_Framed):
         try:
             versions = self.registry.versions(self.subject)
         except RegistryError:
-            return where
+            return None, where
         for found in versions:
             if found.schema_id == schema_id and found.version is not None:
-                return f"version {found.version} of subject {self.subject}, {where}"
-        return f"{where}, not a version of subject {self.subject}"
+                return found.version, f"version {found.version} of subject {self.subject}, {where}"
+        return None, f"{where}, not a version of subject {self.subject}"
 
 
 class RegistryJsonCodec(_Framed):

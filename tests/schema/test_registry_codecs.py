@@ -22,6 +22,7 @@ from streamflow.schema.registry import (
     RegistryUnavailable,
     SchemaNotRegistered,
     UnknownSchemaId,
+    UnreadableWriterSchema,
     registry_text,
     schema_id_of,
 )
@@ -187,6 +188,12 @@ def test_an_incompatible_writer_is_refused_with_the_reasons_once(
             f"schema id {bad_id}), which tests.registry.Reading cannot read: "
         ), message
         assert "value" in message  # the field whose type changed
+        # and which schema, as data: what status counts a burst of dead letters by
+        assert isinstance(refused.value, UnreadableWriterSchema)
+        writer = refused.value.writer
+        assert (writer.subject, writer.version, writer.schema_id) == (SUBJECT, 1, bad_id)
+        assert writer.writer == "tests.registry.Reading"
+        assert writer.problems and all("value" in p for p in writer.problems), writer
     assert registry.lookups == 1
 
 

@@ -163,6 +163,15 @@ function streamletChips(s, view) {
       onclick: (event) => { event.preventDefault(); event.stopPropagation(); view.onDeadLetters(s.name); },
     }, `✉ ${count(s.dead_letters.count)} dead letters`));
   }
+  // a burst of dead letters a new writer schema caused says so, with the schema (why: on hover)
+  for (const w of s.dead_letters.writer_schemas || []) {
+    const which = w.schema_id === null ? "other writer schemas"
+      : w.version === null ? `schema id ${w.schema_id}` : `v${w.version} of ${w.subject} (id ${w.schema_id})`;
+    out.push(h("span", {
+      class: "chip bad", testid: `writer-schema-${id}`, title: `${s.name}.${w.port}: ${w.text}`,
+      "data-subject": w.subject, "data-version": w.version ?? "", "data-schema-id": w.schema_id ?? "",
+    }, `✉ ${count(w.count)} from ${which}`));
+  }
   if (s.roles.includes("drift")) {
     const drifted = s.drift.some((r) => r.drifted);
     const text = s.drift.length ? (drifted ? "drift" : "no drift") : "no verdict yet";

@@ -3,7 +3,7 @@
 import "./style.css";
 import { h, setText } from "./dom.js";
 import { GraphView } from "./graph.js";
-import { DeadLetters, driftPanel, explanationPanel, replicasPanel } from "./panels.js";
+import { DeadLetters, driftPanel, explanationPanel, replicasPanel, writerSchemasPanel } from "./panels.js";
 
 const main = document.getElementById("main");
 const connection = document.querySelector("[data-testid=connection]");
@@ -68,6 +68,7 @@ function showApp(name) {
     side.replaceChildren(
       ...(has("drift") ? [driftPanel(snap)] : []),
       ...(has("explain") ? [explanationPanel(snap)] : []),
+      ...writerSchemasPanel(snap),
       replicasPanel(snap, selected),
       deadLetters.el,
     );

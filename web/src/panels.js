@@ -1,5 +1,6 @@
 // The side panels: the drift verdict, an explanation sample, every replica with its model,
-// and the dead letters of one streamlet (read when asked for, with their error headers).
+// dead letters that new writer schemas caused, and the dead letters of one streamlet (read
+// when asked for, with their error headers).
 import { ago, count, h, rate, setText } from "./dom.js";
 
 export function driftPanel(snap) {
@@ -73,6 +74,13 @@ export function replicasPanel(snap, selected) {
       h("thead", {}, h("tr", {}, ...["replica", "state", "model", "in", "lag", "restarts"].map((t) => h("th", {}, t)))),
       h("tbody", {}, ...rows)),
   ]);
+}
+
+export function writerSchemasPanel(snap) {
+  const rows = snap.streamlets.flatMap((s) => (s.dead_letters.writer_schemas || []).map((w) =>
+    h("div", { class: "letter", testid: "writer-schema" },
+      h("b", {}, `${s.name}.${w.port}`), h("div", { class: "error-text" }, `dead letters: ${w.text}`))));
+  return rows.length ? [card("Unreadable writer schemas", "writer-schemas", rows)] : [];
 }
 
 export class DeadLetters {

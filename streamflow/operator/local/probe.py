@@ -2,10 +2,12 @@
 
 ``status`` needs what only a replica knows: whether it is ready (partitions
 assigned, control inlets caught up, a model loaded), how far behind it is, and
-which model it serves. Every replica already serves these over HTTP, the same
-endpoints a Kubernetes probe and Prometheus read, so the local target reads
-them too rather than inventing a side channel. Replicas are asked in parallel
-with short timeouts, so one that hangs slows ``status`` by at most that.
+which model it serves, and which writer schemas it dead-letters records of
+(:mod:`~streamflow.operator.targets.writer_schemas`). Every replica already
+serves these over HTTP, the same endpoints a Kubernetes probe and Prometheus
+read, so the local target reads them too rather than inventing a side channel.
+Replicas are asked in parallel with short timeouts, so one that hangs slows
+``status`` by at most that.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from streamflow.operator.targets import writer_schemas as writers
 
 __all__ = ["Liveness", "Probe", "liveness", "probe", "probe_all"]
 
@@ -34,6 +38,7 @@ class Probe:
     state: dict[str, str] = field(default_factory=dict)  # control state: name -> value
     live: bool | None = None  # /healthz; None when it did not answer
     not_live: str = ""  # why not, in the replica's words
+    writer_schemas: tuple[writers.WriterSchemaDeadLetters, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
     except ValueError:
         body = {}
     reasons = tuple(str(r) for r in body.get("reasons", ())) if isinstance(body, dict) else ()
-    lag, state = _read_metrics(metrics.text) if metrics.status_code == 200 else (None, {})
+    lag, state, unreadable = _read_metrics(metrics.text) if metrics.status_code == 200 else _NONE
     try:
         health = healthz.json()
     except ValueError:
@@ -86,6 +91,7 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
         state=state,
         live=healthz.status_code == 200,
         not_live=str(health.get("reason", "")) if isinstance(health, dict) else "",
+        writer_schemas=unreadable,
     )
 
 
@@ -98,18 +104,23 @@ def probe_all(ports: Iterable[int], *, timeout: float = 1.0) -> dict[int, Probe]
         return dict(zip(wanted, found, strict=True))
 
 
-def _read_metrics(text: str) -> tuple[int | None, dict[str, str]]:
-    """The summed consumer lag (None when not reported yet) and the current control state."""
+_Read = tuple[int | None, dict[str, str], tuple[writers.WriterSchemaDeadLetters, ...]]
+_NONE: _Read = (None, {}, ())
+
+
+def _read_metrics(text: str) -> _Read:
+    """The summed consumer lag (None when not reported yet), the current control state,
+    and the dead letters of writer schemas the replica cannot read."""
     lag: int | None = None
     state: dict[str, str] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError:
-        return None, {}
+        return None, {}, ()
     for family in families:
         for sample in family.samples:
             if sample.name == _LAG:
                 lag = (lag or 0) + int(sample.value)
             elif sample.name == _STATE and sample.value == 1:
                 state[sample.labels.get("name", "")] = sample.labels.get("value", "")
-    return lag, state
+    return lag, state, writers.read(families)

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException
 from streamflow.blueprint.model import Application
 from streamflow.operator import targets
 from streamflow.operator.local import autoscaler, control, logfiles, pids, private, probe, store
+from streamflow.operator.targets import writer_schemas
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients, application_config
 from streamflow.runtime.topics import TopicsError, ensure_topics
@@ -342,9 +343,11 @@ def _streamlet_status(
     autoscale: targets.AutoscaleStatus | None = None,
 ) -> targets.StreamletStatus:
     replicas = []
+    dead_letters = []  # of writer schemas the replicas cannot read
     for row in (r for r in rows if r["streamlet"] == name):
         running = alive[row["name"]]
         answer = probes.get(row["health_port"], probe.Probe()) if running else probe.Probe()
+        dead_letters.append(answer.writer_schemas)
         replicas.append(
             targets.ReplicaStatus(
                 name=row["name"],
@@ -376,6 +379,7 @@ def _streamlet_status(
         model=", ".join(models) or None,
         replicas=tuple(replicas),
         autoscale=autoscale,
+        writer_schemas=writer_schemas.summed(dead_letters),
     )
 
 

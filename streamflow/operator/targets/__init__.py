@@ -9,7 +9,8 @@ package and never the reverse; the factory that picks a backend by name is
 * :mod:`.status`: the status types and the local reading of a phase;
 * :mod:`.phases`: the :class:`Phase` enum;
 * :mod:`.changes`: checking a change before it is applied, and planning it;
-* :mod:`.topics`: deleting an application's topics.
+* :mod:`.topics`: deleting an application's topics;
+* :mod:`.writer_schemas`: dead letters a writer schema caused, read from replicas' metrics.
 
 The names are re-exported, so a user writes ``targets.AppStatus``.
 """
@@ -34,6 +35,7 @@ from streamflow.operator.targets.status import (
     phase_of,
 )
 from streamflow.operator.targets.topics import delete_managed
+from streamflow.operator.targets.writer_schemas import WriterSchemaDeadLetters
 
 __all__ = [
     "AppStatus",
@@ -45,6 +47,7 @@ __all__ = [
     "StreamletStatus",
     "Target",
     "TargetError",
+    "WriterSchemaDeadLetters",
     "data_inputs",
     "delete_managed",
     "effective_config",

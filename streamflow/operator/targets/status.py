@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamflow.operator.targets.phases import Phase
+from streamflow.operator.targets.writer_schemas import WriterSchemaDeadLetters
 
 __all__ = ["AppStatus", "AutoscaleStatus", "ReplicaStatus", "StreamletStatus", "phase_of"]
 
@@ -64,6 +65,9 @@ class StreamletStatus:
     model: str | None = None
     replicas: tuple[ReplicaStatus, ...] = ()
     autoscale: AutoscaleStatus | None = None
+    # dead letters of records whose writer schema the streamlet cannot read, by schema
+    # (summed over the replicas that answered; a target that cannot ask them says none)
+    writer_schemas: tuple[WriterSchemaDeadLetters, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamflow.operator.targets import writer_schemas as writers
+
 __all__ = ["ReplicaMetrics", "parse", "scrape_all"]
 
 _IN = "streamflow_records_in"
@@ -28,7 +30,8 @@ _STATE = "streamflow_control_state"
 
 @dataclass(frozen=True)
 class ReplicaMetrics:
-    """One replica's counters (per port), summed lag, and control state (``model`` -> tag)."""
+    """One replica's counters (per port), summed lag, control state (``model`` -> tag), and
+    its dead letters of writer schemas it cannot read."""
 
     records_in: Mapping[str, float] = field(default_factory=dict)
     records_out: Mapping[str, float] = field(default_factory=dict)
@@ -36,6 +39,7 @@ class ReplicaMetrics:
     errors: float = 0.0
     lag: int | None = None
     state: Mapping[str, str] = field(default_factory=dict)
+    writer_schemas: tuple[writers.WriterSchemaDeadLetters, ...] = ()
 
 
 def parse(text: str) -> ReplicaMetrics:
@@ -68,6 +72,7 @@ def parse(text: str) -> ReplicaMetrics:
         errors=errors,
         lag=lag,
         state=state,
+        writer_schemas=writers.read(families),
     )
 
 

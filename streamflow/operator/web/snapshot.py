@@ -18,6 +18,7 @@ from typing import Any
 
 from streamflow.blueprint.graph import Edge, Graph
 from streamflow.operator import targets
+from streamflow.operator.targets import writer_schemas as writers
 from streamflow.operator.web.scrape import ReplicaMetrics
 
 __all__ = ["DRIFT_REPORT", "EXPLANATION", "Reading", "Records", "build", "rates"]
@@ -179,6 +180,7 @@ def _streamlet(
             "count": int(_total(reading, names, "dead_letters") or 0),
             "rate": _sum_known(v for (r, _), v in per_port.dead_letters.items() if r in names),
             "topic": dlq_topic,
+            "writer_schemas": _writer_schemas(reading, names),
         },
         "models": sorted({m for m in (_model_of(r, reading) for r in replicas) if m}),
         "replicas": [_replica(r, reading, per_port) for r in replicas],
@@ -209,6 +211,12 @@ def _replica(
             v for (r, _), v in per_port.records_out.items() if r == replica.name
         ),
     }
+
+
+def _writer_schemas(reading: Reading, names: set[str]) -> list[dict[str, Any]]:
+    """The dead letters of writer schemas the replicas cannot read, summed, each with its line."""
+    found = writers.summed(m.writer_schemas for m in _metrics(reading, names))
+    return [{**dataclasses.asdict(e), "text": e.describe()} for e in found]
 
 
 def _model_of(replica: targets.ReplicaStatus, reading: Reading) -> str | None:
