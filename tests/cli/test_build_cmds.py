@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from streamflow.blueprint import verify_file
@@ -77,6 +78,29 @@ def test_the_simple_wine_app_needs_no_extra() -> None:
     result = verify_file(WINE / "blueprint.yaml", require_registry=False)
     assert result.application is not None
     assert context.needed_extras(result.application) == {}
+
+
+def test_buildahs_storage_driver_is_chosen_and_each_has_its_own_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(builders.DRIVER_ENV, "overlay")
+    assert builders.storage_driver(tmp_path) == "overlay"
+    overlay = builders.Builder("buildah", "/usr/bin/buildah", tmp_path, "overlay")
+    assert overlay.base()[1:] == [
+        "--root", f"{tmp_path}/storage-overlay", "--runroot", f"{tmp_path}/run-overlay",
+        "--storage-driver", "overlay",
+    ]  # fmt: skip
+    monkeypatch.setenv(builders.DRIVER_ENV, "vfs")
+    assert builders.storage_driver(tmp_path) == "vfs"
+    monkeypatch.setenv(builders.DRIVER_ENV, "btrfs")
+    with pytest.raises(typer.Exit):  # with the drivers it takes, on stderr
+        builders.storage_driver(tmp_path)
+    monkeypatch.delenv(builders.DRIVER_ENV)
+    # chosen by a trial mount: overlay only where one works (as root, not on an overlayfs)
+    assert builders.storage_driver(tmp_path) in builders.DRIVERS
+    if os.geteuid() != 0:
+        assert builders.storage_driver(tmp_path) == "vfs"
+    assert not list(tmp_path.glob(".overlay-probe-*"))  # the trial leaves nothing
 
 
 def test_builder_commands(tmp_path: Path) -> None:

@@ -75,17 +75,8 @@ exec chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp \
 
 
 def _buildah(*args: str) -> list[str]:
-    images = builders.images_dir()
-    return [
-        "buildah",
-        "--root",
-        str(images / "storage"),
-        "--runroot",
-        str(images / "run"),
-        "--storage-driver",
-        "vfs",
-        *args,
-    ]
+    """buildah on the storage `streamflow build` used (its driver's folders)."""
+    return [*builders.find_builder("buildah", storage=builders.images_dir()).base(), *args]
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,24 @@
 Each builder's command lines are built by one small value (:class:`Builder`),
 so the planner and ``--dry-run`` show exactly what would run, and the tests
 check them without a builder installed. buildah is pinned to streamflow's own
-storage (vfs driver, chroot isolation): it then works without a daemon, as
-root or not, next to the base image that ``tools/images/build`` makes.
+storage (chroot isolation): it then works without a daemon, as root or not,
+next to the base image that ``tools/images/build`` makes. Its storage driver is
+overlay where the kernel mounts overlayfs for us (root, on a filesystem that
+can be an upper layer), which commits a layer without copying the whole root
+filesystem, and vfs elsewhere (``STREAMFLOW_BUILDAH_DRIVER`` chooses): building
+the wine example's two images took 154 s instead of 287 s on 2 cores. Each
+driver has its own storage folder; the base image, which ``tools/images/build``
+puts in the vfs one, is copied into the overlay one when it is first needed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +42,8 @@ __all__ = [
 ]
 
 BUILDERS = ("buildah", "podman", "docker")
+DRIVERS = ("overlay", "vfs")
+DRIVER_ENV = "STREAMFLOW_BUILDAH_DRIVER"
 
 
 def images_dir() -> Path:
@@ -57,19 +67,12 @@ class Builder:
     name: str
     exe: str
     storage: Path | None = None
+    driver: str = "vfs"  # buildah's storage driver
 
     def base(self) -> list[str]:
         """The executable and its global flags (buildah's storage)."""
         if self.name == "buildah" and self.storage is not None:
-            return [
-                self.exe,
-                "--root",
-                str(self.storage / "storage"),
-                "--runroot",
-                str(self.storage / "run"),
-                "--storage-driver",
-                "vfs",
-            ]
+            return [self.exe, *storage_flags(self.storage, self.driver)]
         return [self.exe]
 
     def build(
@@ -104,12 +107,72 @@ class Builder:
         return [*self.base(), "save", "-o", str(path), image]  # docker writes docker-archive
 
 
+def storage_flags(storage: Path, driver: str) -> list[str]:
+    """buildah's global flags for streamflow's storage under ``storage`` with ``driver``:
+    vfs keeps the folders it always had, another driver gets folders of its own."""
+    suffix = "" if driver == "vfs" else f"-{driver}"
+    return [
+        "--root",
+        str(storage / f"storage{suffix}"),
+        "--runroot",
+        str(storage / f"run{suffix}"),
+        "--storage-driver",
+        driver,
+    ]
+
+
+def storage_driver(storage: Path) -> str:
+    """``$STREAMFLOW_BUILDAH_DRIVER``, else overlay where it mounts beside ``storage``, else vfs."""
+    chosen = os.environ.get(DRIVER_ENV, "").strip()
+    if chosen:
+        if chosen not in DRIVERS:
+            output.fail(
+                f"{DRIVER_ENV}={chosen!r} is not a storage driver streamflow uses",
+                hint=f"one of {', '.join(DRIVERS)}, or unset to let it choose",
+            )
+        return chosen
+    return "overlay" if _overlay_mounts(storage) else "vfs"
+
+
+@functools.cache
+def _overlay_mounts(storage: Path) -> bool:
+    """Whether the kernel mounts an overlayfs here, with its upper layer beside ``storage``.
+
+    Only root mounts one without fuse-overlayfs, and an upper layer cannot be on an
+    overlayfs itself (a container's root often is): a trial mount answers both.
+    """
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    try:
+        storage.mkdir(parents=True, exist_ok=True)
+        probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=storage))
+    except OSError:
+        return False
+    try:
+        for name in ("lower", "upper", "work", "merged"):
+            (probe / name).mkdir()
+        layers = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
+        mount = ["mount", "-t", "overlay", "overlay", "-o", layers, str(probe / "merged")]
+        if subprocess.run(mount, capture_output=True, timeout=10, check=False).returncode != 0:
+            return False
+        subprocess.run(
+            ["umount", str(probe / "merged")], capture_output=True, timeout=10, check=False
+        )
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
 def find_builder(choice: str | None, *, storage: Path) -> Builder:
     """The builder to use: ``choice``, or the first of buildah, podman, docker on PATH."""
     for name in (choice,) if choice else BUILDERS:
         exe = shutil.which(name)
         if exe:
-            return Builder(name, exe, storage if name == "buildah" else None)
+            if name != "buildah":
+                return Builder(name, exe)
+            return Builder(name, exe, storage, storage_driver(storage))
     wanted = choice or "an image builder"
     output.fail(
         f"{wanted} is not on PATH",
@@ -144,6 +207,25 @@ def run(command: list[str], *, what: str, quiet: bool = False, hint: str = "") -
 
 def has_image(builder: Builder, image: str) -> bool:
     return subprocess.run(builder.exists(image), capture_output=True, check=False).returncode == 0
+
+
+def has_local_image(builder: Builder, image: str) -> bool:
+    """Whether ``image`` is in the builder's storage, copied there first from buildah's vfs
+    storage (where ``tools/images/build`` puts the base image) when only that one has it."""
+    if has_image(builder, image):
+        return True
+    if builder.name != "buildah" or builder.storage is None or builder.driver == "vfs":
+        return False
+    vfs = Builder(builder.name, builder.exe, builder.storage)
+    if not has_image(vfs, image):
+        return False
+    root, run_root = (vfs.base()[i] for i in (2, 4))
+    say(f"copying {image} into the {builder.driver} storage ...")
+    source = f"containers-storage:[vfs@{root}+{run_root}]{image}"
+    copied = subprocess.run(
+        [*builder.base(), "pull", "-q", source], capture_output=True, check=False
+    )
+    return copied.returncode == 0 and has_image(builder, image)
 
 
 def image_id(builder: Builder, image: str) -> str:

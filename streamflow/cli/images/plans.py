@@ -124,7 +124,7 @@ def _plan_streamflow(builder: builders.Builder, base_image: str | None) -> Strea
             "warning: the web view's page is not built (./dev setup builds it); the image has no UI"
         )
     if base_image is None:
-        base_image = LOCAL_BASE if builders.has_image(builder, LOCAL_BASE) else PUBLIC_BASE
+        base_image = LOCAL_BASE if builders.has_local_image(builder, LOCAL_BASE) else PUBLIC_BASE
     # the wheel takes the whole package (the built web page too), whatever .dockerignore says
     files = [
         f"streamflow/{f}" for f in context.project_files(package, ["**/__pycache__", "**/*.pyc"])
