@@ -9,8 +9,10 @@ slowest one; under the table, the wall time and how busy the workers were.
 The suite is bound by the CPU on a 2-core machine, so each test's CPU seconds
 are measured too, on the worker that runs it: its own process and every process
 it started and waited for (a `streamflow run` and its replicas, a broker of its
-own), from `getrusage`. A service shared by many tests (the worker's broker) is
-counted in no test; the line under the table says how busy the machine's CPUs
+own), from `getrusage`. A child counts when it is waited for, and Python's
+subprocess waits for an abandoned one only at the next Popen, so a quick group
+can show the CPU of an earlier one. A service shared by many tests (the
+worker's broker) is counted in no test; the line under the table says how busy the machine's CPUs
 were over the run, all processes together, from /proc/stat. The groups that use
 the most CPU are listed: that is where the minutes are.
 
