@@ -101,15 +101,9 @@ class KafkaWatch(logging.Filter):
             self.attempts += 1
             self._clients.add(_role(client))
             self._cause = text
-            if self.since is None:
+            first = self.since is None
+            if first:
                 self.since, self._since_wall, self._last_summary = now, self._wall(), now
-                first, summary = True, False
-            else:
-                first = False
-                summary = now - self._last_summary >= self.summary_every
-                if summary:
-                    self._last_summary = now
-            attempts, lasted, clients = self.attempts, now - self.since, sorted(self._clients)
         if first:
             log.warning(
                 "Kafka is unreachable: %s; the replica's clients retry until it is back (each "
@@ -118,14 +112,8 @@ class KafkaWatch(logging.Filter):
                 _duration(self.summary_every),
             )
             self._tell_health(text)
-        elif summary:
-            log.warning(
-                "Kafka unreachable for %s, %d connection attempts of the %s failed (last: %s)",
-                _duration(lasted),
-                attempts,
-                _joined(clients),
-                text,
-            )
+        else:
+            self._summary_if_due()
         # the attempt itself: at DEBUG, as librdkafka's lines are when nothing is wrong
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
@@ -137,12 +125,33 @@ class KafkaWatch(logging.Filter):
 
         def on_stats(stats_json: str) -> None:
             since = self.since
-            if since is not None and _any_broker_up(stats_json, self._clock() - since):
-                self.reachable()
+            if since is not None:
+                if _any_broker_up(stats_json, self._clock() - since):
+                    self.reachable()
+                else:  # librdkafka may go quiet (it folds identical errors for 30 s)
+                    self._summary_if_due()
             if chained is not None:
                 chained(stats_json)
 
         return on_stats
+
+    def _summary_if_due(self) -> None:
+        """The outage's summary, when ``summary_every`` has passed since the last one: told
+        on a client's log line or on its statistics (every few seconds), whichever comes."""
+        with self._lock:
+            now = self._clock()
+            if self.since is None or now - self._last_summary < self.summary_every:
+                return
+            self._last_summary = now
+            attempts, lasted, clients = self.attempts, now - self.since, sorted(self._clients)
+            cause = self._cause
+        log.warning(
+            "Kafka unreachable for %s, %d connection attempts of the %s failed (last: %s)",
+            _duration(lasted),
+            attempts,
+            _joined(clients),
+            cause,
+        )
 
     def reachable(self) -> None:
         """Kafka answers again: one line, and the readiness back."""

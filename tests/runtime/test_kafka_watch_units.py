@@ -113,3 +113,24 @@ def test_a_replica_not_ready_for_its_own_reasons_keeps_them_beside_kafkas() -> N
     health.dependency_down("kafka", None)
     health.set_ready(True)
     assert health.ready
+
+
+def test_the_summary_comes_on_time_when_librdkafka_goes_quiet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka folds identical errors for 30 s: a producer alone may log one line in
+    half a minute. The summary then comes with the client's statistics (every 5 s)."""
+    clock = Clock()
+    watch = KafkaWatch(summary_every=10, clock=clock)
+    on_stats = watch.stats_cb()
+    with caplog.at_level(logging.INFO, logger="streamflow.runtime"):
+        watch.filter(line("app.src.0#producer-1"))  # the one line, then silence
+        for second in range(5, 65, 5):  # its statistics, every 5 s, no broker up
+            clock.now = 100.0 + second
+            on_stats(stats("DOWN"))
+    told = [r.getMessage() for r in caplog.records if r.name == "streamflow.runtime"]
+    assert told[0].startswith("Kafka is unreachable: ")
+    assert [m.split(",")[0] for m in told[1:]] == [
+        f"Kafka unreachable for {s}s" for s in (10, 20, 30, 40, 50, 60)
+    ], told
+    assert all("1 connection attempts of the producer failed" in m for m in told[1:])
