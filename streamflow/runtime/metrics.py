@@ -184,8 +184,15 @@ class Metrics:
 
         The lag is the end of the partition a ``read_committed`` reader sees (the
         last stable offset) less the group's committed offset, whether the consumer
-        committed it or a transaction did. Returns the records waiting in all, or 0
-        when no broker is up (then nothing can be taken, and the lag is stale).
+        committed it or a transaction did. Returns the records waiting for this
+        replica's loop, or 0 when no broker is up (then nothing can be taken, and the
+        lag is stale).
+
+        What waits is counted from the consumer's position, not from the committed
+        offset: behind a transactional producer the last offset of a partition is a
+        commit marker that no consumer is ever handed, so a caught-up group stays
+        committed one short of the end. Counted from there, a quiet topic looked like
+        a record waiting and the liveness check restarted an idle replica.
         """
         stats = json.loads(stats_json)
         waiting = 0
@@ -209,6 +216,7 @@ class Metrics:
                     lag = max(end - committed, 0)
                 if lag >= 0:
                     self.lag.labels(**self.labels, topic=topic, partition=partition).set(lag)
-                    waiting += lag
+                    position = pstats.get("app_offset", -1)
+                    waiting += max(end - position, 0) if position >= 0 and end >= 0 else lag
         brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
         return waiting if any(b.get("state") == "UP" for b in brokers) else 0

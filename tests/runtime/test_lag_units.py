@@ -95,3 +95,33 @@ def test_a_revoked_partition_counts_no_lag_though_librdkafka_still_reports_it() 
     assert no_lag is None
     metrics.own_partitions([("in", 0)])  # assigned again: its owner's lag counts again
     assert metrics.on_stats(stats) == 300
+
+
+def _up(stats_json: str) -> str:
+    """The same statistics with one broker up, as on a live replica."""
+    stats = json.loads(stats_json)
+    stats["brokers"] = {"b1": {"nodeid": 1, "state": "UP"}}
+    return json.dumps(stats)
+
+
+def test_a_commit_marker_at_the_end_is_no_record_waiting() -> None:
+    """Behind a transactional producer a caught-up group commits up to the last record,
+    one short of the end: the commit marker takes the last offset and no consumer is
+    handed it. Counted as waiting, it made the liveness check restart idle replicas."""
+    metrics = Metrics(app="a", streamlet="s", replica=0)
+    quiet = _stats(committed_offset=999, app_offset=1000, ls_offset=1000, hi_offset=1000)
+    assert metrics.on_stats(_up(quiet)) == 0
+    assert _lag(metrics) == 1  # the exported lag stays the group's, as Kafka's tools show it
+
+
+def test_records_past_the_position_wait_for_the_loop() -> None:
+    metrics = Metrics(app="a", streamlet="s", replica=0)
+    behind = _stats(committed_offset=100, app_offset=400, ls_offset=1000, hi_offset=1000)
+    assert metrics.on_stats(_up(behind)) == 600
+    assert _lag(metrics) == 900
+
+
+def test_without_a_position_the_committed_offset_counts() -> None:
+    metrics = Metrics(app="a", streamlet="s", replica=0)
+    fresh = _stats(committed_offset=100, app_offset=-1001, ls_offset=1000, hi_offset=1000)
+    assert metrics.on_stats(_up(fresh)) == 900
