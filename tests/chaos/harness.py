@@ -10,7 +10,7 @@ the reader and the questions to Kafka are in `traffic`.)
 
 What the table's columns mean:
 
-* **in**: distinct ids the input producer had acknowledged by the broker.
+* **in**: distinct ids the input producer had committed (it writes in transactions).
 * **out**: distinct ids read from the output topic (``read_committed``).
 * **duplicates**: output records beyond the first of their id.
 * **dead letters**: distinct ids read from the dead-letter topic.
@@ -31,7 +31,9 @@ What the table's columns mean:
 * **counts**: ``hold`` when the counts below hold, ``BROKEN`` when they do not
   or the run never settled (the test fails then too). "reader made again" says
   the yardstick's own consumer stalled after a broker restart and was made again
-  where it stood (see `traffic.OutputReader`): the app's counts are unaffected.
+  where it stood (see `traffic.OutputReader`); "input producer made again" says
+  the same of the input's producer (see `traffic.PacedProducer`): the app's counts are
+  unaffected.
 
 The fault's end is when the injected condition is over: the broker answers
 again, the proxy is healed, the last `kill -9` was sent, the replicas that
@@ -82,6 +84,7 @@ class Row:
     took_s: float
     passed: bool
     reader_reopened: int = 0
+    producer_remade: int = 0
     stuck_bound_s: float | None = None  # times the yardstick's own consumer stalled (OutputReader)
 
 
@@ -205,18 +208,18 @@ class ChaosRun:
                 message="every id out or dead-lettered",
             )
         except AssertionError as exc:
-            lag = traffic.group_lag(self.direct, self.app.consumer_group(STREAMLET), self.in_topic)
+            lag = traffic.group_lag(
+                self.direct, self.app.consumer_group(STREAMLET), self.in_topic, producer.ends
+            )
             raise AssertionError(  # the counts as they are now, not when the wait began
                 f"{exc} ({reader.distinct()} of {len(producer.acked)}); "
                 f"the group's lag on the input: {lag}; "
                 f"{traffic.where_outputs_stand(self.direct, reader)}\n{log()}"
             ) from None
         # Nothing can come out any more once the group has committed the whole input...
+        group = self.app.consumer_group(STREAMLET)
         support.wait_for(
-            lambda: (
-                traffic.group_lag(self.direct, self.app.consumer_group(STREAMLET), self.in_topic)
-                == 0
-            ),
+            lambda: traffic.group_lag(self.direct, group, self.in_topic, producer.ends) == 0,
             timeout=SETTLE_TIMEOUT_S,
             message=f"the group's committed offsets to reach the input's end\n{log()}",
         )
@@ -258,6 +261,7 @@ class ChaosRun:
             took_s=time.monotonic() - self.created,
             passed=settled and self._counts_hold(producer, out, dead),
             reader_reopened=len(reader.reopened),
+            producer_remade=producer.remade,
             stuck_bound_s=stuck_bound_s(self.guarantee),
         )
 
@@ -396,6 +400,8 @@ def _verdict(row: Row) -> str:
     verdict = "hold" if row.passed else "BROKEN"
     if row.reader_reopened:
         verdict += f" (reader made again {row.reader_reopened}x)"
+    if row.producer_remade:
+        verdict += f" (input producer made again {row.producer_remade}x)"
     return verdict
 
 

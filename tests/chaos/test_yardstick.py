@@ -7,10 +7,12 @@ impatient (half a second), so a slow first fetch on a loaded machine is not judg
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from tests.chaos import traffic
 from tests.runtime import support
@@ -80,3 +82,62 @@ def test_a_transaction_left_open_is_not_taken_for_a_stalled_reader(
         assert f"'{reader.out_topic}[0]': 2" in stands  # the stable end, held at the open one
     finally:
         open_one.abort_transaction(30)
+
+
+class _StallsOnce(traffic.PacedProducer):
+    """Its first batch's records reach the log, but it takes them for stalled."""
+
+    stalled = False
+
+    def _flush(self, producer: Producer) -> bool:
+        delivered = super()._flush(producer)
+        if not self.stalled:
+            self.stalled = True
+            return False
+        return delivered
+
+
+def _keys(bootstrap: str, topic: str, isolation: str) -> Counter[str]:
+    """Every record of ``topic`` (2 partitions) as a reader of ``isolation`` sees it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"yard-{uuid.uuid4().hex}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
+    keys: Counter[str] = Counter()
+    at_end: set[int] = set()
+    try:
+        while len(at_end) < 2:
+            for message in consumer.consume(100, 1.0):
+                if message.error() is None:
+                    keys[message.key().decode()] += 1
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+    finally:
+        consumer.close()
+    return keys
+
+
+def test_a_stalled_input_producer_is_made_again_and_writes_no_id_twice(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory("yard-in", partitions=2)
+    records = [(f"r{n}", b"v") for n in range(20)]
+    producer = _StallsOnce(kafka_bootstrap, topic, records, rate=100.0)  # batches of 10
+    producer.start()
+    support.wait_for(producer.done.is_set, timeout=60, message="the producer to finish")
+    assert producer.failed == []
+    assert producer.remade == 1
+    assert producer.acked == {key for key, _ in records}
+    written = _keys(kafka_bootstrap, topic, "read_uncommitted")
+    assert sorted(n for n in written.values()) == [1] * 10 + [2] * 10  # the stalled batch twice
+    assert _keys(kafka_bootstrap, topic, "read_committed") == Counter(producer.acked)
+    # the offset past each partition's last record, short of its end: the commit marker
+    ends = traffic.high_watermarks(
+        kafka_bootstrap, [TopicPartition(topic, p) for p in (0, 1)], isolation="read_uncommitted"
+    )
+    assert producer.ends and all(producer.ends[tp] < ends[tp] for tp in producer.ends)

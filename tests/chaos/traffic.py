@@ -13,62 +13,169 @@ import time
 import uuid
 from collections import Counter
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 
 class PacedProducer(threading.Thread):
-    """Sends ``records`` at ``rate`` a second, idempotently, straight to the broker."""
+    """Sends ``records`` at ``rate`` a second straight to the broker, a tenth of a second's
+    records per transaction.
+
+    After a graceful broker restart librdkafka's idempotent producer can lose its way
+    ("new leader not found in cache") and never send again. The producer is the
+    yardstick, not the subject: when a batch's records are not all delivered within
+    `STALLED_AFTER_S`, it makes its producer again under the same transactional id. That
+    fences the stalled one, the broker aborts what it left open, and the batch is sent
+    again, so no id is committed twice. Once every record of a batch is delivered, its
+    commit is only retried, never sent again: the broker may have committed it already.
+    ``remade`` counts the producers made again (the table shows it); ``ends`` is the
+    offset past each partition's last committed record (the commit marker after it is
+    never handed to a consumer, so a caught-up group commits up to there).
+    """
+
+    STALLED_AFTER_S = 30.0
+    COMMIT_PATIENCE_S = 300.0
+    BATCH_S = 0.1
+    MAX_TRIES = 5  # sending a batch whose records come back with errors
 
     def __init__(self, bootstrap: str, topic: str, records: list[tuple[str, bytes]], rate: float):
         super().__init__(name="chaos-producer", daemon=True)
         self._records, self._rate, self._topic = records, rate, topic
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                # the input outlives any fault of the suite: it is the yardstick, not the subject
-                "message.timeout.ms": 600_000,
-            }
-        )
+        self._config = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"chaos-in-{uuid.uuid4().hex}",
+            "linger.ms": 5,
+            # the input outlives any fault of the suite: it is the yardstick, not the subject
+            "message.timeout.ms": 600_000,
+            "transaction.timeout.ms": 600_000,
+        }
+        self._generation = 0
+        self._producer = self._make()
         self.sent = 0
         self.acked: set[str] = set()
         self.failed: list[str] = []
+        self.ends: dict[tuple[str, int], int] = {}
+        self.remade = 0
         self.done = threading.Event()
         self._halt = threading.Event()
+        self._batch: dict[str, tuple[int, int]] = {}  # key -> (partition, offset) delivered
+        self._errors: list[str] = []
+        self._tries = 0
+
+    def _make(self) -> Producer:
+        producer = Producer(self._config)
+        deadline = time.monotonic() + self.COMMIT_PATIENCE_S
+        while True:
+            try:
+                producer.init_transactions(30)
+                return producer
+            except KafkaException as exc:  # the broker is coming back: ask again
+                if time.monotonic() > deadline or exc.args[0].fatal():
+                    raise
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # the yardstick failed: the harness asserts on it
+            self.failed.append(f"the input producer gave up: {exc!r}")
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
         started = time.monotonic()
-        for index, (key, value) in enumerate(self._records):
-            if self._halt.is_set():
-                break
+        per_batch = max(1, int(self._rate * self.BATCH_S))
+        first = 0
+        while first < len(self._records) and not self._halt.is_set():
+            batch = self._records[first : first + per_batch]
+            if self._send(batch, first, started):
+                first += len(batch)
+
+    def _send(self, batch: list[tuple[str, bytes]], first: int, started: float) -> bool:
+        """One transaction of ``batch``; whether it was committed (else it is sent again)."""
+        self._batch, self._errors = {}, []
+        producer, generation = self._producer, self._generation
+        producer.begin_transaction()
+        for index, (key, value) in enumerate(batch, start=first):
             ahead = started + index / self._rate - time.monotonic()
             if ahead > 0.005:  # pacing, in ticks of a few ms
                 time.sleep(ahead)
             while True:
                 try:
-                    self._producer.produce(
-                        self._topic, value, key.encode(), on_delivery=self._report
+                    producer.produce(
+                        self._topic,
+                        value,
+                        key.encode(),
+                        on_delivery=lambda err, msg, g=generation: self._report(g, err, msg),
                     )
                     break
                 except BufferError:
-                    self._producer.poll(0.05)
-            self.sent = index + 1
-            self._producer.poll(0)
-        while len(self._producer) and not self._halt.is_set():
-            self._producer.flush(1.0)
-        self.done.set()
+                    producer.poll(0.05)
+            self.sent = max(self.sent, index + 1)
+            producer.poll(0)
+        if not self._flush(producer) or self._errors:
+            if self._halt.is_set():
+                return False
+            if self._errors:
+                self._tries += 1
+                if self._tries > self.MAX_TRIES:  # not a stall: an error that stays
+                    raise RuntimeError(f"{self._tries - 1} tries, lastly: {self._errors[:3]}")
+            self._remake()  # fences this producer: the broker aborts its transaction
+            return False
+        self._tries = 0
+        self._commit(producer)
+        for key, (partition, offset) in self._batch.items():
+            self.acked.add(key)
+            where = (self._topic, partition)
+            self.ends[where] = max(self.ends.get(where, 0), offset + 1)
+        return True
+
+    def _flush(self, producer: Producer) -> bool:
+        """Whether every record of the batch was delivered within `STALLED_AFTER_S`."""
+        deadline = time.monotonic() + self.STALLED_AFTER_S
+        while len(producer) and time.monotonic() < deadline and not self._halt.is_set():
+            producer.flush(0.5)
+        return not len(producer)
+
+    def _commit(self, producer: Producer) -> None:
+        deadline = time.monotonic() + self.COMMIT_PATIENCE_S
+        while True:
+            try:
+                producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                # not retriable: the broker may hold the batch committed or not; saying
+                # so fails the run, sending it again could write its ids twice
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise
+
+    def _remake(self) -> None:
+        old = self._producer
+        self._generation += 1  # what the old producer still reports is ignored
+        with contextlib.suppress(Exception):
+            old.purge()
+            old.poll(0)
+        self._producer = self._make()
+        self.remade += 1
 
     def stop(self) -> None:
         self._halt.set()
 
-    def _report(self, err: KafkaError | None, msg: object) -> None:
+    def _report(self, generation: int, err: KafkaError | None, msg: object) -> None:
+        if generation != self._generation:
+            return
         key = msg.key().decode()  # type: ignore[attr-defined]
         if err is None:
-            self.acked.add(key)
+            self._batch[key] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
         else:
-            self.failed.append(f"{key}: {err.str()}")
+            self._errors.append(f"{key}: {err.str()}")
 
 
 class OutputReader(threading.Thread):
@@ -206,16 +313,25 @@ class OutputReader(threading.Thread):
             return all(self.end.get(tp, -1) >= offset for tp, offset in high.items())
 
 
-def group_lag(bootstrap: str, group: str, topic: str) -> int:
-    """Records of ``topic`` not yet committed by consumer group ``group``; -1: unknown yet."""
+def group_lag(
+    bootstrap: str, group: str, topic: str, ends: dict[tuple[str, int], int] | None = None
+) -> int:
+    """Records of ``topic`` not yet committed by consumer group ``group``; -1: unknown yet.
+
+    Counted up to each partition's high watermark, or up to ``ends`` where the topic was
+    written in transactions (the commit marker at its end is never committed past).
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
         lag = 0
         for position in committed:
-            _, high = consumer.get_watermark_offsets(position, timeout=10, cached=False)
-            lag += high - max(position.offset, 0)
+            if ends is None:
+                _, end = consumer.get_watermark_offsets(position, timeout=10, cached=False)
+            else:
+                end = ends.get((topic, position.partition), 0)
+            lag += max(end - max(position.offset, 0), 0)
         return lag
     except Exception:  # the broker is still coming back: not settled yet
         return -1

@@ -288,9 +288,11 @@ def mtls_deploy(
         config={"security.protocol": "SSL", "ssl.ca.location": str(secured_kafka.ca_file)},
         env=_mtls_env(secured_kafka, secured_kafka.pki.clients["streamflow"]),
     )
-    result = app.cli("deploy", str(app.blueprint), timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
     try:
+        # the CLI's own bound, inside the test's: a deploy that fails says which replica
+        # was not ready, and why, before the test would kill it
+        result = app.cli("deploy", str(app.blueprint), "--timeout", "150s", timeout=180)
+        assert result.returncode == 0, result.stdout + result.stderr + _replica_logs(app)
         yield app
     finally:
         app.cli("undeploy", app.name, timeout=120)  # the daemon exits with its last app
@@ -298,6 +300,18 @@ def mtls_deploy(
         if daemon.exists():  # a failed deploy may leave it: stop it (and its replicas)
             with contextlib.suppress(OSError, ValueError, KeyError):
                 os.kill(int(json.loads(daemon.read_text())["pid"]), signal.SIGTERM)
+
+
+def _replica_logs(app: SecuredApp) -> str:
+    """The last lines of each streamlet's replicas: why a deploy was not ready."""
+    told = []
+    for streamlet in yaml.safe_load(app.blueprint.read_text())["streamlets"]:
+        try:
+            result = app.cli("logs", app.name, streamlet, "--tail", "40", timeout=30)
+            told.append(f"--- {streamlet}\n{result.stdout}{result.stderr}")
+        except subprocess.TimeoutExpired:
+            told.append(f"--- {streamlet}: its logs did not come within 30 s")
+    return "\n".join(told)
 
 
 def test_deploy_over_mutual_tls(mtls_deploy: SecuredApp) -> None:

@@ -111,7 +111,8 @@ def test_a_detector_killed_mid_window_reports_the_whole_window_and_alerts_once(
     assert after["window"]["records"] == WINDOW
     (span,) = after["window"]["offsets"]
     assert (span["first"], span["last"]) == (REFERENCE + WINDOW, REFERENCE + 2 * WINDOW - 1)
-    assert after["drifted"] and reports[0]["drifted"]
+    assert reports[0]["drifted"], (reports[0], log)
+    assert after["drifted"], (after, log)
     # judged against the same reference: the first 200 points, not 200 shifted ones
     assert "x" in {f["feature"] for f in after["features"] if f["drifted"]}, after
     assert len(alerts) == 1 and alerts[0]["window"]["index"] == 0, alerts
