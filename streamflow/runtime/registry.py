@@ -30,6 +30,7 @@ import httpx
 from streamflow.schema import registry as registry_schema
 from streamflow.schema.registry import (
     NotFound,
+    RegistryError,
     RegistryRefused,
     RegistrySchema,
     RegistryUnavailable,
@@ -98,23 +99,42 @@ class ConfluentRegistry:
         )
 
     def id_for(self, subject: str, schema_type: str, text: str, *, register: bool) -> int:
-        schema = self._schema(schema_type, text)
         if register:
-            with _errors(f"registering under {subject}"):
-                return int(self._client.register_schema(subject, schema))
-        try:
-            with _errors(f"looking up under {subject}"):
-                return int(self._client.lookup_schema(subject, schema).schema_id or 0)
-        except NotFound:
-            found = self._equivalent(subject, schema_type, text)
-            if found is not None:
+            try:
+                with _errors(f"registering under {subject}"):
+                    return int(
+                        self._client.register_schema(subject, self._schema(schema_type, text))
+                    )
+            except (RegistryRefused, RegistryUnavailable):
+                # Replicas starting together register a subject's first version at the same
+                # moment, and the registry may answer all but one with an error (Apicurio:
+                # 409 "already exists", or 500 from its store's unique key). The schema is
+                # there now, under the id to use; an error that stays is raised as it was.
+                try:
+                    found = self._registered(subject, schema_type, text)
+                except (RegistryError, RegistryUnavailable):
+                    found = None
+                if found is None:
+                    raise
                 return found
+        found = self._registered(subject, schema_type, text)
+        if found is None:
             raise SchemaNotRegistered(
                 f"the port's schema is not registered under subject {subject!r} at "
                 f"{redacted(self.url)}; "
                 "register it (the subject's owner, or a CI job), or set `register: auto` "
                 "on the topic to let streamflow register it"
-            ) from None
+            )
+        return found
+
+    def _registered(self, subject: str, schema_type: str, text: str) -> int | None:
+        """The id of our schema under ``subject``, if it is registered there."""
+        try:
+            with _errors(f"looking up under {subject}"):
+                schema = self._schema(schema_type, text)
+                return int(self._client.lookup_schema(subject, schema).schema_id or 0)
+        except NotFound:
+            return self._equivalent(subject, schema_type, text)
 
     def _equivalent(self, subject: str, schema_type: str, text: str) -> int | None:
         """The id of a version of ``subject`` that is our schema, written differently.

@@ -11,6 +11,8 @@ A subject someone else made is left as it is.
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -21,6 +23,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from streamflow.blueprint.model import Application
 from streamflow.runtime.codecs import Codecs
 from streamflow.runtime.registry import ConfluentRegistry
+from streamflow.schema.registry import RegistryUnavailable
 from tests.runtime import support
 
 READING = support.STORE.get("tests.runtime.Reading")
@@ -101,3 +104,38 @@ def test_a_subject_only_produced_to_is_left_at_the_registrys_default(
     subject = f"{topic}-value"
     assert schema_registry_client.get_versions(subject) == [1]
     assert "TRANSITIVE" not in schema_registry_client.get_compatibility(subject)
+
+
+def test_replicas_starting_together_on_a_new_subject_all_start(schema_registry_url: str) -> None:
+    """Replicas of a streamlet register a subject's first version at the same moment.
+    Apicurio answered one of them 409 "artifact already exists", a refusal, and that
+    replica failed and was restarted (seen in a clean-clone run). It must find the schema
+    there instead. A registry that cannot answer yet is waited for, as a replica does."""
+    app, topic = app_with(schema_registry_url, {"consumers": ["scale.in"]})
+    replicas = 6
+    ready = threading.Barrier(replicas)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        ready.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                start_producer(app, topic, schema_registry_url)
+                return
+            except RegistryUnavailable:  # what a replica waits out (runtime.replica._bindings)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # a retry's pause, not a synchronisation
+            except BaseException as exc:  # each failure is the finding
+                failed.append(exc)
+                return
+
+    threads = [threading.Thread(target=start) for _ in range(replicas)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert failed == []
+    versions = SchemaRegistryClient({"url": schema_registry_url}).get_versions(f"{topic}-value")
+    assert versions  # Apicurio may keep a version per racing replica: the same schema each
