@@ -13,9 +13,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -320,3 +322,29 @@ def test_tail_of_a_registry_topic_without_a_registry_says_how_to_name_one(
     assert f"cannot decode {project.source} (avro-registry)" in output
     assert "no schema registry is configured" in output and "--registry" in output
     assert "Traceback" not in output and result.stdout == ""
+
+
+def test_tail_follow_prints_each_record_as_it_comes_into_a_pipe(
+    tmp_path: Path, topic_factory: Callable[..., str], kafka_bootstrap: str
+) -> None:
+    """`streamflow tail -f -o json | jq` shows records as they come, not when a pipe's
+    buffer happens to fill (the process never ends, so it never would)."""
+    project = make_project(tmp_path, topic_factory, kafka_bootstrap, "json")
+    produce(kafka_bootstrap, project.source, [("r0", b'{"id": "r0", "value": 1}', [])])
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    environ.update(STREAMFLOW_HOME=str(tmp_path / "home"), NO_COLOR="1")
+    command = [str(STREAMFLOW), "tail", str(project.root / "blueprint.yaml"), project.source,
+               "-f", "-o", "json", "-b", kafka_bootstrap]  # fmt: skip
+    follower = subprocess.Popen(command, cwd=project.root, env=environ, stdout=subprocess.PIPE)
+    lines: queue.Queue[bytes] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in follower.stdout or []])
+    reader.start()
+    try:
+        assert json.loads(lines.get(timeout=60))["key"] == "r0"
+        produce(kafka_bootstrap, project.source, [("r1", b'{"id": "r1", "value": 2}', [])])
+        assert json.loads(lines.get(timeout=60))["key"] == "r1"
+        assert follower.poll() is None, "still following"
+    finally:
+        follower.terminate()
+        follower.wait(timeout=30)
+        reader.join(timeout=30)
