@@ -25,18 +25,10 @@ import typer
 from streamflow.cli import deploy_views as views
 from streamflow.cli import output, progress, registry_opts, rollout, undeploy_wait
 from streamflow.cli import overrides as overrides_mod
-from streamflow.operator import backends, planner, targets
-from streamflow.operator.local import store
+from streamflow.cli.targeting import LOCAL, TargetChoice, with_target
+from streamflow.operator import planner, targets
 
-__all__ = [
-    "ContextOpt",
-    "KubeconfigOpt",
-    "NamespaceOpt",
-    "TargetKind",
-    "TargetOpt",
-    "register",
-    "target_for",
-]
+__all__ = ["register"]
 
 
 class Format(enum.StrEnum):
@@ -45,27 +37,6 @@ class Format(enum.StrEnum):
     yaml = "yaml"
 
 
-class TargetKind(enum.StrEnum):
-    local = "local"
-    kubernetes = "kubernetes"
-
-
-TargetOpt = Annotated[
-    TargetKind,
-    typer.Option(
-        "--target", "-t", help="local (processes on this machine; the default) or kubernetes."
-    ),
-]
-KubeconfigOpt = Annotated[
-    str | None, typer.Option(help="kubernetes: the kubeconfig file (default: the usual one).")
-]
-ContextOpt = Annotated[
-    str | None, typer.Option(help="kubernetes: the kube context (default: the current one).")
-]
-NamespaceOpt = Annotated[
-    str | None,
-    typer.Option("--namespace", "-n", help="kubernetes: the namespace (default: the context's)."),
-]
 OutputOpt = Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")]
 AppArg = Annotated[str, typer.Argument(help="The application's name.")]
 WaitOpt = Annotated[
@@ -93,6 +64,7 @@ ConfOpt = Annotated[
 ]
 
 
+@with_target
 def deploy(
     blueprint: Annotated[
         Path, typer.Argument(help="The blueprint YAML file.", exists=True, dir_okay=False)
@@ -129,10 +101,7 @@ def deploy(
             "or json; yaml by default), and contact no cluster: for GitOps, or kubectl apply.",
         ),
     ] = False,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
     fmt: OutputOpt = Format.table,
@@ -152,18 +121,18 @@ def deploy(
         raise typer.Exit(output.EXIT_INVALID)
     app = result.application
     if dry_run:
-        _print_resource(app, target, replicas, bootstrap_servers, image, namespace, fmt)
+        _print_resource(app, where, replicas, bootstrap_servers, image, fmt)
         return
-    if target is TargetKind.kubernetes:
+    if not where.local:
         views.check_portable(app)
-    chosen = target_for(target, kubeconfig, context, namespace, image=image)
-    if target is TargetKind.kubernetes and not image:
+    chosen = where.open(image=image)
+    if not where.local and not image:
         _require_deployed(chosen, app.name)
     bootstrap = (
         bootstrap_servers or app.kafka.bootstrap or os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP")
     )
-    where = "" if bootstrap or target is not TargetKind.local else " and an embedded Kafka"
-    first = f"starting the supervisor{where}" if target is TargetKind.local else "applying"
+    embedded = "" if bootstrap or not where.local else " and an embedded Kafka"
+    first = f"starting the supervisor{embedded}" if where.local else "applying"
     with progress.waiting(
         f"deploying {app.name}", detail=first, machine_output=follow.machine_output, quiet=quiet
     ):
@@ -183,15 +152,14 @@ _IMAGE_HINT = (
 
 def _print_resource(
     app: Any,
-    target: TargetKind,
+    where: TargetChoice,
     replicas: dict[str, int],
     bootstrap: str | None,
     image: str | None,
-    namespace: str | None,
     fmt: Format,
 ) -> None:
     """``--dry-run``: the resource a Kubernetes deploy would apply, asking no cluster."""
-    if target is not TargetKind.kubernetes:
+    if where.local:
         output.fail(
             "--dry-run prints a Kubernetes resource: it needs --target kubernetes",
             exit_code=output.EXIT_USAGE,
@@ -200,7 +168,7 @@ def _print_resource(
         output.fail("a Kubernetes deploy needs the streamlets' image", hint=_IMAGE_HINT)
     views.check_portable(app)
     resource = views.resource_body(
-        targets.scaled(app, replicas), bootstrap=bootstrap, image=image, namespace=namespace
+        targets.scaled(app, replicas), bootstrap=bootstrap, image=image, namespace=where.namespace
     )
     output.print_data(resource, fmt="json" if fmt is Format.json else "yaml")
 
@@ -219,22 +187,20 @@ def _require_deployed(chosen: targets.Target, name: str) -> None:
         )
 
 
+@with_target
 def undeploy(
     name: AppArg,
     delete_topics: Annotated[
         bool, typer.Option(help="Delete the application's topics too (kept by default).")
     ] = False,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
     wait: undeploy_wait.UndeployWaitOpt = True,
     timeout: undeploy_wait.UndeployTimeoutOpt = "120s",
     quiet: QuietOpt = False,
 ) -> None:
     """Stop every replica of an application and remove it; its topics stay unless asked."""
     limit = _seconds(timeout)
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
 
     def left() -> str:
         return f"{output.plural(rollout.replicas_left(chosen.status(name)), 'replica')} left"
@@ -256,15 +222,13 @@ def undeploy(
         errors.print("its topics are kept (--delete-topics deletes them)", markup=False)
 
 
+@with_target
 def list_(
     fmt: OutputOpt = Format.table,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
 ) -> None:
     """The deployed applications, with their phase and ready replicas."""
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     found = rollout.attempt(chosen.list)
     if fmt is not Format.table:
         output.print_data([views.summary(s) for s in found], fmt=fmt.value)
@@ -272,16 +236,14 @@ def list_(
         views.print_list(found)
 
 
+@with_target
 def status(
     name: AppArg,
     fmt: OutputOpt = Format.table,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
 ) -> None:
     """Per streamlet: replicas ready and desired, restarts, consumer lag, the model served."""
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     found = rollout.attempt(lambda: chosen.status(name))
     if fmt is not Format.table:
         output.print_data(found.to_dict(), fmt=fmt.value)
@@ -289,6 +251,7 @@ def status(
         views.print_status(found)
 
 
+@with_target
 def scale(
     name: AppArg,
     counts: Annotated[
@@ -297,10 +260,7 @@ def scale(
             metavar="STREAMLET N | STREAMLET=N...", help="`scorer 3`, or `scorer=3 sink=0`."
         ),
     ],
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
     fmt: OutputOpt = Format.table,
@@ -313,7 +273,7 @@ def scale(
     replicas = _counts(counts, option="scale")
     if not replicas:
         output.fail("say which streamlet to scale: STREAMLET N", exit_code=output.EXIT_USAGE)
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     change = rollout.attempt(lambda: chosen.scale(name, replicas))
     views.print_warnings(change.warnings)
     views.print_actions("scaled", change, target=chosen.kind)
@@ -321,14 +281,12 @@ def scale(
     rollout.finish(chosen, name, ("scaling", "scaled"), follow, previous=before)
 
 
+@with_target
 def configure(
     name: AppArg,
     set_: SetOpt = None,
     conf: ConfOpt = None,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = "120s",
     fmt: OutputOpt = Format.table,
@@ -342,22 +300,20 @@ def configure(
         output.fail(str(exc))
     if not settings:
         output.fail("nothing to configure: give --set or --conf", exit_code=output.EXIT_USAGE)
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     change = rollout.attempt(lambda: chosen.configure(name, settings))
     views.print_actions("configured", change, target=chosen.kind)
     rollout.finish(chosen, name, ("configuring", "configured"), follow)
 
 
+@with_target
 def configuration(
     name: AppArg,
     fmt: OutputOpt = Format.table,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
 ) -> None:
     """The effective config of every streamlet, defaults filled in."""
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     found = rollout.attempt(lambda: chosen.configuration(name))
     if fmt is not Format.table:
         output.print_data(found, fmt=fmt.value)
@@ -365,6 +321,7 @@ def configuration(
         views.print_configuration(found)
 
 
+@with_target
 def logs(
     name: AppArg,
     streamlet: Annotated[str, typer.Argument(help="The streamlet whose replicas' logs to show.")],
@@ -377,13 +334,10 @@ def logs(
     tail: Annotated[
         int | None, typer.Option(min=0, help="Only the last N lines of each replica.")
     ] = None,
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
 ) -> None:
     """Print the logs of a streamlet's replicas; -f follows them until Ctrl-C."""
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     lines = chosen.logs(name, streamlet, follow=follow, replica=replica, tail=tail)
     try:
         for line in rollout.attempt(lambda: _first_and_rest(lines)):
@@ -393,26 +347,6 @@ def logs(
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def target_for(
-    kind: TargetKind,
-    kubeconfig: str | None,
-    context: str | None,
-    namespace: str | None,
-    *,
-    image: str | None = None,
-) -> targets.Target:
-    if kind is TargetKind.local:
-        ignored = [flag for flag, value in (("--kubeconfig", kubeconfig), ("--context", context),
-                   ("--namespace", namespace), ("--image", image)) if value]  # fmt: skip
-        if ignored:
-            views.print_warnings([f"{', '.join(ignored)}: only for --target kubernetes; ignored"])
-        return rollout.attempt(lambda: backends.get_target("local", home=store.home().root))
-    options: dict[str, Any] = {"kubeconfig": kubeconfig, "context": context, "namespace": namespace}
-    if image:
-        options["image"] = image
-    return rollout.attempt(lambda: backends.get_target("kubernetes", **options))
 
 
 def _first_and_rest(lines: Iterable[targets.LogLine]) -> Iterator[targets.LogLine]:

@@ -18,14 +18,7 @@ from urllib.parse import quote
 import typer
 
 from streamflow.cli import output
-from streamflow.cli.deploy_cmds import (
-    ContextOpt,
-    KubeconfigOpt,
-    NamespaceOpt,
-    TargetKind,
-    TargetOpt,
-    target_for,
-)
+from streamflow.cli.targeting import LOCAL, TargetChoice, with_target
 from streamflow.operator import targets
 
 if TYPE_CHECKING:
@@ -34,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["register", "ui_access"]
 
 
+@with_target
 def ui(
     app: Annotated[
         str | None,
@@ -46,10 +40,7 @@ def ui(
         str,
         typer.Option(help="The address to listen on; 0.0.0.0 shows it to your whole network."),
     ] = "127.0.0.1",
-    target: TargetOpt = TargetKind.local,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    namespace: NamespaceOpt = None,
+    where: TargetChoice = LOCAL,
     open_browser: Annotated[
         bool, typer.Option("--open/--no-open", help="Open the page in your web browser.")
     ] = False,
@@ -84,7 +75,7 @@ def ui(
         web.check_exposure(host, access)
     except web.UiError as exc:
         output.fail(str(exc))
-    chosen = target_for(target, kubeconfig, context, namespace)
+    chosen = where.open()
     if app is not None:
         _check_app(chosen, app)
 
