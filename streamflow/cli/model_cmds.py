@@ -36,6 +36,7 @@ from streamflow.runtime.clients import KafkaClients, watermarks
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 from streamflow.schema.codecs import Codec
+from streamflow.schema.models import PROTOCOLS, ModelState
 from streamflow.schema.registry import RegistryError, RegistryUnavailable
 from streamflow.streamlets.serving.publisher import build_descriptor
 
@@ -47,7 +48,6 @@ model_app = typer.Typer(
 
 DESCRIPTOR = "streamflow.ml.ModelDescriptor"
 STATUS = model_wait.STATUS
-_PROTOCOLS = {"v1": "TF_SERVING", "v2": "OPEN_INFERENCE_V2"}
 
 
 @model_app.command("push")
@@ -110,7 +110,7 @@ def push(
         )
     if fmt not in ("table", "json", "yaml"):
         output.fail(f"-o {fmt!r}: use table, json or yaml", exit_code=output.EXIT_USAGE)
-    if protocol not in _PROTOCOLS:
+    if protocol not in PROTOCOLS:
         output.fail(f"unknown protocol {protocol!r}: use v1 or v2", exit_code=output.EXIT_USAGE)
     app, bootstrap = _resolve(target, bootstrap_servers, registry)
     clients = apps.kafka_clients(app, bootstrap)
@@ -249,7 +249,8 @@ def _latest_statuses(
         codec = _codec(codecs, status_topic, STATUS, producing=False)
         for record in _read_all(clients, status_topic.name, codec):
             previous = latest.get(record["replica"])
-            if record["state"] == "serving" or previous is None or previous["state"] != "serving":
+            serving = ModelState.SERVING
+            if record["state"] == serving or previous is None or previous["state"] != serving:
                 latest[record["replica"]] = record
             else:
                 latest[record["replica"]] = {

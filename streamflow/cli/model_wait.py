@@ -27,9 +27,9 @@ from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
 from streamflow.runtime.clients import KafkaClients
 from streamflow.schema.codecs import Codec, DecodeError
+from streamflow.schema.models import FINAL_STATES, ModelState
 
 __all__ = [
-    "FINAL",
     "STATUS",
     "Awaited",
     "await_status",
@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 STATUS = "streamflow.ml.ModelStatus"
-FINAL = {"serving", "failed", "rejected", "superseded"}
 _RECOUNT_S = 2.0  # how often the number of replicas running is asked again
 
 
@@ -99,7 +98,7 @@ def await_status(
                         continue  # not a status (the topic is the streamlet's own): not ours
                     if record["model"] == awaited.model and record["version"] == awaited.version:
                         states[record["replica"]] = record["state"]
-                        if record["state"] in FINAL:
+                        if record["state"] in FINAL_STATES:
                             final[record["replica"]] = record
                 if time.monotonic() - counted >= _RECOUNT_S or _all_final(
                     final, awaited.streamlet, count
@@ -112,7 +111,7 @@ def await_status(
                     f" starts loads {awaited.model}:{awaited.version}"
                 )
             elif _all_final(final, awaited.streamlet, count) and all(
-                final[r]["state"] == "serving" for r in _expected(awaited.streamlet, count)
+                final[r]["state"] == ModelState.SERVING for r in _expected(awaited.streamlet, count)
             ):
                 wait.done(
                     f"{awaited.streamlet} serves {awaited.model}:{awaited.version}"
@@ -139,8 +138,8 @@ def _all_final(final: dict[str, dict[str, Any]], streamlet: str, count: int) -> 
 
 def _served(states: dict[str, str], replicas: int) -> str:
     """``1/2 replicas, classifier-1 loading``: how many serve, and what the others said."""
-    serving = sum(state == "serving" for state in states.values())
-    others = [f"{r} {state}" for r, state in sorted(states.items()) if state != "serving"]
+    serving = sum(state == ModelState.SERVING for state in states.values())
+    others = [f"{r} {state}" for r, state in sorted(states.items()) if state != ModelState.SERVING]
     return ", ".join([f"{serving}/{replicas} replicas", *others])
 
 
@@ -154,7 +153,7 @@ def check_served(statuses: dict[str, dict[str, Any]], awaited: Awaited, app: App
     missing = [
         f"{replica} ({s['state']}: {s['message']})" if s["message"] else f"{replica} ({s['state']})"
         for replica, s in sorted(statuses.items())
-        if s["state"] != "serving"
+        if s["state"] != ModelState.SERVING
     ]
     if missing:
         output.fail(
@@ -167,7 +166,12 @@ def check_served(statuses: dict[str, dict[str, Any]], awaited: Awaited, app: App
 
 def print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
     table = Table("replica", "model", "version", "state", "message", "time")
-    colours = {"serving": "green", "failed": "red", "rejected": "red", "loading": "yellow"}
+    colours = {
+        ModelState.SERVING: "green",
+        ModelState.FAILED: "red",
+        ModelState.REJECTED: "red",
+        ModelState.LOADING: "yellow",
+    }
     for replica, s in sorted(statuses.items()):
         state = s["state"]
         when = s["time"].strftime("%H:%M:%S") if isinstance(s["time"], dt.datetime) else "-"

@@ -42,6 +42,7 @@ from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.schema import SchemaStore
+from streamflow.schema.models import TROUBLE_STATES, ModelState
 from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import (
     batch,
@@ -231,16 +232,20 @@ class DriftDetector(Streamlet):
             return None  # a config for another detector sharing the topic
         newest = max(self.settings.version, self._pending[0].version if self._pending else 0)
         if config["version"] <= newest:
-            return self._status(config, "rejected", f"version {config['version']} is not newer")
+            return self._status(
+                config, ModelState.REJECTED, f"version {config['version']} is not newer"
+            )
         settings = (self._pending[0] if self._pending else self.settings).merged(config)
         problems = settings.problems(fields=self._fields)
         for location in (settings.reference_location, settings.detector_url):
             if location and not artifacts.allowed(_as_prefix(location), self.allowlist):
                 problems.append(f"{location!r} is not in the allowlist")
         if problems:
-            return self._status(config, "rejected", "; ".join(problems))
+            return self._status(config, ModelState.REJECTED, "; ".join(problems))
         self._submit(settings)
-        return self._status(config, "loading", settings.reference_location or "first records")
+        return self._status(
+            config, ModelState.LOADING, settings.reference_location or "first records"
+        )
 
     def between_batches(self) -> Emit | None:
         if self._pending is None or not self._pending[1].done():
@@ -254,9 +259,11 @@ class DriftDetector(Streamlet):
             keeping = self._describe() if self.sources else "no reference"
             if not self.sources:  # the first settings failed: watch without a reference
                 self._install(settings, None, f"{type(exc).__name__}: {exc}", None)
-            return self._status(config, "failed", f"{type(exc).__name__}: {exc}; keeping {keeping}")
+            return self._status(
+                config, ModelState.FAILED, f"{type(exc).__name__}: {exc}; keeping {keeping}"
+            )
         self._install(settings, loaded.reference, "", loaded.client)
-        return self._status(config, "serving", self._describe())
+        return self._status(config, ModelState.SERVING, self._describe())
 
     def _submit(self, settings: DriftSettings) -> None:
         self._pending = (settings, self._workers.submit(self._load, settings))
@@ -485,8 +492,8 @@ class DriftDetector(Streamlet):
         )
         return out, bool(report["drifted"])
 
-    def _status(self, config: dict[str, Any], state: str, message: str) -> Emit:
-        level = logging.WARNING if state in ("failed", "rejected") else logging.INFO
+    def _status(self, config: dict[str, Any], state: ModelState, message: str) -> Emit:
+        level = logging.WARNING if state in TROUBLE_STATES else logging.INFO
         log.log(
             level, "drift config %s:%s %s: %s", config["name"], config["version"], state, message
         )

@@ -45,6 +45,7 @@ import numpy as np
 from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Backpressure, Context, Record
+from streamflow.schema.models import ModelState
 from streamflow.streamlets import datasets
 from streamflow.streamlets.explain import gradients, methods, runners, scope
 from streamflow.streamlets.explain.background import BASELINES, Background, background_rows
@@ -212,7 +213,11 @@ class ModelExplainer(ModelFollower):
 
     def between_batches(self) -> Emit | None:
         result = super().between_batches()
-        if result is not None and result.value["state"] == "serving" and self.current is not None:
+        if (
+            result is not None
+            and result.value["state"] == ModelState.SERVING
+            and self.current is not None
+        ):
             note = self.current.extra.note
             if note:  # once per model: when it starts serving
                 log.warning("model %s: %s", self.current.tag, note)

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from streamflow.streamlets.serving import artifacts, onnx_model, wire
+from streamflow.schema.models import REMOTE_KINDS, ModelKind
+from streamflow.streamlets.serving import artifacts, onnx_model
 from streamflow.streamlets.serving.embedded import SAVED_MODEL_OFF
 
-__all__ = ["REMOTE_KINDS", "refusal"]
-
-REMOTE_KINDS = (wire.V1, wire.V2)
+__all__ = ["refusal"]
 
 
 def refusal(
@@ -31,9 +30,9 @@ def refusal(
     if kind in REMOTE_KINDS and inline:
         # the bytes would be ignored and the URL followed: refuse the ambiguity
         return "a remote model's descriptor carries no inline data"
-    if kind == "TF_SAVED_MODEL" and not allow_saved_model:
+    if kind == ModelKind.TF_SAVED_MODEL and not allow_saved_model:
         return SAVED_MODEL_OFF
-    if kind == "ONNX" and (
+    if kind == ModelKind.ONNX and (
         problem := onnx_model.threads_problem(descriptor.get("parameters") or {})
     ):
         return problem

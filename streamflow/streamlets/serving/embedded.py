@@ -26,13 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.schema.models import ModelKind
 from streamflow.streamlets.serving import artifacts, graph_guard
 from streamflow.streamlets.serving.embedded_model import EmbeddedModel
 from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
 
-__all__ = ["EMBEDDED_KINDS", "SAVED_MODEL_OFF", "EmbeddedModel", "load_embedded"]
-
-EMBEDDED_KINDS = ("KERAS", "TF_SAVED_MODEL", "ONNX")
+__all__ = ["SAVED_MODEL_OFF", "EmbeddedModel", "load_embedded"]
 
 _TF_LOCK = threading.Lock()  # TensorFlow's lazy initialisation is not thread-safe
 
@@ -57,19 +56,19 @@ def load_embedded(
 ) -> EmbeddedModel:
     """Load a verified artifact of an embedded kind; raises ArtifactError when it is refused."""
     limits = limits or artifacts.Limits()
-    if kind == "ONNX":
+    if kind == ModelKind.ONNX:
         from streamflow.streamlets.serving import onnx_model
 
         return onnx_model.load(artifact, parameters=parameters)
-    if kind == "TF_SAVED_MODEL" and not allow_saved_model:
+    if kind == ModelKind.TF_SAVED_MODEL and not allow_saved_model:
         raise artifacts.ArtifactError(SAVED_MODEL_OFF)
-    if kind == "KERAS":  # counted from the zip's directory before Keras reads any of it
+    if kind == ModelKind.KERAS:  # counted from the zip's directory before Keras reads any of it
         artifacts.check_zip(artifact, limits=limits)
     with _TF_LOCK:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
         import tensorflow as tf
 
-        if kind == "KERAS":
+        if kind == ModelKind.KERAS:
             return _keras(tf, artifact)
         directory = artifacts.unpack(artifact, into=cache_dir, limits=limits)
         try:  # read, not run: a refused graph never reaches tf.saved_model.load

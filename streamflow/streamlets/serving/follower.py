@@ -36,15 +36,14 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
+from streamflow.schema.models import EMBEDDED_KINDS, REMOTE_KINDS, TROUBLE_STATES, ModelState
 from streamflow.streamlets.serving import admission, artifacts, limits, locations, remote, tensors
-from streamflow.streamlets.serving.embedded import EMBEDDED_KINDS, load_embedded
+from streamflow.streamlets.serving.embedded import load_embedded
 from streamflow.streamlets.serving.predictor import Predictor
 
-__all__ = ["REMOTE_KINDS", "ActiveModel", "ModelFollower"]
+__all__ = ["ActiveModel", "ModelFollower"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
-
-REMOTE_KINDS = admission.REMOTE_KINDS
 
 
 @dataclasses.dataclass
@@ -221,13 +220,13 @@ class ModelFollower(Streamlet):
         )
         if version <= newest:
             return self._status(
-                name, version, "rejected", f"version {version} is not newer than {newest}"
+                name, version, ModelState.REJECTED, f"version {version} is not newer than {newest}"
             )
         refusal = admission.refusal(
             descriptor, allowlist=self.allowlist, allow_saved_model=self.allow_saved_model
         )
         if refusal:
-            return self._status(name, version, "rejected", refusal)
+            return self._status(name, version, ModelState.REJECTED, refusal)
         statuses = []
         if self._pending is not None:  # a newer version wins: the old load is abandoned
             old, future, cancelled = self._pending
@@ -235,7 +234,10 @@ class ModelFollower(Streamlet):
             future.cancel()
             statuses.append(
                 self._status(
-                    old["name"], old["version"], "superseded", f"superseded by version {version}"
+                    old["name"],
+                    old["version"],
+                    ModelState.SUPERSEDED,
+                    f"superseded by version {version}",
                 )
             )
         cancel = threading.Event()
@@ -243,7 +245,7 @@ class ModelFollower(Streamlet):
         self._pending = (descriptor, future, cancel)
         where = "inline" if descriptor.get("data") is not None else descriptor.get("location")
         note = descriptor.get("description") or f"{descriptor['kind']} ({where})"
-        statuses.append(self._status(name, version, "loading", note))
+        statuses.append(self._status(name, version, ModelState.LOADING, note))
         return statuses[0] if len(statuses) == 1 else statuses
 
     def between_batches(self) -> Emit | None:
@@ -261,13 +263,15 @@ class ModelFollower(Streamlet):
                     f"{type(exc).__name__}: {exc.problem}; still serving {serving}. "
                     f"Fix, in the config of streamlet {self.context.streamlet}: {exc.fix}"
                 )
-            return self._status(descriptor["name"], descriptor["version"], "failed", message)
+            return self._status(
+                descriptor["name"], descriptor["version"], ModelState.FAILED, message
+            )
         previous, self.current = self.current, loaded
         self.context.set_state("model", loaded.tag)
         self._report_loaded(self.context, loaded=True)
         if previous is not None:
             self._retired.append(previous.predictor)
-        return self._status(loaded.name, loaded.version, "serving", loaded.description)
+        return self._status(loaded.name, loaded.version, ModelState.SERVING, loaded.description)
 
     @staticmethod
     def _report_loaded(context: Context, *, loaded: bool) -> None:
@@ -395,8 +399,8 @@ class ModelFollower(Streamlet):
             http2=self.http2,
         )
 
-    def _status(self, model: str, version: int, state: str, message: str) -> Emit:
-        level = logging.WARNING if state in ("failed", "rejected", "superseded") else logging.INFO
+    def _status(self, model: str, version: int, state: ModelState, message: str) -> Emit:
+        level = logging.WARNING if state in TROUBLE_STATES else logging.INFO
         log.log(level, "model %s:%s %s: %s", model, version, state, message)
         return self.status(
             {

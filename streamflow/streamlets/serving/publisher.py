@@ -18,13 +18,10 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import Outlet
 from streamflow.api.streamlet import Streamlet
+from streamflow.schema.models import ARTIFACT_OPTIONS, PROTOCOLS
 from streamflow.streamlets.serving.artifacts import pack_directory
 
 __all__ = ["ModelPublisher", "build_descriptor"]
-
-#: The kind of an artifact pushed as a file or directory, by how it is given.
-ARTIFACT_KINDS = {"keras": "KERAS", "saved_model": "TF_SAVED_MODEL", "onnx": "ONNX"}
-URL_KINDS = {"v1": "TF_SERVING", "v2": "OPEN_INFERENCE_V2"}
 
 
 def build_descriptor(
@@ -48,10 +45,10 @@ def build_descriptor(
     if artifact is None:
         if not url:
             raise ValueError("give an artifact or a model server's URL")
-        kind, location = URL_KINDS[protocol], url
+        kind, location = PROTOCOLS[protocol], url
     else:
         form, path = artifact
-        kind = ARTIFACT_KINDS[form]
+        kind = ARTIFACT_OPTIONS[form]
         # a SavedModel directory by reference is read on the replica as a bare tar, which
         # (unlike gzip's bytes) is the same everywhere: that is the digest it must match
         packed = form == "saved_model"

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.schema.models import ModelKind
 from streamflow.streamlets.serving import tensors
 
 __all__ = ["FROM_V2", "TO_V2", "V1", "V2", "WireError", "decode_response", "encode_request"]
 
-V1 = "TF_SERVING"
-V2 = "OPEN_INFERENCE_V2"
+V1 = ModelKind.TF_SERVING
+V2 = ModelKind.OPEN_INFERENCE_V2
 
 #: Open Inference Protocol datatypes to the mapping's dtypes, and back.
 FROM_V2 = {
