@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ class Deployed:
     namespace: str
     env: dict[str, str]
     samples: int  # wines in the data set the samples streamlet replays
+    follower: _Follower | None = None  # made by the first `predictions()`
 
     def cli(self, *args: str, timeout: float = _WAIT_S) -> subprocess.CompletedProcess[str]:
         """`streamflow ARGS` against the node's cluster; fails the test on a non-zero exit."""
@@ -89,14 +91,60 @@ class Deployed:
         return list(json.loads(self.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"])
 
     def predictions(self) -> Counter[str]:
-        """How many predictions of each wine id are on the predictions topic."""
-        bootstrap = self.kafka.bootstrap_servers
-        result = self.try_cli("tail", str(CLASSIFIER), "wine-predictions", "-n", "100000",
-                              "-o", "json", "-b", bootstrap, timeout=120)  # fmt: skip
-        if result.returncode != 0:
-            return Counter()
-        values = [json.loads(line)["value"] for line in result.stdout.splitlines() if line.strip()]
-        return Counter(str(value["id"]) for value in values)
+        """How many predictions of each wine id are on the predictions topic, as one
+        `streamflow tail -f` has printed them so far (made again if it has ended)."""
+        if self.follower is None or self.follower.ended():
+            if self.follower is not None:
+                self.follower.stop()
+            self.follower = _Follower(
+                [str(STREAMFLOW), "tail", str(CLASSIFIER), "wine-predictions", "-f",
+                 "-n", "100000", "-o", "json", "-b", self.kafka.bootstrap_servers],
+                env=self.env,
+            )  # fmt: skip
+        return self.follower.counts()
+
+
+class _Follower:
+    """A `streamflow tail -f -o json` in the background, counting the ids it prints.
+
+    One process for the whole module, as a user would leave it running in a second
+    terminal, rather than a new CLI (and a read of the whole topic) for every poll.
+    """
+
+    def __init__(self, command: list[str], *, env: dict[str, str]) -> None:
+        self._process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.strip():
+                wine = str(json.loads(line)["value"]["id"])
+                with self._lock:
+                    self._counts[wine] += 1
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._counts)
+
+    def ended(self) -> bool:
+        """It exited: the topic was not there yet (the app makes it when it deploys)."""
+        return self._process.poll() is not None and not self._reader.is_alive()
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._reader.join(timeout=30)
 
 
 def pipeline_state(deployed: Deployed, expected: int) -> str:
@@ -157,6 +205,8 @@ def deployed(
         real_node.kubectl("apply", "-f", "-", input=manifests, timeout=120)
         yield found
     finally:
+        if found.follower is not None:
+            found.follower.stop()
         real_node.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         kafka.stop()
 
