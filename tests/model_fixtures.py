@@ -16,6 +16,7 @@ them these fixtures fail, saying what to install.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
@@ -211,3 +212,16 @@ def model_server_factory() -> Iterator[Callable[..., devkit.ModelServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def hosted_models() -> Callable[..., contextlib.AbstractContextManager[Any]]:
+    """`hosted_models(tmp_path, reference=..., weights=..., baseline=...)` starts a KServe
+    server hosting a drift detector and an explainer (`tests.streamlets.drift.hosted`).
+
+    A fixture rather than a plain import, so that asking for it puts the test in the
+    integration tier (`tests/tiers.py`): it starts a real model server.
+    """
+    from tests.streamlets.drift import hosted
+
+    return hosted.hosted

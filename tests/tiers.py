@@ -50,6 +50,7 @@ _SERVICE_FIXTURES = frozenset(
         "secured_kafka",
         "model_server",
         "model_server_factory",
+        "hosted_models",
         "kube_cluster",
         "interop_java",
         "wine_models",

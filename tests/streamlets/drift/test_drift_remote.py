@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from streamflow import Backpressure, Record
 from tests.streamlets.drift import drift_support as d
-from tests.streamlets.drift import hosted as hosting
+from tests.streamlets.drift.hosted import Hosted
 
 
 def _records(rows: list[dict[str, object]]) -> list[Record]:
@@ -18,10 +20,10 @@ def _records(rows: list[dict[str, object]]) -> list[Record]:
 
 
 def test_a_hosted_detector_judges_each_window_and_holds_the_batch_when_down(
-    tmp_path: Path,
+    tmp_path: Path, hosted_models: Callable[..., AbstractContextManager[Hosted]]
 ) -> None:
     reference = np.random.default_rng(0).normal(size=(1000, 2))
-    with hosting.hosted(tmp_path, reference=reference, weights=[0, 0], baseline=[0, 0]) as server:
+    with hosted_models(tmp_path, reference=reference, weights=[0, 0], baseline=[0, 0]) as server:
         config = {
             "detector_url": server.url,
             "detector_model": "detector",
@@ -50,7 +52,7 @@ def test_a_hosted_detector_judges_each_window_and_holds_the_batch_when_down(
         status = d.settle(down)
         assert status["state"] == "failed" and "is unreachable" in status["message"]
     # one that goes down mid-stream holds the batch (Backpressure: the runtime retries it)
-    with hosting.hosted(tmp_path, reference=reference, weights=[0, 0], baseline=[0, 0]) as server:
+    with hosted_models(tmp_path, reference=reference, weights=[0, 0], baseline=[0, 0]) as server:
         h = d.harness(d.InputDrift, **{**config, "detector_url": server.url})
         assert d.settle(h)["state"] == "serving"
         before = h.streamlet.sources["in"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 from streamflow import Backpressure, Record
 from streamflow.testkit import StreamletHarness
 from tests.model_fixtures import WineModels
-from tests.streamlets.drift import hosted as hosting
+from tests.streamlets.drift.hosted import Hosted
 from tests.streamlets.explain import explain_support as e
 
 
@@ -216,9 +218,11 @@ def _records(rows: list[dict[str, Any]]) -> list[Record]:
     return [Record(r, r["id"], "in", "in", 0, i, 0) for i, r in enumerate(rows)]
 
 
-def test_a_remote_explainer_explains_and_when_down_holds_the_batch(tmp_path: Path) -> None:
+def test_a_remote_explainer_explains_and_when_down_holds_the_batch(
+    tmp_path: Path, hosted_models: Callable[..., AbstractContextManager[Hosted]]
+) -> None:
     baseline = [0.5, -1.0]
-    with hosting.hosted(
+    with hosted_models(
         tmp_path, reference=np.zeros((10, 2)), weights=e.WEIGHTS[:, 0].tolist(), baseline=baseline
     ) as server:
         h = _ready(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from streamflow.blueprint.model import Application
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from tests.model_fixtures import WineModels
 from tests.runtime import support
-from tests.streamlets.drift import hosted as hosting
+from tests.streamlets.drift.hosted import Hosted
 from tests.streamlets.explain import explain_support as e
 from tests.streamlets.serving import serving_support as s
 from tests.waiting import wait_until
@@ -192,10 +194,12 @@ def _backpressure(port: int) -> float:
 
 
 def test_a_remote_explainer_outage_pauses_explaining_and_loses_nothing(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    hosted_models: Callable[..., AbstractContextManager[Hosted]],
 ) -> None:
     weights, baseline = e.WEIGHTS[:, 0].tolist(), [0.5, -1.0]
-    with hosting.hosted(
+    with hosted_models(
         tmp_path, reference=np.zeros((4, 2)), weights=weights, baseline=baseline
     ) as server:
         app = support.make_app(
