@@ -34,7 +34,8 @@ class PacedProducer(threading.Thread):
     `STALLED_AFTER_S`, it makes its producer again under the same transactional id. That
     fences the stalled one, the broker aborts what it left open, and the batch is sent
     again, so no id is committed twice. Once every record of a batch is delivered, its
-    commit is only retried, never sent again: the broker may have committed it already.
+    commit is only retried, since the broker may have committed it already; only a
+    commit the broker says must be aborted is aborted and sent again.
     ``remade`` counts the producers made again (the table shows it); ``ends`` is the
     offset past each partition's last committed record (the commit marker after it is
     never handed to a consumer, so a caught-up group commits up to there).
@@ -79,6 +80,7 @@ class PacedProducer(threading.Thread):
             except KafkaException as exc:  # the broker is coming back: ask again
                 if time.monotonic() > deadline or exc.args[0].fatal():
                     raise
+                time.sleep(0.5)  # a retry's pause, not a synchronisation
 
     def run(self) -> None:
         try:
@@ -129,7 +131,8 @@ class PacedProducer(threading.Thread):
             self._remake()  # fences this producer: the broker aborts its transaction
             return False
         self._tries = 0
-        self._commit(producer)
+        if not self._commit(producer):
+            return False  # aborted: nothing of it is committed, so it is sent again
         for key, (partition, offset) in self._batch.items():
             self.acked.add(key)
             where = (self._topic, partition)
@@ -143,18 +146,23 @@ class PacedProducer(threading.Thread):
             producer.flush(0.5)
         return not len(producer)
 
-    def _commit(self, producer: Producer) -> None:
+    def _commit(self, producer: Producer) -> bool:
+        """Commit the batch's transaction: True once committed, False once aborted."""
         deadline = time.monotonic() + self.COMMIT_PATIENCE_S
         while True:
             try:
                 producer.commit_transaction(30)
-                return
+                return True
             except KafkaException as exc:
                 error = exc.args[0]
-                # not retriable: the broker may hold the batch committed or not; saying
-                # so fails the run, sending it again could write its ids twice
+                if error.txn_requires_abort():  # the broker will not commit it: abort it
+                    producer.abort_transaction(60)
+                    return False
+                # otherwise not retriable: the broker may hold the batch committed or not;
+                # saying so fails the run, sending it again could write its ids twice
                 if not error.retriable() or time.monotonic() > deadline:
                     raise
+                time.sleep(0.5)  # a retry's pause, not a synchronisation
 
     def _remake(self) -> None:
         old = self._producer
