@@ -117,19 +117,27 @@ class _Follower:
         )
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._unreadable: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         assert self._process.stdout is not None
         for line in self._process.stdout:
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 wine = str(json.loads(line)["value"]["id"])
+            except (ValueError, KeyError, TypeError):  # not a prediction: the test says so
                 with self._lock:
-                    self._counts[wine] += 1
+                    self._unreadable.append(line)
+                continue
+            with self._lock:
+                self._counts[wine] += 1
 
     def counts(self) -> Counter[str]:
         with self._lock:
+            assert not self._unreadable, f"tail printed what is no prediction: {self._unreadable}"
             return Counter(self._counts)
 
     def ended(self) -> bool:
