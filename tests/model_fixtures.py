@@ -214,6 +214,28 @@ def model_server_factory() -> Iterator[Callable[..., devkit.ModelServer]]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_model_server() -> Iterator[Callable[..., devkit.ModelServer]]:
+    """`shared_model_server(model_path=..., ...)`: one server per set of arguments, shared by a
+    module's tests and stopped after its last one.
+
+    For tests that only ask a server for metadata and predictions, which change nothing
+    in it: each start imports TensorFlow and KServe again (about 6 CPU seconds on a 2-core
+    machine). A test that kills, restarts or breaks its server uses `model_server_factory`.
+    """
+    started: dict[tuple[tuple[str, str], ...], devkit.ModelServer] = {}
+
+    def get(**options: Any) -> devkit.ModelServer:
+        key = tuple(sorted((name, str(value)) for name, value in options.items()))
+        if key not in started:
+            started[key] = _started(devkit.ModelServer(**options))
+        return started[key]
+
+    yield get
+    for server in started.values():
+        server.stop()
+
+
 @pytest.fixture
 def hosted_models() -> Callable[..., contextlib.AbstractContextManager[Any]]:
     """`hosted_models(tmp_path, reference=..., weights=..., baseline=...)` starts a KServe

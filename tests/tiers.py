@@ -50,6 +50,7 @@ _SERVICE_FIXTURES = frozenset(
         "secured_kafka",
         "model_server",
         "model_server_factory",
+        "shared_model_server",
         "hosted_models",
         "kube_cluster",
         "interop_java",

@@ -68,12 +68,12 @@ def _remote(h: Any, version: int, server: devkit.ModelServer, kind: str, **param
 )
 def test_several_named_inputs_and_outputs_over_each_protocol(
     remote_models: dict[str, Any],
-    model_server_factory: Callable[..., devkit.ModelServer],
+    shared_model_server: Callable[..., devkit.ModelServer],
     tmp_path: Path,
     kind: str,
     params: dict[str, str],
 ) -> None:
-    server = model_server_factory(
+    server = shared_model_server(
         model_path=remote_models["dir"] / "mixed.keras", model_name="mixed"
     )
     h = _harness(apps.MixedServing, {**apps.MIXED_CONFIG, **REMOTE}, tmp_path)
@@ -85,10 +85,10 @@ def test_several_named_inputs_and_outputs_over_each_protocol(
 
 def test_raw_text_travels_as_v2_bytes(
     remote_models: dict[str, Any],
-    model_server_factory: Callable[..., devkit.ModelServer],
+    shared_model_server: Callable[..., devkit.ModelServer],
     tmp_path: Path,
 ) -> None:
-    server = model_server_factory(model_path=remote_models["dir"] / "text.keras", model_name="t")
+    server = shared_model_server(model_path=remote_models["dir"] / "text.keras", model_name="t")
     h = _harness(apps.TextServing, {**apps.TEXT_CONFIG, **REMOTE}, tmp_path)
     assert _remote(h, 1, server, "OPEN_INFERENCE_V2")["state"] == "serving"
     values = _values()
@@ -99,10 +99,10 @@ def test_raw_text_travels_as_v2_bytes(
 
 def test_a_server_whose_metadata_does_not_fit_fails_and_the_old_model_serves(
     remote_models: dict[str, Any],
-    model_server_factory: Callable[..., devkit.ModelServer],
+    shared_model_server: Callable[..., devkit.ModelServer],
     tmp_path: Path,
 ) -> None:
-    server = model_server_factory(
+    server = shared_model_server(
         model_path=remote_models["dir"] / "mixed.keras", model_name="mixed"
     )
     h = _harness(apps.TextServing, {**apps.TEXT_CONFIG, **REMOTE}, tmp_path)
