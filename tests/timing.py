@@ -7,14 +7,23 @@ worker. Beside each directory's worker-seconds it shows its tests and its
 slowest one; under the table, the wall time and how busy the workers were.
 
 The suite is bound by the CPU on a 2-core machine, so each test's CPU seconds
-are measured too, on the worker that runs it: its own process and every process
-it started and waited for (a `streamflow run` and its replicas, a broker of its
-own), from `getrusage`. A child counts when it is waited for, and Python's
-subprocess waits for an abandoned one only at the next Popen, so a quick group
-can show the CPU of an earlier one. A service shared by many tests (the
-worker's broker) is counted in no test; the line under the table says how busy the machine's CPUs
-were over the run, all processes together, from /proc/stat. The groups that use
-the most CPU are listed: that is where the minutes are.
+are measured too, on the worker that runs it: what the worker and every process
+under it used in each setup, call and teardown. `getrusage` counts a child only
+once it has been waited for, so alone it would put the whole life of a broker a
+module's fixture started on the test that ends it. So at both ends of a phase the
+live descendants are read from /proc/<pid>/stat too (their own seconds, and their
+waited-for children's; a walk of every process, about 7 µs each): a phase gets
+their growth, plus what was waited for in it less what those that are gone had
+used before it. A service shared by many tests (the worker's broker) counts in
+each for what it used then. Left wrong: a process whose parent ends without
+waiting for it is adopted by init, out of the tree, and counts until the end of
+that phase only. One reaped outside the tree (so adopted, or its parent ignores
+SIGCHLD) loses what it used in its last phase, and what it used before is taken
+off only what was waited for in that phase, so no figure is negative. The
+seconds come in 10 ms ticks; without /proc only waited-for children count. The
+line under the table says how busy the machine's CPUs were over the run, all
+processes together, from /proc/stat. The groups that use the most CPU are
+listed: that is where the minutes are.
 
 `STREAMFLOW_TEST_TIMES=FILE` also writes the table as Markdown to FILE, and the
 groups' seconds beside it as `FILE.json`: copy that to tests/durations.json to
@@ -28,7 +37,7 @@ import os
 import resource
 import time
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Collection, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,12 +50,93 @@ CPU_PROPERTY = "cpu_s"
 TOP_CPU_GROUPS = 15
 
 
-def cpu_seconds() -> float:
-    """User and system seconds of this process and of every child it has waited for."""
+Key = tuple[int, int]  # a process: its pid and start time, as a pid can be reused
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class TreeCpu:
+    """A reading of CPU seconds, user and system: this process's own, the children
+    it has waited for, and (own, waited-for children) of each live descendant."""
+
+    own: float
+    reaped: float
+    processes: dict[Key, tuple[float, float]]
+
+
+def _proc_stats() -> dict[int, tuple[int, Key, float, float]]:
+    """Every process: pid -> (parent's pid, key, own s, waited-for children s); {} without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    stats: dict[int, tuple[int, Key, float, float]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+        except OSError:  # it has exited since the listing
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        # after the command's name in parentheses, which may hold spaces and parentheses
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) < 20:
+            continue
+        pid = int(name)
+        stats[pid] = (
+            int(fields[1]),  # field 4, the parent
+            (pid, int(fields[19])),  # field 22, the start time
+            (int(fields[11]) + int(fields[12])) / TICK,  # fields 14 and 15
+            (int(fields[13]) + int(fields[14])) / TICK,  # fields 16 and 17
+        )
+    return stats
+
+
+def tree_cpu(keep: Collection[Key] = ()) -> TreeCpu:
+    """This process's tree now, with those of `keep` that have left it since."""
     own, children = (
         resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    stats = _proc_stats()
+    below: dict[int, list[int]] = defaultdict(list)
+    for pid, (parent, _, _, _) in stats.items():
+        below[parent].append(pid)
+    processes: dict[Key, tuple[float, float]] = {}
+    todo = list(below.get(os.getpid(), ()))
+    while todo:
+        pid = todo.pop()
+        _, key, seconds, reaped = stats[pid]
+        processes[key] = (seconds, reaped)
+        todo += below.get(pid, ())
+    if keep:
+        for _, key, seconds, reaped in stats.values():
+            if key in keep:
+                processes[key] = (seconds, reaped)
+    return TreeCpu(own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime, processes)
+
+
+def phase_cpu(start: TreeCpu, end: TreeCpu) -> float:
+    """The tree's CPU seconds between two readings (`end` read with `keep=start.processes`).
+
+    The growth of what is seen running, and of what was waited for less what the
+    processes that are gone had used before: waiting moves a child's seconds into
+    its parent's. Never less than what was seen running, in case one that is gone
+    was waited for by a process outside the tree.
+    """
+    running = end.own - start.own
+    reaped = end.reaped - start.reaped
+    for key, (seconds, waited) in end.processes.items():
+        before = start.processes.get(key, (0.0, 0.0))
+        running += seconds - before[0]
+        reaped += waited - before[1]
+    gone = sum(sum(used) for key, used in start.processes.items() if key not in end.processes)
+    return running + max(0.0, reaped - gone)
 
 
 def machine_cpu() -> tuple[float, float] | None:
@@ -63,10 +153,10 @@ class CpuMeter:
     """On a worker (or a run without workers): each phase's CPU seconds, in its report."""
 
     def __init__(self) -> None:
-        self._started = 0.0
+        self._started = TreeCpu(0.0, 0.0, {})
 
     def _phase(self) -> Generator[None, None, None]:
-        self._started = cpu_seconds()
+        self._started = tree_cpu()
         yield
 
     pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_phase)
@@ -76,7 +166,8 @@ class CpuMeter:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        report.user_properties.append((CPU_PROPERTY, round(cpu_seconds() - self._started, 3)))
+        ended = tree_cpu(keep=self._started.processes)
+        report.user_properties.append((CPU_PROPERTY, round(phase_cpu(self._started, ended), 3)))
         return report
 
 
