@@ -42,6 +42,7 @@ from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.runtime.state.manager import StateManager
 from streamflow.runtime.transactions import TransactionAborted
+from streamflow.runtime.writer import HeaderCache, OutputWriter
 from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import (
     RegistryRefused,
@@ -120,10 +121,11 @@ class Processor:
         self._aborted_in_rebalance: tuple[_Shared, TransactionAborted] | None = None
         self._logic = self._choose_logic()
         self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
-        self._router = outputs_mod.OutputRouter(descriptor)
+        self._writer = OutputWriter(descriptor, bindings)
+        self._router = self._writer.router
         self._fast_outlet = _fast_outlet(descriptor, bindings)
         self._fast_headers: Headers = (
-            [("streamflow-schema", self._fast_outlet.schema_header)] if self._fast_outlet else []
+            self._writer.schema_headers(self._fast_outlet) if self._fast_outlet else []
         )
         self._in = {
             i: metrics.port(metrics.records_in, i) for i, _ in bindings.inlets_by_topic.values()
@@ -531,9 +533,9 @@ class Processor:
         dead: list[_Dead],
     ) -> dict[str, int]:
         produced: dict[str, int] = {}
-        outlets = self.bindings.outlets
         produce = self.delivery.produce
-        extra_headers = _HeaderCache()
+        records_of = self._writer.records
+        cache = HeaderCache()
         fast = self._fast_outlet
         fast_count = 0
         # Reading a consumed record's headers costs up to a microsecond (librdkafka parses
@@ -572,24 +574,19 @@ class Processor:
                 dead.append((msg, record.inlet, result, "logic"))
                 continue
             try:
-                encoded = [
-                    (outlets[out.outlet], out.key, outlets[out.outlet].codec.encode(out.value), out)
-                    for out in self._router.route(result, input_key=record.key)
-                ]
+                written = records_of(
+                    result,
+                    input_key=record.key,
+                    lineage=_lineage_of(msg) if lineage_on else None,
+                    cache=cache,
+                )
             except Exception as exc:
                 dead.append((msg, record.inlet, exc, "encode"))
                 continue
-            lineage = carried(msg.headers()) if encoded and lineage_on else None
-            for binding, key, data, out in encoded:
-                produced[binding.outlet] = produced.get(binding.outlet, 0) + 1
-                if binding.topic is None:
-                    continue
-                headers = [("streamflow-schema", binding.schema_header)]
-                if out.headers:
-                    headers += extra_headers.encoded(out.headers)
-                if lineage is not None:
-                    headers += lineage
-                produce(binding.topic, data, key.encode() if key is not None else None, headers)
+            for out in written:
+                produced[out.outlet] = produced.get(out.outlet, 0) + 1
+                if out.topic is not None:
+                    produce(out.topic, out.value, out.key, out.headers)
         if fast_count:
             assert fast is not None
             produced[fast.outlet] = produced.get(fast.outlet, 0) + fast_count
@@ -724,15 +721,10 @@ class Processor:
         if result is None:
             return
         self._settle()  # an output outside the batches is its own transaction: none may be open
-        for out in self._router.route(result, input_key=input_key):
-            binding = self.bindings.outlets[out.outlet]
-            data = binding.codec.encode(out.value)
+        for out in self._writer.records(result, input_key=input_key):
             self._out[out.outlet].inc()
-            if binding.topic is not None:
-                headers: Headers = [("streamflow-schema", binding.schema_header)]
-                headers += [(k, v.encode()) for k, v in out.headers.items()]
-                key = out.key.encode() if out.key is not None else None
-                self.delivery.produce_unbatched(binding.topic, data, key, headers)
+            if out.topic is not None:
+                self.delivery.produce_unbatched(out.topic, out.value, out.key, out.headers)
 
     def reject_control(self, msg: Message, inlet: str, error: Exception) -> None:
         if self.on_dead_letter is not None:
@@ -806,18 +798,9 @@ def _materialised(results: Sequence[Any]) -> Sequence[Any]:
     return out
 
 
-class _HeaderCache:
-    """Logic usually shares one headers dict across a batch's outputs: encode it once."""
-
-    def __init__(self) -> None:
-        self._last: Any = None
-        self._encoded: Headers = []
-
-    def encoded(self, headers: Any) -> Headers:
-        if headers is not self._last:
-            self._last = headers
-            self._encoded = [(k, v.encode()) for k, v in headers.items()]
-        return self._encoded
+def _lineage_of(msg: Message) -> Callable[[], Headers | None]:
+    """The input's lineage headers, read only when the writer has an output to give them."""
+    return lambda: carried(msg.headers())
 
 
 def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletBinding | None:

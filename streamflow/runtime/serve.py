@@ -23,7 +23,6 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.ports import Emit
 from streamflow.api.streamlet import EmitError, Streamlet
@@ -31,6 +30,7 @@ from streamflow.runtime import shutdown
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
+from streamflow.runtime.writer import OutputWriter, Written
 
 __all__ = ["KafkaEmitter", "ServeRunner"]
 
@@ -50,7 +50,7 @@ class KafkaEmitter:
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._producer = producer
-        self._router = outputs_mod.OutputRouter(descriptor)
+        self._writer = OutputWriter(descriptor, bindings)
         self._bindings = bindings
         self._loop = loop
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
@@ -65,18 +65,16 @@ class KafkaEmitter:
         return len(waiting)
 
     async def emit(self, output: dict[str, Any] | Emit, *, timeout: float = 10.0) -> None:
-        futures = [self._send(out) for out in self._router.route(output, input_key=None)]
+        futures = [self._send(out) for out in self._writer.records(output, input_key=None)]
         try:
             await asyncio.wait_for(asyncio.gather(*futures), timeout)
         except TimeoutError:
             raise EmitError(f"Kafka did not acknowledge within {timeout:g}s") from None
 
-    def _send(self, out: Any) -> asyncio.Future[None]:
-        binding = self._bindings.outlets[out.outlet]
-        data = binding.codec.encode(out.value)
+    def _send(self, out: Written) -> asyncio.Future[None]:
         future: asyncio.Future[None] = self._loop.create_future()
         self._out[out.outlet].inc()
-        if binding.topic is None:
+        if out.topic is None:
             future.set_result(None)
             return future
 
@@ -86,12 +84,10 @@ class KafkaEmitter:
         self._waiting.add(future)
         future.add_done_callback(self._waiting.discard)
 
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("streamflow-schema", binding.schema_header)
-        ]
-        key = out.key.encode() if out.key is not None else None
         try:
-            self._producer.produce(binding.topic, data, key, headers=headers, on_delivery=acked)
+            self._producer.produce(
+                out.topic, out.value, out.key, headers=out.headers, on_delivery=acked
+            )
         except BufferError:
             future.set_exception(EmitError("the producer queue is full; Kafka is not keeping up"))
         return future

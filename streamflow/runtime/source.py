@@ -31,7 +31,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from streamflow.api import aio
-from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Streamlet
 from streamflow.runtime import shutdown
@@ -40,6 +39,7 @@ from streamflow.runtime.health import HealthState
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
 from streamflow.runtime.transactions import TransactionAborted
+from streamflow.runtime.writer import OutputWriter
 
 __all__ = ["MAX_QUEUED", "REPORT_EVERY_S", "SourceRunner"]
 
@@ -83,7 +83,7 @@ class SourceRunner:
         self.loop = loop
         self.stop = stop
         self.max_queued = max_queued
-        self._router = outputs_mod.OutputRouter(descriptor)
+        self._writer = OutputWriter(descriptor, bindings)
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
         self._delivered_total = metrics.records_delivered.labels(**metrics.labels)
         self._queued_now = metrics.records_queued.labels(**metrics.labels)
@@ -209,19 +209,11 @@ class SourceRunner:
         self._chunk.clear()
 
     def emit(self, item: Any) -> None:
-        outlets = self.bindings.outlets
         records: list[_Output] = []
-        for out in self._router.route(item, input_key=None):
-            binding = outlets[out.outlet]
-            data = binding.codec.encode(out.value)
+        for out in self._writer.records(item, input_key=None):
             self._out[out.outlet].inc()
-            if binding.topic is None:
-                continue
-            headers: Headers = [("streamflow-schema", binding.schema_header)]
-            if out.headers:
-                headers += [(k, v.encode()) for k, v in out.headers.items()]
-            key = out.key.encode() if out.key is not None else None
-            records.append((binding.topic, data, key, headers))
+            if out.topic is not None:
+                records.append((out.topic, out.value, out.key, out.headers))
         for at, record in enumerate(records):
             try:
                 self.delivery.produce(*record)  # waits while the producer's queue is full
