@@ -9,7 +9,10 @@ a batch, never inside it. The logic sees only records that decoded; a record
 that does not decode, or whose logic raises, or whose outputs do not encode,
 goes to the dead-letter topic with the error, and the rest of the batch
 carries on. Offsets advance only through the
-:mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe.
+:mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe. How
+the logic is called (its four shapes, poison isolation) is
+:mod:`~streamflow.runtime.invoker`'s; how outputs become records,
+:mod:`~streamflow.runtime.writer`'s.
 
 Under exactly-once a transaction costs the same few broker round trips whatever
 it holds, so full batches (a sign of load) share one for up to the delivery's
@@ -25,18 +28,18 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from streamflow.api import outputs as outputs_mod
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Backpressure, Logic, Record, Streamlet
+from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime import dlq, shutdown
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
+from streamflow.runtime.invoker import Invoker
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
@@ -119,10 +122,15 @@ class Processor:
         self._shared: _Shared | None = None
         self._share_s = delivery.commit_interval_s if state is None else 0.0
         self._aborted_in_rebalance: tuple[_Shared, TransactionAborted] | None = None
-        self._logic = self._choose_logic()
         self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
         self._writer = OutputWriter(descriptor, bindings)
-        self._router = self._writer.router
+        self._logic = Invoker(
+            streamlet=streamlet,
+            descriptor=descriptor,
+            router=self._writer.router,
+            loop=loop,
+            state=state,
+        )
         self._fast_outlet = _fast_outlet(descriptor, bindings)
         self._fast_headers: Headers = (
             self._writer.schema_headers(self._fast_outlet) if self._fast_outlet else []
@@ -643,70 +651,6 @@ class Processor:
                     self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(fresh)
             self._skipped_exported = dict(context.skipped)
 
-    # -- logic ---------------------------------------------------------------
-
-    def _choose_logic(self) -> Callable[[list[Record]], Sequence[Any]]:
-        method = getattr(self.streamlet, self.descriptor.logic)
-        if self.descriptor.logic == Logic.PROCESS_BATCH:
-            return lambda records: self._batch_logic(method, records)
-        if self.descriptor.is_async:
-            return lambda records: self._async_record_logic(method, records)
-        state = self.state
-        if state is not None:
-            return lambda records: _stateful_record_logic(method, records, state)
-        return lambda records: _record_logic(method, records)
-
-    def _batch_logic(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
-        try:
-            return self._checked_batch(method, records)
-        except Backpressure:
-            raise
-        except outputs_mod.OutputError as exc:
-            # A broken contract (a result of the wrong length), not a poison record:
-            # re-running one by one could hide it, so the whole batch is dead-lettered.
-            if self.state is not None:
-                self.state.rollback()  # and nothing it wrote is kept
-            return [exc] * len(records)
-        except Exception as exc:
-            state = self.state
-            if state is not None:
-                state.rollback()  # a call that raised keeps nothing; re-run, records write again
-            if len(records) == 1:
-                return [exc]
-            # Isolate the poison record(s): re-run one by one, so the rest still flows.
-            log.warning("process_batch failed on %d records (%s); isolating", len(records), exc)
-            out: list[Any] = []
-            for record in records:
-                if state is not None:
-                    state.savepoint()
-                try:
-                    out.extend(self._checked_batch(method, [record]))
-                except Backpressure:
-                    raise
-                except Exception as single:
-                    if state is not None:
-                        state.undo()
-                    out.append(single)
-            return out
-
-    def _checked_batch(self, method: Callable[..., Any], records: list[Record]) -> Sequence[Any]:
-        result = method(records)
-        if asyncio.iscoroutine(result):
-            result = self.loop.run_until_complete(result)
-        return _materialised(self._router.batch_results(result, len(records)))
-
-    def _async_record_logic(
-        self, method: Callable[..., Any], records: list[Record]
-    ) -> Sequence[Any]:
-        async def all_records() -> list[Any]:
-            return await asyncio.gather(*(method(r) for r in records), return_exceptions=True)
-
-        results = self.loop.run_until_complete(all_records())
-        for result in results:
-            if isinstance(result, Backpressure):
-                raise result
-        return _materialised(results)
-
     # -- control -------------------------------------------------------------
 
     def apply_control(self, record: Record) -> None:
@@ -736,66 +680,6 @@ class Processor:
         value, key, headers = dlq.dead_letter(msg, error)
         self._settle()
         self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)
-
-
-def _record_logic(method: Callable[[Record], Any], records: list[Record]) -> list[Any]:
-    results: list[Any] = []
-    append = results.append
-    for record in records:
-        try:
-            result = method(record)
-            if type(result) is not dict and isinstance(result, Iterator):
-                # run a generator's body now, so its exceptions count as the logic's
-                result = list(result)
-            append(result)
-        except Backpressure:
-            raise
-        except Exception as exc:
-            append(exc)
-    return results
-
-
-def _stateful_record_logic(
-    method: Callable[[Record], Any], records: list[Record], state: StateManager
-) -> list[Any]:
-    """:func:`_record_logic`, where a record whose logic raises leaves no state written
-    (apart from it, so that a stateless streamlet pays nothing per record for this)."""
-    results: list[Any] = []
-    for record in records:
-        state.savepoint()
-        try:
-            result = method(record)
-            if type(result) is not dict and isinstance(result, Iterator):
-                result = list(result)
-            results.append(result)
-        except Backpressure:
-            raise
-        except Exception as exc:
-            state.undo()
-            results.append(exc)
-    return results
-
-
-_PLAIN = {dict, type(None)}
-
-
-def _materialised(results: Sequence[Any]) -> Sequence[Any]:
-    """Results with every iterator (a generator, say) run to a list; one that raises
-    becomes that record's exception, as when ``process`` itself raises."""
-    kinds = set(map(type, results))  # at C speed: the per-record check is per type
-    if kinds <= _PLAIN or not any(issubclass(kind, Iterator) for kind in kinds):
-        return results
-    out: list[Any] = []
-    for result in results:
-        if type(result) is not dict and isinstance(result, Iterator):
-            try:
-                result = list(result)
-            except Backpressure:
-                raise
-            except Exception as exc:
-                result = exc
-        out.append(result)
-    return out
 
 
 def _lineage_of(msg: Message) -> Callable[[], Headers | None]:
