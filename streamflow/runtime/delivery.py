@@ -115,7 +115,7 @@ class Delivery:
     # a batch may wait for more records when the previous one began that recently.
     batch_interval_s = 0.0
     # How long full batches may share one transaction (0: each batch is its own, or
-    # there are no transactions). See ``Processor._holds``.
+    # there are no transactions). See ``Checkpoint.holds``.
     commit_interval_s = 0.0
     # Whether a batch is a transaction: its outputs are shown only once it commits, and
     # an aborted one raises ``transactions.TransactionAborted`` from end_batch for its

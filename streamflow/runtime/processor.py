@@ -14,12 +14,10 @@ the logic is called (its four shapes, poison isolation) is
 :mod:`~streamflow.runtime.invoker`'s; how outputs become records,
 :mod:`~streamflow.runtime.writer`'s.
 
-Under exactly-once a transaction costs the same few broker round trips whatever
-it holds, so full batches (a sign of load) share one for up to the delivery's
-``commit_interval_s`` (see :meth:`Processor._holds`). It commits as soon as a
-batch is not full, the loop finds no input, an output outside the batches is
-written, partitions are revoked or the loop stops; when it aborts, every batch
-in it is rewound and processed again.
+When a batch is final, and in what order its outputs, state and offsets are
+written (under exactly-once, full batches share a transaction), is
+:mod:`~streamflow.runtime.checkpoint`'s; when a transaction aborts, every batch
+in it is rewound here and processed again.
 """
 
 from __future__ import annotations
@@ -29,13 +27,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime import dlq, shutdown
+from streamflow.runtime.checkpoint import Checkpoint, Tally
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
@@ -116,12 +115,14 @@ class Processor:
         self._produced_since_idle = False  # a batch ran since the loop last found no input
         self._revoked: set[tuple[str, int]] = set()  # by a rebalance, during _consume_more
         self._backoff_reason = ""
-        # Exactly-once batches that share one open transaction (None: none is open), how
-        # long they may, and one that aborted inside a rebalance callback: its batches are
-        # rewound once the consume call that ran the callback returns.
-        self._shared: _Shared | None = None
-        self._share_s = delivery.commit_interval_s if state is None else 0.0
-        self._aborted_in_rebalance: tuple[_Shared, TransactionAborted] | None = None
+        self._checkpoint = Checkpoint(
+            delivery=delivery,
+            state=state,
+            batch_size=batch_size,
+            clock=clock,
+            told=self._told,
+            retry=self._read_again,
+        )
         self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
         self._writer = OutputWriter(descriptor, bindings)
         self._logic = Invoker(
@@ -150,12 +151,12 @@ class Processor:
         except shutdown.Overdue:
             # stopping, and Kafka took no more outputs by the deadline: the batch is left
             # unfinished (its offsets never stored, its transaction aborted by the close)
-            self._shared = None
+            self._checkpoint.drop()
             return
         except BaseException:
-            self._shared = None  # the delivery's close aborts it: nothing of it shows
+            self._checkpoint.drop()  # the delivery's close aborts it: nothing of it shows
             raise
-        self._settle()  # what the last batches share is committed, not left to abort
+        self._checkpoint.settle()  # what the last batches share is committed, not left to abort
 
     def start(self) -> None:
         """Join the group: subscribe to the inlets' topics."""
@@ -201,12 +202,8 @@ class Processor:
     def _next_batch(self) -> list[Message]:
         """The next batch, or none when a rebalance aborted the shared transaction."""
         messages = self._gather()
-        aborted = self._aborted_in_rebalance
-        if aborted is not None:
-            # what this call took lies past the rewound batches: it is taken again later
-            self._aborted_in_rebalance = None
-            shared, exc = aborted
-            self._abandon(shared, exc, messages)
+        # what this call took lies past the rewound batches: it is taken again later
+        if self._checkpoint.retry_aborted_in_rebalance(messages):
             return []
         return messages
 
@@ -221,7 +218,7 @@ class Processor:
         size = self.batch_size
         messages = self.consumer.consume(size, 0)
         if not messages:
-            if not self._settle():  # nothing is queued: what the full batches share commits
+            if not self._checkpoint.settle():  # nothing queued: what full batches share commits
                 return messages
             if self._produced_since_idle:
                 # nothing more is coming yet: what the last batch produced goes now
@@ -279,7 +276,7 @@ class Processor:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", _names(partitions))
         self._revoked.update((tp.topic, tp.partition) for tp in partitions)
-        self._settle(in_rebalance=True)  # committed while the partitions are still ours
+        self._checkpoint.settle(in_rebalance=True)  # committed while the partitions are ours
         self.delivery.on_revoke(partitions)
         if self.state is not None:  # after the delivery: what is committed is all written
             self.state.on_revoke(partitions)
@@ -432,88 +429,38 @@ class Processor:
         finally:
             if state is not None:
                 state.writing(False)
-        shared = self._shared
+        checkpoint = self._checkpoint
         try:
             self.health.doing("writing the batch's outputs and committing it")
-            if shared is None:
-                self.delivery.begin_batch()
+            checkpoint.begin()
             produced = self._produce_results(decoded, records, results, dead)
             for msg, _, failure, _ in dead:
                 value, key, headers = dlq.dead_letter(msg, failure)
                 self.delivery.produce(self.bindings.dlq_topic, value, key, headers)
-            if state is not None and state.dirty:
-                # after the outputs, before the offsets: in the batch's transaction, or
-                # acknowledged before the offsets are stored
-                state.flush(self.delivery.produce_to)
-            tally = _Tally(counts, produced, time.perf_counter() - started, len(messages), dead)
-            if self._holds(len(messages), shared):
-                if shared is None:
-                    shared = self._shared = _Shared(self.clock())
-                shared.add(starts, offsets, tally)
-                return
-            if shared is not None:  # this batch ends the transaction the earlier ones share
-                self._shared = None
-                shared.add(starts, offsets, tally)
-                offsets, messages = shared.offsets, []
         except TransactionAborted as aborted:  # from begin_batch: nothing was written
-            self._abandon(shared, aborted, messages)
+            checkpoint.abandon_open(aborted, messages)
             return
-        try:
-            self.delivery.end_batch(offsets)
-        except TransactionAborted as aborted:
-            self._abandon(shared, aborted, messages)
-            return
-        if state is not None:
-            state.commit()
-        for done in shared.tallies if shared is not None else (tally,):
-            self._told(done)
+        n = len(messages)
+        checkpoint.end(
+            messages,
+            starts,
+            offsets,
+            lambda: Tally(counts, produced, time.perf_counter() - started, n, dead),
+        )
 
-    def _holds(self, n: int, shared: _Shared | None) -> bool:
-        """Whether a batch of ``n`` leaves its transaction open for the next batch to share.
-
-        Only full batches do, and only for ``commit_interval_s`` from the first (exactly-once,
-        without state stores: those commit with every batch). A full batch means more is
-        queued, so under load a transaction's round trips are paid once per interval instead
-        of once per batch; when the input is not keeping the loop busy, every batch commits
-        at once and adds no latency.
-        """
-        if not self._share_s or n < self.batch_size:
-            return False
-        return shared is None or self.clock() - shared.since < self._share_s
-
-    def _settle(self, *, in_rebalance: bool = False) -> bool:
-        """Commit the transaction full batches share, if one is open. False when it aborted:
-        its batches are rewound (after the consume call, ``in_rebalance``) and retried."""
-        shared = self._shared
-        if shared is None:
-            return True
-        self._shared = None
-        try:
-            self.delivery.end_batch(shared.offsets)
-        except TransactionAborted as aborted:
-            if in_rebalance:
-                self._aborted_in_rebalance = (shared, aborted)
-            else:
-                self._abandon(shared, aborted, [])
-            return False
-        for done in shared.tallies:
-            self._told(done)
-        return True
-
-    def _abandon(
-        self, shared: _Shared | None, aborted: TransactionAborted, messages: list[Message]
-    ) -> None:
-        """Exactly-once: nothing of the transaction is visible and its offsets did not move,
-        so every batch in it, and ``messages`` after them, is processed again."""
-        retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
-        earlier = shared.starts if shared is not None else None
-        self._back_off(messages, retry, kind="transaction-aborted", earlier=earlier)
-
-    def _told(self, tally: _Tally) -> None:
+    def _told(self, tally: Tally) -> None:
         """A batch is written: its dead letters and counts are told (once, whatever retried)."""
         for msg, inlet, failure, kind in tally.dead:
             self._dead_lettered(msg, inlet, failure, kind)
         self._count(tally.counts, tally.produced, tally.seconds, tally.n)
+
+    def _read_again(
+        self, messages: list[Message], aborted: TransactionAborted, earlier: Offsets | None
+    ) -> None:
+        """A transaction aborted: its batches (from ``earlier``) and ``messages`` are
+        processed again, after the abort's pause."""
+        retry = Backpressure(str(aborted), retry_after=aborted.retry_after)
+        self._back_off(messages, retry, kind="transaction-aborted", earlier=earlier)
 
     def _back_off(
         self,
@@ -664,7 +611,8 @@ class Processor:
         self._export_skipped()
         if result is None:
             return
-        self._settle()  # an output outside the batches is its own transaction: none may be open
+        # an output outside the batches is its own transaction: none may be open
+        self._checkpoint.settle()
         for out in self._writer.records(result, input_key=input_key):
             self._out[out.outlet].inc()
             if out.topic is not None:
@@ -678,7 +626,7 @@ class Processor:
             self.metrics.writer_schemas.dead_letter(inlet, error.writer)
         log.warning("control record rejected: %s", dlq.describe(error))
         value, key, headers = dlq.dead_letter(msg, error)
-        self._settle()
+        self._checkpoint.settle()
         self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)
 
 
@@ -704,34 +652,3 @@ def _where(msg: Message) -> tuple[str, int]:
 
 def _names(partitions: list[TopicPartition]) -> str:
     return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"
-
-
-class _Tally(NamedTuple):
-    """What one batch tells once it is written: its counts, its time and its dead letters."""
-
-    counts: dict[str, int]
-    produced: dict[str, int]
-    seconds: float
-    n: int
-    dead: list[_Dead]
-
-
-class _Shared:
-    """Full exactly-once batches sharing one open transaction (see ``Processor._holds``)."""
-
-    __slots__ = ("offsets", "since", "starts", "tallies")
-
-    def __init__(self, since: float) -> None:
-        self.since = since  # when the first batch was held (the processor's clock)
-        self.offsets: Offsets = {}  # each partition's next offset, the latest batch's
-        # Each partition's first offset in the transaction: where an abort rewinds to. Only
-        # offsets are kept, not the messages: a transaction holds 10,000 records and more,
-        # and their messages would keep librdkafka's fetch buffers alive until it commits.
-        self.starts: Offsets = {}
-        self.tallies: list[_Tally] = []
-
-    def add(self, starts: Offsets, offsets: Offsets, tally: _Tally) -> None:
-        for where, offset in starts.items():
-            self.starts.setdefault(where, offset)
-        self.offsets.update(offsets)
-        self.tallies.append(tally)

@@ -2,7 +2,7 @@
 
 Consumers downstream read ``read_committed``, so they see a batch's outputs only if
 its offsets moved with them. Under load, full batches share one transaction for up
-to ``commit_interval_s`` (the processor decides, see ``Processor._holds``). The
+to ``commit_interval_s`` (the checkpoint decides, see ``Checkpoint.holds``). The
 interface, and at-least-once, are in :mod:`streamflow.runtime.delivery`.
 """
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from streamflow.runtime.checkpoint import Checkpoint
 from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
 from streamflow.runtime.processor import Processor
 
@@ -47,6 +48,8 @@ class FakeConsumer:
 
 
 class FakeDelivery:
+    commit_interval_s = 0.0
+
     def __init__(self, interval: float) -> None:
         self.batch_interval_s = interval
 
@@ -59,7 +62,14 @@ def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) ->
     processor.batch_size, processor.batch_timeout = size, 0.1
     processor._last_batch, processor._produced_since_idle = 0.0, False
     processor._revoked = set()
-    processor._shared = processor._aborted_in_rebalance = None
+    processor._checkpoint = Checkpoint(
+        delivery=processor.delivery,
+        state=None,
+        batch_size=size,
+        clock=time.monotonic,
+        told=lambda tally: None,
+        retry=lambda messages, aborted, earlier: None,
+    )
     return processor
 
 
