@@ -1,23 +1,24 @@
 """The consume → decode → logic → encode → produce loop of a replica with inlets.
 
 One turn of the loop is one batch, and the batch is the unit of everything
-else. A batch is what is queued when the turn starts, up to ``batch_size``
-records (see :meth:`Processor._next_batch`): one record when the pipeline is
-idle, so it adds no wait, and full batches under load, because records queue
-up while the previous batch is processed. Control records are applied before
-a batch, never inside it. The logic sees only records that decoded; a record
-that does not decode, or whose logic raises, or whose outputs do not encode,
-goes to the dead-letter topic with the error, and the rest of the batch
-carries on. Offsets advance only through the
-:mod:`~streamflow.runtime.delivery` strategy, after the outputs are safe. How
-the logic is called (its four shapes, poison isolation) is
-:mod:`~streamflow.runtime.invoker`'s; how outputs become records,
-:mod:`~streamflow.runtime.writer`'s.
+else. Control records are applied before a batch, never inside it. The logic
+sees only records that decoded; a record that does not decode, or whose logic
+raises, or whose outputs do not encode, goes to the dead-letter topic with the
+error, and the rest of the batch carries on. A batch's decoded size is bounded
+(``decode_limits.max_batch_bytes``): past it the batch is cut, and the rest is
+read again next turn.
 
-When a batch is final, and in what order its outputs, state and offsets are
-written (under exactly-once, full batches share a transaction), is
-:mod:`~streamflow.runtime.checkpoint`'s; when a transaction aborts, every batch
-in it is rewound here and processed again.
+The processor decodes and sorts; the other jobs are each a module's:
+
+- :mod:`~streamflow.runtime.intake`: the consumer group, taking batches, the
+  gate that holds data back, rewinds;
+- :mod:`~streamflow.runtime.invoker`: calling the logic in its four shapes,
+  isolating poison records;
+- :mod:`~streamflow.runtime.writer`: outputs as records (topic, value, key,
+  headers);
+- :mod:`~streamflow.runtime.checkpoint`: when a batch is final, in what order its
+  outputs, state and offsets are written, and the exactly-once transaction full
+  batches share. Offsets advance only there, after the outputs are safe.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Record, Streamlet
@@ -38,6 +39,7 @@ from streamflow.runtime.checkpoint import Checkpoint, Tally
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.health import HealthState
+from streamflow.runtime.intake import Intake
 from streamflow.runtime.invoker import Invoker
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
@@ -100,21 +102,11 @@ class Processor:
         self.control = control
         self.loop = loop
         self.stop = stop
-        self.batch_size = batch_size
-        self.batch_timeout = batch_timeout
         self.clock = clock
         self.on_dead_letter = on_dead_letter
         self.state = state
         self.lineage = lineage
-        self._accepting = True
-        self._pending_pause = False
         self._skipped_exported: dict[str, int] = {}
-        self._assigned_once = False
-        self._backoff_until = 0.0
-        self._last_batch = 0.0  # when the latest batch was taken (time.monotonic)
-        self._produced_since_idle = False  # a batch ran since the loop last found no input
-        self._revoked: set[tuple[str, int]] = set()  # by a rebalance, during _consume_more
-        self._backoff_reason = ""
         self._checkpoint = Checkpoint(
             delivery=delivery,
             state=state,
@@ -122,6 +114,19 @@ class Processor:
             clock=clock,
             told=self._told,
             retry=self._read_again,
+        )
+        self.intake = Intake(
+            streamlet=streamlet,
+            bindings=bindings,
+            consumer=consumer,
+            delivery=delivery,
+            checkpoint=self._checkpoint,
+            metrics=metrics,
+            health=health,
+            state=state,
+            batch_size=batch_size,
+            batch_timeout=batch_timeout,
+            clock=clock,
         )
         self._logic_step = f"the streamlet's {descriptor.logic.value}"  # where a stall is named
         self._writer = OutputWriter(descriptor, bindings)
@@ -160,12 +165,7 @@ class Processor:
 
     def start(self) -> None:
         """Join the group: subscribe to the inlets' topics."""
-        self.consumer.subscribe(
-            list(self.bindings.inlets_by_topic),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
+        self.intake.start()
 
     def turn(self) -> int:
         """One turn of the loop: control, the between-batches hook, then at most one batch.
@@ -179,173 +179,26 @@ class Processor:
         if self.control is not None:
             self.control.poll(apply=self.apply_control, reject=self.reject_control)
         self.between_batches()
-        self._gate()
-        messages = self._next_batch()
+        intake = self.intake
+        intake.gate()
+        messages = intake.next_batch()
         self.delivery.poll()
-        if not self._accepting:
+        if not intake.accepting:
             health.progressed()  # waiting on the streamlet (a model) or a dependency, not stuck
             if messages:
-                self._rewind(messages)
+                intake.rewind(messages)
             return 0
         if not messages:
             return 0
         health.progressed()
         self.process_batch(messages)
-        self._produced_since_idle = True
+        intake.produced()
         return len(messages)
 
     def between_batches(self) -> None:
         """Run the streamlet's between-batches hook (a model swap, say) and write its outputs."""
         self.health.doing("the streamlet's between_batches")
         self._side_outputs(self.streamlet.between_batches(), input_key=None)
-
-    def _next_batch(self) -> list[Message]:
-        """The next batch, or none when a rebalance aborted the shared transaction."""
-        messages = self._gather()
-        # what this call took lies past the rewound batches: it is taken again later
-        if self._checkpoint.retry_aborted_in_rebalance(messages):
-            return []
-        return messages
-
-    def _gather(self) -> list[Message]:
-        """What is queued now; when nothing is, wait for the first record and take it
-        with whatever arrived alongside it. ``batch_timeout`` is the longest wait.
-
-        librdkafka's ``consume(n, timeout)`` returns only once it holds ``n`` records or
-        the timeout has passed, so asking for a full batch at a low rate added up to the
-        whole timeout to every record's latency (p50 38 ms at 10% of the maximum rate).
-        """
-        size = self.batch_size
-        messages = self.consumer.consume(size, 0)
-        if not messages:
-            if not self._checkpoint.settle():  # nothing queued: what full batches share commits
-                return messages
-            if self._produced_since_idle:
-                # nothing more is coming yet: what the last batch produced goes now
-                self._produced_since_idle = False
-                self.delivery.idle()
-            messages = self.consumer.consume(1, self.batch_timeout)
-            if not messages:
-                return messages
-            if size > 1:
-                messages = self._consume_more(messages, size - 1, 0)
-        # A guarantee with a cost per batch (a transaction) spaces batches that are not
-        # full; under load they are full, and after a pause the first one goes at once.
-        interval = self.delivery.batch_interval_s
-        if interval and len(messages) < size:
-            wait = self._last_batch + interval - time.monotonic()
-            if wait > 0:
-                messages = self._consume_more(messages, size - len(messages), wait)
-        self._last_batch = time.monotonic()
-        return messages
-
-    def _consume_more(self, taken: list[Message], more: int, timeout: float) -> list[Message]:
-        """``taken`` and up to ``more`` records, less those of ``taken`` whose partition a
-        rebalance revoked during this call.
-
-        librdkafka drops a revoked partition's records only within one ``consume``; the
-        ones this batch took in an earlier call belong to the partition's new owner now,
-        which starts from the committed offset. Processed here too, they were written
-        twice, and under exactly-once their offsets committed by a replica that no
-        longer owned them.
-        """
-        self._revoked.clear()
-        fresh = self.consumer.consume(more, timeout)
-        if self._revoked:
-            revoked = self._revoked
-            taken = [m for m in taken if m.error() is not None or _where(m) not in revoked]
-        return taken + fresh
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._assigned_once = True
-        log.info("assigned %s", _names(partitions))
-        self.delivery.on_assign(partitions)
-        self.metrics.own_partitions([(tp.topic, tp.partition) for tp in partitions])
-        if self.state is not None:  # before consume returns any record of them
-            self.state.on_assign(partitions)
-        if partitions:
-            # librdkafka keeps a partition's pause through a cooperative revoke and a
-            # later assignment: one taken while the streamlet held data back would come
-            # back paused, and never be read again. Each starts as the gate wants it.
-            if self._accepting:
-                consumer.resume(partitions)
-            else:
-                self._pending_pause = True
-        self._update_ready()
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("revoked %s", _names(partitions))
-        self._revoked.update((tp.topic, tp.partition) for tp in partitions)
-        self._checkpoint.settle(in_rebalance=True)  # committed while the partitions are ours
-        self.delivery.on_revoke(partitions)
-        if self.state is not None:  # after the delivery: what is committed is all written
-            self.state.on_revoke(partitions)
-        self.metrics.forget_partitions([(tp.topic, tp.partition) for tp in partitions])
-
-    def _gate(self) -> None:
-        """Hold data while the streamlet cannot take it (e.g. no model loaded yet)."""
-        accepting = self.streamlet.accepts_data() and self.clock() >= self._backoff_until
-        if accepting != self._accepting or self._pending_pause:
-            self._pending_pause = False
-            assignment = self.consumer.assignment()
-            if accepting:
-                self.consumer.resume(assignment)
-            elif assignment:
-                self.consumer.pause(assignment)
-            self._accepting = accepting
-            self._update_ready()
-
-    def _rewind(self, messages: list[Message], earlier: Offsets | None = None) -> None:
-        """Seek each partition back to its first record in ``messages`` (in offset order),
-        or to its offset in ``earlier`` (batches before them), where it has one."""
-        first: Offsets = dict(earlier) if earlier else {}
-        for msg in messages:
-            if msg.error() is None:
-                first.setdefault(_where(msg), cast(int, msg.offset()))
-        for (topic, partition), offset in first.items():
-            try:
-                self.consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # revoked meanwhile (a rebalance aborted the transaction, say): its new
-                # owner starts from the committed offset, which this batch never moved
-                log.info("not rewinding %s[%d]: %s", topic, partition, exc.args[0].str())
-        self._pending_pause = True
-
-    def _cut(
-        self, messages: list[Message], at: Message, run: int, starts: Offsets
-    ) -> tuple[list[Message], int, Message]:
-        """End the batch before ``at``: the records from it on are read again next batch.
-
-        Returns the batch's messages, and the current run's length and last message
-        without ``at`` (its partition's offset then stops before it).
-        """
-        index = next(i for i, m in enumerate(messages) if m is at)
-        rest, kept = messages[index:], messages[:index]
-        self._rewind(rest)
-        where = _where(at)
-        if run == 1 and starts.get(where) == at.offset():
-            del starts[where]  # the run was this record alone: nothing of it is in the batch
-        before = next((m for m in reversed(kept) if m.error() is None), at)
-        log.info(
-            "a batch of %d records cut after %d: what it decodes to reached %d bytes "
-            "(decode_limits.max_batch_bytes)",
-            len(messages),
-            len(kept),
-            self.bindings.max_batch_bytes,
-        )
-        return kept, run - 1, before
-
-    def _update_ready(self) -> None:
-        reasons = []
-        if not self._assigned_once:
-            reasons.append("waiting for a partition assignment")
-        if not self._accepting:
-            reasons.append(
-                f"backing off: {self._backoff_reason}"
-                if self.clock() < self._backoff_until
-                else "the streamlet is not accepting data yet (e.g. no model loaded)"
-            )
-        self.health.set_ready(not reasons, reasons)
 
     # -- one batch -----------------------------------------------------------
 
@@ -409,7 +262,7 @@ class Processor:
             held += codec.last_size  # type: ignore[union-attr]
             if held > budget and records:
                 # the rest waits for the next batch, this record with it
-                messages, run, last = self._cut(messages, msg, run, starts)
+                messages, run, last = self.intake.cut(messages, msg, run, starts)
                 break
             keep(consumed(msg, value, inlet, topic, partition))
             keep_message(msg)
@@ -474,9 +327,7 @@ class Processor:
         from): nothing of it was written, nothing is committed."""
         if self.state is not None:
             self.state.rollback()  # the retry starts from the state the batch started from
-        self._rewind(messages, earlier)
-        self._backoff_until = self.clock() + exc.retry_after
-        self._backoff_reason = str(exc)
+        self.intake.back_off(messages, exc.retry_after, str(exc), earlier)
         self.metrics.port(self.metrics.errors, "*", kind=kind).inc()
         log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
 
@@ -550,12 +401,12 @@ class Processor:
     @property
     def backing_off(self) -> str | None:
         """Why the streamlet's data is held after a ``Backpressure``, or None."""
-        return self._backoff_reason if self.clock() < self._backoff_until else None
+        return self.intake.backing_off
 
     @property
     def backoff_until(self) -> float:
         """When (on ``clock``) a batch that backed off is tried again."""
-        return self._backoff_until
+        return self.intake.backoff_until
 
     def _dead_lettered(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
         """Tell of a dead letter the batch wrote: the hook, the metrics, the log."""
@@ -644,11 +495,3 @@ def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletB
     if port.keyed:
         return None
     return bindings.outlets[port.name]
-
-
-def _where(msg: Message) -> tuple[str, int]:
-    return cast(str, msg.topic()), cast(int, msg.partition())
-
-
-def _names(partitions: list[TopicPartition]) -> str:
-    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

@@ -10,13 +10,17 @@ producer and the delivery strategy; the broker tests cover the real ones.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
+from streamflow.api.streamlet import Streamlet
 from streamflow.runtime.checkpoint import Checkpoint
 from streamflow.runtime.delivery import AtLeastOnce, FailedOutputs
-from streamflow.runtime.processor import Processor
+from streamflow.runtime.health import HealthState
+from streamflow.runtime.intake import Intake
+from streamflow.runtime.metrics import Metrics
+from streamflow.runtime.ports import Bindings
 
 
 class FakeConsumer:
@@ -54,40 +58,47 @@ class FakeDelivery:
         self.batch_interval_s = interval
 
 
-def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) -> Processor:
-    """Only what ``_next_batch`` reads of a processor."""
-    processor = Processor.__new__(Processor)
-    processor.consumer = consumer  # type: ignore[assignment]
-    processor.delivery = FakeDelivery(interval)  # type: ignore[assignment]
-    processor.batch_size, processor.batch_timeout = size, 0.1
-    processor._last_batch, processor._produced_since_idle = 0.0, False
-    processor._revoked = set()
-    processor._checkpoint = Checkpoint(
-        delivery=processor.delivery,
+def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) -> Intake:
+    """An intake over a fake consumer: only what ``next_batch`` reads."""
+    delivery: Any = FakeDelivery(interval)
+    checkpoint = Checkpoint(
+        delivery=delivery,
         state=None,
         batch_size=size,
         clock=time.monotonic,
         told=lambda tally: None,
         retry=lambda messages, aborted, earlier: None,
     )
-    return processor
+    return Intake(
+        streamlet=cast(Streamlet, None),
+        bindings=cast(Bindings, None),
+        consumer=cast(Consumer, consumer),
+        delivery=delivery,
+        checkpoint=checkpoint,
+        metrics=cast(Metrics, None),
+        health=cast(HealthState, None),
+        state=None,
+        batch_size=size,
+        batch_timeout=0.1,
+        clock=time.monotonic,
+    )
 
 
 def test_a_backlog_is_taken_without_waiting() -> None:
     consumer = FakeConsumer(queued=1200)
-    assert len(_taker(consumer)._next_batch()) == 500
+    assert len(_taker(consumer).next_batch()) == 500
     assert consumer.calls == [(500, 0)]
 
 
 def test_an_idle_pipeline_waits_for_one_record_then_drains() -> None:
     consumer = FakeConsumer(arrivals=3)
-    assert len(_taker(consumer)._next_batch()) == 3
+    assert len(_taker(consumer).next_batch()) == 3
     assert consumer.calls == [(500, 0), (1, 0.1), (499, 0)]
 
 
 def test_nothing_arriving_waits_batch_timeout_once() -> None:
     consumer = FakeConsumer()
-    assert _taker(consumer)._next_batch() == []
+    assert _taker(consumer).next_batch() == []
     assert consumer.calls == [(500, 0), (1, 0.1)]
 
 
@@ -95,7 +106,7 @@ def test_exactly_once_spaces_batches_that_are_not_full() -> None:
     consumer = FakeConsumer(queued=10)
     taker = _taker(consumer, interval=0.05)
     taker._last_batch = time.monotonic()  # a batch began just now
-    taker._next_batch()
+    taker.next_batch()
     (_, first), (n, wait) = consumer.calls
     assert first == 0 and n == 490 and 0 < wait <= 0.05
 
@@ -104,7 +115,7 @@ def test_exactly_once_after_a_pause_takes_the_first_record_at_once() -> None:
     consumer = FakeConsumer(queued=1)
     taker = _taker(consumer, interval=0.05)
     taker._last_batch = time.monotonic() - 1.0
-    assert len(taker._next_batch()) == 1
+    assert len(taker.next_batch()) == 1
     assert consumer.calls == [(500, 0)]
 
 

@@ -74,6 +74,7 @@ def _start(
     broker: MemoryBroker | None = None,
     streamlet: Streamlet | None = None,
     exactly_once: bool = False,
+    batch_size: int = 100,
 ) -> Rig:
     return memory_support.rig(
         streamlet or Counter(),
@@ -81,6 +82,7 @@ def _start(
         broker=broker,
         state_dir=state_dir,
         exactly_once=exactly_once,
+        batch_size=batch_size,
     )
 
 
@@ -357,8 +359,7 @@ def test_under_exactly_once_batches_of_a_stateful_streamlet_never_share_a_transa
 ) -> None:
     """Its stores commit with each batch, so each full batch commits its own transaction
     (a stateless one lets full batches share one, test_processor_units.py)."""
-    rig = _start(loop, tmp_path, exactly_once=True)
-    rig.processor.batch_size = 2
+    rig = _start(loop, tmp_path, exactly_once=True, batch_size=2)
     rig.write(*({"id": f"k{i}"} for i in range(4)))
     assert rig.processor.turn() == 2
     assert rig.producer.transactions == {"committed": 1, "aborted": 0}
