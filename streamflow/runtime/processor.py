@@ -102,7 +102,6 @@ class Processor:
         self.control = control
         self.loop = loop
         self.stop = stop
-        self.clock = clock
         self.on_dead_letter = on_dead_letter
         self.state = state
         self.lineage = lineage

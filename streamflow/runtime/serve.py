@@ -51,7 +51,6 @@ class KafkaEmitter:
     ) -> None:
         self._producer = producer
         self._writer = OutputWriter(descriptor, bindings)
-        self._bindings = bindings
         self._loop = loop
         self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
         self._waiting: set[asyncio.Future[None]] = set()  # emits Kafka has not answered

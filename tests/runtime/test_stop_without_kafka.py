@@ -160,6 +160,15 @@ KINDS = {
 }
 
 
+def _last_lines(running: support.Replicas, replica: ReplicaProcess) -> None:
+    """Give the reader of a replica that has exited up to 5 s to take its last line."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not any(
+        message(line).startswith("stopped: ") for line in lines_of(running, replica)
+    ):
+        time.sleep(0.1)  # a polling interval, not a synchronisation
+
+
 @pytest.mark.parametrize("name", list(KINDS))
 def test_sigterm_with_the_broker_gone_ends_the_replica_within_its_bound(
     kafka_broker: devkit.KafkaBroker, tmp_path: Path, name: str
@@ -184,6 +193,8 @@ def test_sigterm_with_the_broker_gone_ends_the_replica_within_its_bound(
         took = time.monotonic() - started
         assert replica.process is not None
         code = replica.process.returncode
+        if code != 0:  # its last lines first: the stop watch's report says where its loop was
+            _last_lines(running, replica)
         assert code == 0, (
             f"the replica {'was killed' if code == -signal.SIGKILL else f'exited {code}'} "
             f"{took:.1f}s after SIGTERM (its bound: {BOUND_S:g}s)\n{running.log()}"
