@@ -28,6 +28,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamflow import devkit
+from streamflow.operator.local.logfiles import last_lines
 from streamflow.schema import SchemaStore, SingleObjectCodec
 from streamflow.streamlets.io import Synthesiser
 from tests import stopping
@@ -163,6 +164,15 @@ class Project:
             text=True,
             timeout=timeout,
             check=False,
+        )
+
+    def files_to_explain_a_stall(self) -> str:
+        """The replicas' own log files and an embedded broker's log, each's last lines."""
+        files = sorted((self.home / "apps" / self.app / "logs").glob("*.log"))
+        files += sorted(self.tmp.glob("streamflow-kafka-*/broker.log"))
+        return "".join(
+            f"\n--- the last lines of {path.name}:\n" + "\n".join(last_lines(path, 40))
+            for path in files
         )
 
     def replica_pids(self) -> list[int]:
@@ -328,7 +338,7 @@ def run_until_written_then_ctrl_c(
             what=f"{project.count} records in the file",
             timeout=40,
             gave_up=exited(process, "streamflow"),
-            explain=log.read_text,
+            explain=lambda: log.read_text() + project.files_to_explain_a_stall(),
         )
         pids = project.replica_pids()
         assert len(pids) == 3 and all(alive(pid, "streamlet") for pid in pids)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
-from streamflow.operator.local import locks, logfiles, private, store
+from streamflow.operator.local import locks, logfiles, private, processes, store
+from tests.waiting import wait_until
 
 
 class LogFiles:
@@ -125,6 +127,52 @@ def test_follow_reads_the_lines_written_before_the_stop(tmp_path: Path) -> None:
         logfiles.follow(lambda: logfiles.replica_logs(tmp_path, "s"), wait=stop_after_the_last_line)
     )
     assert seen == [("s-0", "stopped cleanly")]
+
+
+_WRITES_ITS_LOG = """
+import sys, time
+with open(sys.argv[sys.argv.index("--log-file") + 1], "a") as log:
+    print("first line", file=log, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_replicas_first_lines_are_echoed_however_late_the_follower_first_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`streamflow run` showed none of a replica's lines written before its log follower's
+    first round (a thread starved in a loaded CI run): every file that existed by then
+    was read from its end, as if its lines were an adopted replica's past."""
+    logs = tmp_path / "logs"
+    follow = logfiles.follow
+
+    def late_follow(discover: Callable[[], dict[str, Path]], **kwargs: Any) -> Iterator[Any]:
+        wait_until(
+            lambda: (logs / "s-0.log").exists() and (logs / "s-0.log").stat().st_size > 0,
+            what="the replica's first line in its file",
+            timeout=30,
+        )
+        return follow(discover, **kwargs)
+
+    monkeypatch.setattr(processes.logfiles, "follow", late_follow)
+    echoed: list[tuple[str, str]] = []
+    group = processes.ProcessGroup(
+        on_line=lambda replica, line: echoed.append((replica.name, line)),
+        log_dir=logs,
+        liveness_every=3600,
+    )
+    try:
+        group.add(
+            processes.ReplicaProcess(
+                streamlet="s",
+                replica=0,
+                health_port=0,
+                command=[sys.executable, "-c", _WRITES_ITS_LOG, "--health-port", "0"],
+            )
+        )
+        wait_until(lambda: ("s-0", "first line") in echoed, what="the first line", timeout=30)
+    finally:
+        group.stop(timeout=10)
 
 
 def test_json_is_written_atomically_and_digested_by_content(tmp_path: Path) -> None:

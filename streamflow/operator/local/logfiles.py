@@ -48,14 +48,17 @@ def follow(
     *,
     wait: Callable[[float], bool],
     start_at_end: bool = True,
+    start_of: Callable[[str], tuple[int, int] | None] = lambda _replica: None,
     interval: float = 0.25,
 ) -> Iterator[tuple[str, str]]:
     """``(replica, line)`` as lines are appended, until ``wait(interval)`` returns True;
     then one round more, for what was written before the stop (a replica's last lines).
 
     ``discover`` is asked each round for the current files, so replicas added
-    by a scale-up are picked up; files that exist at the start are read from
-    their end when ``start_at_end`` (their past was shown already).
+    by a scale-up are picked up. Where a replica's file is first read from is
+    ``start_of(replica)`` (an inode and offset noted before the replica could
+    write) when it knows; else its end, for files that exist at the start when
+    ``start_at_end`` (their past was shown already), and its beginning otherwise.
     """
     positions: dict[str, tuple[int, int]] = {}  # replica -> (inode, offset)
     first = True
@@ -66,7 +69,7 @@ def follow(
                 stat = path.stat()
             except FileNotFoundError:
                 continue
-            inode, offset = positions.get(replica, (stat.st_ino, -1))
+            inode, offset = positions.get(replica) or start_of(replica) or (stat.st_ino, -1)
             if offset < 0:
                 offset = stat.st_size if first and start_at_end else 0
             if inode != stat.st_ino or stat.st_size < offset:

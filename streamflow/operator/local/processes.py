@@ -212,6 +212,9 @@ class ProcessGroup:
         self.log_dir = log_dir
         self._log_max_bytes = log_max_bytes
         self._followed: dict[str, ReplicaProcess] = {}  # every replica whose file is echoed
+        # where echoing each file begins: its end when the replica was added, so lines
+        # written before the follower first looks are not taken for old ones
+        self._follow_from: dict[str, tuple[int, int]] = {}
         self._follower: threading.Thread | None = None
         self._on_event = on_event or (lambda message: log.info(message))
         self._lock = threading.Lock()
@@ -232,6 +235,7 @@ class ProcessGroup:
                 self._prober.start()
             if self.log_dir is not None and self._on_line is not None:
                 self._followed[replica.name] = replica
+                self._follow_from.setdefault(replica.name, _end_of(self.log_file(replica.name)))
                 if self._follower is None:
                     self._follower = threading.Thread(
                         target=self._follow, name="log-follower", daemon=True
@@ -316,7 +320,11 @@ class ProcessGroup:
             with self._lock:
                 return {name: log_dir / f"{name}.log" for name in self._followed}
 
-        for name, line in logfiles.follow(discover, wait=self._prober_stop.wait):
+        def start_of(name: str) -> tuple[int, int] | None:
+            with self._lock:
+                return self._follow_from.get(name)
+
+        for name, line in logfiles.follow(discover, wait=self._prober_stop.wait, start_of=start_of):
             replica = self._followed.get(name)
             if replica is not None:
                 self._on_line(replica, line)
@@ -426,6 +434,16 @@ def _terminate(replicas: list[ReplicaProcess], timeout: float) -> None:
             log.warning("%s did not stop in %.0fs; killing it", replica.name, timeout)
             replica.process.kill()
             replica.process.wait()
+
+
+def _end_of(path: Path | None) -> tuple[int, int]:
+    """A file's inode and size; inode 0 (no file's) while it does not exist, so the file
+    that appears is read from its start."""
+    try:
+        stat = path.stat() if path is not None else None
+    except FileNotFoundError:
+        stat = None
+    return (stat.st_ino, stat.st_size) if stat is not None else (0, 0)
 
 
 def _describe_exit(code: int) -> str:
