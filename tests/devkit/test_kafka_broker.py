@@ -123,6 +123,39 @@ def test_stop_is_idempotent_and_removes_the_work_dir() -> None:
     assert not work_dir.exists()
 
 
+def _maps(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` mapped into its memory."""
+    return str(path) in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_brokers_start_from_a_class_archive_that_the_first_clean_stop_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JVM killed while it writes its archive leaves none (nor a part of one); the next
+    broker to stop by itself leaves a whole one, which every later broker maps."""
+    lib = devkit.find_kafka_lib()  # before the cache moves
+    monkeypatch.setenv("STREAMFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    archives = tmp_path / "cache" / "jvm"
+    broker = KafkaBroker(lib_dir=lib)
+    try:
+        broker.start()
+        broker.kill()
+        assert list(archives.iterdir()) == []
+        broker.start()  # records again: there is still no archive
+        broker.stop()
+        [archive] = archives.iterdir()
+        assert archive.suffix == ".jsa" and archive.stat().st_size > 1_000_000
+
+        broker = KafkaBroker(lib_dir=lib)
+        broker.start()
+        assert broker._process is not None and _maps(broker._process.pid, archive)
+        devkit.create_topic(bootstrap_servers=broker.bootstrap_servers, name="t")
+        produce(broker.bootstrap_servers, "t", [b"works"])
+    finally:
+        broker.stop()
+    assert list(archives.iterdir()) == [archive]
+
+
 def test_a_missing_lib_dir_says_how_to_fetch_the_jars(tmp_path: Path) -> None:
     with pytest.raises(DevkitError, match="tools/fetch-kafka") as error:
         KafkaBroker(lib_dir=tmp_path / "nowhere").start()
