@@ -20,12 +20,14 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 import fastavro
 import fastavro.schema
-import httpx
+
+if TYPE_CHECKING:
+    import httpx
 
 from streamflow.schema import registry as registry_schema
 from streamflow.schema.registry import (
@@ -200,6 +202,8 @@ class ConfluentRegistry:
         body: dict[str, Any] = {"schema": text}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type
+        import httpx  # on first use: most replicas never ask a registry
+
         try:
             answer = httpx.post(
                 f"{self.url}/compatibility/subjects/{quote(subject, safe='')}/versions/latest",
@@ -228,6 +232,8 @@ class ConfluentRegistry:
         when asked ``defaultToGlobal``; a registry that knows no such subject
         (Apicurio, before the first version) answers not-found: the global one applies.
         """
+        import httpx  # on first use: most replicas never ask a registry
+
         quoted = quote(subject, safe="")
         for path, params in ((f"config/{quoted}", {"defaultToGlobal": "true"}), ("config", {})):
             what = f"the compatibility level of {subject}"

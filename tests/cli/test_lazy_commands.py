@@ -70,3 +70,27 @@ def test_help_lists_every_command_and_a_typo_gets_a_suggestion() -> None:
     typo = runner.invoke(app, ["stauts", "x"], env={"COLUMNS": "200"})
     assert typo.exit_code == 2
     assert "No such command 'stauts'. Did you mean 'status'?" in typo.output
+
+
+_LIBRARIES_LOADED = """
+import json, sys
+import streamflow.cli.main, streamflow.cli.streamlet_cmds, streamflow.runtime.replica
+from streamflow.streamlets.io import FileEgress, Generator
+from streamflow.runtime.state import codec
+codec.decode(codec.encode({"count": (1, 2.0)}))
+print(json.dumps(sorted(m for m in ("numpy", "httpx", "uvicorn") if m in sys.modules)))
+"""
+
+
+def test_a_replica_that_needs_no_arrays_registry_or_http_server_imports_none() -> None:
+    """Each is a tenth of a second of every replica's start (0.47 -> 0.27 CPU s for the
+    imports of a generator, a processor or a file sink): imported where first used."""
+    result = subprocess.run(
+        [sys.executable, "-c", _LIBRARIES_LOADED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

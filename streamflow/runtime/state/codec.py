@@ -12,10 +12,13 @@ array's type and shape before numpy sees them.
 from __future__ import annotations
 
 import re
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import msgpack
-import numpy as np
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from streamflow.runtime.state import bounds
 
@@ -57,13 +60,16 @@ def _extension(value: Any) -> Any:
     """What msgpack cannot pack as it is (``strict_types``: subclasses come here too)."""
     if isinstance(value, tuple):
         return msgpack.ExtType(_TUPLE, _pack(list(value)))
-    if isinstance(value, np.ndarray):
+    # numpy is imported where arrays are made: until then no value is one (a replica
+    # that keeps none never pays for importing it)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
         if value.dtype.kind in "biufc":
             body = [value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes()]
             return msgpack.ExtType(_ARRAY, _pack(body))
         if value.dtype.kind in "OU":
             return msgpack.ExtType(_OBJECTS, _pack([list(value.shape), value.ravel().tolist()]))
-    if isinstance(value, np.generic):
+    if np is not None and isinstance(value, np.generic):
         return value.item()  # a numpy scalar: the Python number, string or bool it holds
     bases: tuple[Any, ...] = (bool, int, float, str, bytes, list, dict)
     for base in bases:
@@ -89,6 +95,8 @@ def _array(body: list[Any]) -> np.ndarray:
     kind, shape, buffer = body
     if not _NUMERIC.fullmatch(kind):
         raise ValueError(f"an array of type {kind[:20]!r}")
+    import numpy as np
+
     dtype = np.dtype(kind)
     if _size(shape) * dtype.itemsize != len(buffer):
         raise ValueError(f"an array whose shape {shape} does not fit its {len(buffer):,} bytes")
@@ -101,6 +109,8 @@ def _objects(body: list[Any]) -> np.ndarray:
     shape, items = body
     if _size(shape) != len(items):
         raise ValueError(f"an array whose shape {shape} does not fit its {len(items):,} items")
+    import numpy as np
+
     out = np.empty(len(items), dtype=object)
     for index, item in enumerate(items):  # one by one: numpy would unpack a tuple item
         out[index] = item

@@ -38,11 +38,15 @@ The streamlets
 * :class:`ConsoleEgress`: records printed as JSON.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from streamflow.streamlets.io.console import ConsoleEgress
 from streamflow.streamlets.io.files import FileEgress, FileIngress
 from streamflow.streamlets.io.generator import Generator
-from streamflow.streamlets.io.http import HttpIngress
 from streamflow.streamlets.io.synth import Synthesiser
+
+if TYPE_CHECKING:
+    from streamflow.streamlets.io.http import HttpIngress
 
 __all__ = [
     "ConsoleEgress",
@@ -52,3 +56,13 @@ __all__ = [
     "HttpIngress",
     "Synthesiser",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``HttpIngress`` on first use: its server (uvicorn) is a tenth of a second of
+    every replica's start that imports this package only for a file or a generator."""
+    if name == "HttpIngress":
+        from streamflow.streamlets.io.http import HttpIngress
+
+        return HttpIngress
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
