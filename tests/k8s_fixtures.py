@@ -1,4 +1,5 @@
-"""Kubernetes fixtures: one kwok cluster per test session, kubectl against it, and a real node.
+"""Kubernetes fixtures: one kwok cluster per test session (up while the group of the
+tests that use it runs), kubectl against it, and a real node.
 
 Load with `pytest_plugins = ["tests.k8s_fixtures"]` in the root conftest (or
 `from tests.k8s_fixtures import *`). The cluster starts on first use only, so a
@@ -19,6 +20,7 @@ from typing import Protocol
 import pytest
 
 from streamflow import devkit
+from tests import tiers
 
 __all__ = ["Kubectl", "kube_cluster", "kubectl", "real_node"]
 
@@ -27,10 +29,25 @@ class Kubectl(Protocol):
     def __call__(self, *args: str, input: str | None = None, timeout: float = 60.0) -> str: ...
 
 
+_clusters: list[devkit.KubeCluster] = []  # this session's, to stop with the kube group
+
+
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[devkit.KubeCluster]:
-    """The session's running cluster; `.kubeconfig` is its admin kubeconfig."""
+    """The session's running cluster; `.kubeconfig` is its admin kubeconfig.
+
+    Its users are all in the group `kube` (tests/tiers.py), whose tests run one after
+    another on one worker, so it is stopped when that group is done rather than at the
+    session's end; a test that asks for it after that starts it again.
+    """
     cluster = devkit.KubeCluster()
+    _start(cluster)
+    _clusters.append(cluster)
+    yield cluster
+    cluster.stop()
+
+
+def _start(cluster: devkit.KubeCluster) -> None:
     failure: str | None = None
     try:
         cluster.start()
@@ -38,8 +55,24 @@ def kube_cluster() -> Iterator[devkit.KubeCluster]:
         failure = str(error)
     if failure is not None:  # outside `except`, so pytest shows the message once
         pytest.fail(failure, pytrace=False)
-    yield cluster
-    cluster.stop()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "kube_cluster" in getattr(item, "fixturenames", ()):
+        for cluster in _clusters:
+            _start(cluster)  # a no-op while it runs
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    group_ends = nextitem is None or _group(nextitem) != tiers.KUBE_GROUP
+    if _group(item) == tiers.KUBE_GROUP and group_ends:
+        for cluster in _clusters:
+            cluster.stop()
+
+
+def _group(item: pytest.Item) -> str | None:
+    return dict(item.user_properties).get("group")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,9 @@ Parallel groups (pytest-xdist, `-n N --dist loadscope`, with the scheduler made
 here): every test is in the group of its module, so a module's tests run in order
 on one worker and its module-scoped fixtures are made once. The modules that need
 what a host has only one of (the real node, buildah's image store) share the
-group `host`, so they never run at the same time. Groups are handed out longest
+group `host`, so they never run at the same time; the modules that use the
+control plane share the group `kube`, so one worker starts one and stops it
+when the group is done. Groups are handed out longest
 first, from the measured seconds in `tests/durations.json` (written by
 `tests/timing.py`), so the long ones do not start last and hold up the end of
 the run. The group is a function of the test's id alone, because the controller
@@ -80,6 +82,12 @@ STARTS_SERVICES: dict[str, str] = {
 }
 # Modules that use the host's one-of-a-kind resources without a fixture saying so.
 _HOST_MODULES = ("images/", "e2e/", "devkit/test_k8s_real_node.py")
+# The modules whose tests use the kwok control plane, one group: one worker starts
+# one control plane for them, and stops it when the group is done (k8s_fixtures),
+# instead of each worker keeping one up to the end (2.2 CPU s a minute each, idle).
+KUBE_GROUP = "kube"
+_KUBE_FIXTURES = frozenset({"kube_cluster"})
+_KUBE_MODULES = ("operator/k8s/", "devkit/test_k8s_cluster.py", "security/test_secured_operator.py")
 
 
 def register(config: pytest.Config) -> None:
@@ -105,7 +113,9 @@ def tier_of(relative: str, fixtures: set[str]) -> str:
 
 def group_of(relative: str) -> str:
     """The parallel group of the tests of module `relative` (its path under tests/)."""
-    return HOST_GROUP if relative.startswith(_HOST_MODULES) else relative
+    if relative.startswith(_HOST_MODULES):
+        return HOST_GROUP
+    return KUBE_GROUP if relative.startswith(_KUBE_MODULES) else relative
 
 
 class GroupScheduling(LoadScopeScheduling):
@@ -141,6 +151,11 @@ def apply(items: list[pytest.Item], root: Path) -> None:
             raise pytest.UsageError(
                 f"{relative} uses {sorted(fixtures & _HOST_FIXTURES)}: add it to "
                 "_HOST_MODULES in tests/tiers.py, so it never runs beside the host group"
+            )
+        if fixtures & _KUBE_FIXTURES and group_of(relative) != KUBE_GROUP:
+            raise pytest.UsageError(
+                f"{relative} uses the control plane: add it to _KUBE_MODULES in "
+                "tests/tiers.py, so its tests share the kube group's one control plane"
             )
         group = group_of(relative)
         item.user_properties.append(("group", group))
