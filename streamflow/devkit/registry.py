@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from streamflow.devkit import _local
+from streamflow.devkit.java import ClassArchive
 from streamflow.devkit.kafka import DevkitError, find_java
 
 __all__ = ["SchemaRegistry", "find_registry_app"]
@@ -133,6 +134,8 @@ class SchemaRegistry(_local.LocalService):
         self._work_dir: Path | None = None
         self._port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._archive: ClassArchive | None = None
+        self._recording: Path | None = None  # the class archive this JVM writes as it exits
 
     def __repr__(self) -> str:
         where = self.url if self._port else "not started"
@@ -162,7 +165,10 @@ class SchemaRegistry(_local.LocalService):
         jar = find_registry_app(app=self._app)
         work_dir = self._prepare_work_dir()
         self._port = _free_port()
-        self._process = self._launch(java=java, jar=jar, work_dir=work_dir)
+        # the application's jars, its classes parsed once per machine (see devkit.java)
+        self._archive = ClassArchive("registry", java=java, jars=jar.parent.rglob("*.jar"))
+        archive_options, self._recording = self._archive.options_recording()
+        self._process = self._launch(java=java, jar=jar, work_dir=work_dir, jvm=archive_options)
         _running.add(self)
         try:
             self._wait_until_ready(deadline=time.monotonic() + timeout)
@@ -204,7 +210,9 @@ class SchemaRegistry(_local.LocalService):
             **self._overrides,
         }
 
-    def _launch(self, *, java: Path, jar: Path, work_dir: Path) -> subprocess.Popen[bytes]:
+    def _launch(
+        self, *, java: Path, jar: Path, work_dir: Path, jvm: Sequence[str]
+    ) -> subprocess.Popen[bytes]:
         (work_dir / "tmp").mkdir(exist_ok=True)
         properties = [f"-D{key}={value}" for key, value in self._settings(work_dir).items()]
         command = [
@@ -212,6 +220,7 @@ class SchemaRegistry(_local.LocalService):
             f"-Xmx{self._heap}",
             f"-Xms{self._heap}",
             *_JVM_FLAGS,
+            *jvm,
             *properties,
             *self._jvm_options,
             "-jar",
@@ -279,6 +288,9 @@ class SchemaRegistry(_local.LocalService):
         process, self._process = self._process, None
         _running.discard(self)
         _local.terminate(process, grace=_STOP_GRACE_S)
+        if self._archive is not None and process is not None:
+            self._archive.keep(self._recording, process.returncode)
+            self._recording = None
 
 
 def _free_port() -> int:
