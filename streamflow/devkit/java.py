@@ -92,6 +92,7 @@ def require_java(minimum: int = MINIMUM_JAVA) -> Path:
 #: How a JVM that recorded an archive may have ended for the archive to be whole: by
 #: itself, or by SIGTERM (Java's exit code 143), both after the archive was written.
 _WHOLE_EXITS = (0, 128 + 15)
+_KEPT_PER_PROGRAM = 3
 
 
 class ClassArchive:
@@ -107,7 +108,11 @@ class ClassArchive:
 
     def options(self) -> list[str]:
         """The JVM options that use the archive, when there is one (else none)."""
-        return [f"-XX:SharedArchiveFile={self.path}"] if self.path.is_file() else []
+        try:
+            os.utime(self.path)  # used now: the last to be pruned (see keep)
+        except OSError:
+            return []
+        return [f"-XX:SharedArchiveFile={self.path}"]
 
     def options_recording(self) -> tuple[list[str], Path | None]:
         """The options for a long-lived JVM: use the archive, or record it when there is
@@ -130,3 +135,17 @@ class ClassArchive:
                 os.replace(recording, self.path)  # atomic: readers see none or a whole one
             else:
                 recording.unlink()
+        self._prune()
+
+    def _prune(self) -> None:
+        """Keep this program's most recently used archives (other checkouts' jars, older
+        Javas), and no more: each is tens of megabytes."""
+        name = self.path.name.rsplit("-", 1)[0]
+        with contextlib.suppress(OSError):
+            found = sorted(
+                self.path.parent.glob(f"{name}-*.jsa"),
+                key=lambda path: path.stat().st_mtime,
+                reverse=True,
+            )
+            for old in found[_KEPT_PER_PROGRAM:]:
+                old.unlink(missing_ok=True)

@@ -29,7 +29,9 @@ Design choices, each for a reason:
 * The JVM runs in its own session, so Ctrl-C in a terminal reaches only us and
   we stop the broker in order; an atexit hook stops any broker still running.
 * Readiness is a condition (the port accepts, then an AdminClient gets
-  metadata with a broker in it), polled until a deadline, never a fixed sleep.
+  metadata with a broker in it, then an idempotent producer is given a
+  producer id), polled until a deadline, never a fixed sleep. A broker that
+  answers metadata but gives no producer id is started once more.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -47,6 +50,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from confluent_kafka import Producer
 
 # NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -68,6 +73,8 @@ _LIB_ENV = "STREAMFLOW_KAFKA_LIB"
 _LIB_RELATIVE = Path("tools") / "kafka" / "lib"
 _BROKER_JAR_GLOB = "kafka_2.13-*.jar"
 _STOP_GRACE_S = 15.0
+_PRODUCER_ID_WAIT_S = 15.0  # a fresh broker gives one in about 1 s
+_LAUNCHES = 2  # a JVM that answers but gives no producer id is started once more
 _POLL_INTERVAL_S = 0.1
 
 _JVM_FLAGS = (
@@ -224,18 +231,15 @@ class KafkaBroker(_local.LocalService):
                 config=config,
                 extra=self._format_arguments(),
             )
-        archive_options, self._recording = self._archive.options_recording()
-        self._process = self._launch(
-            [
-                *_jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap),
-                *archive_options,
-            ],
-            work_dir=work_dir,
-            config=config,
-        )
-        _running.add(self)
+        archive = self._archive
+
+        def launch() -> subprocess.Popen[bytes]:
+            archive_options, self._recording = archive.options_recording()
+            jvm = _jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap)
+            return self._launch([*jvm, *archive_options], work_dir=work_dir, config=config)
+
         try:
-            self._wait_until_ready(deadline=time.monotonic() + timeout)
+            self._run_until_ready(launch, deadline=time.monotonic() + timeout)
         except BaseException:
             self._terminate(grace=_STOP_GRACE_S)
             raise
@@ -327,6 +331,30 @@ class KafkaBroker(_local.LocalService):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def _run_until_ready(
+        self, launch: Callable[[], subprocess.Popen[bytes]], *, deadline: float
+    ) -> None:
+        """Launch the JVM and wait until it is ready; once more when it answers but hands
+        out no producer id (:func:`_hands_out_producer_ids`)."""
+        for attempt in range(_LAUNCHES):
+            self._process = launch()
+            _running.add(self)
+            self._wait_until_ready(deadline=deadline)
+            within = max(0.1, min(_PRODUCER_ID_WAIT_S, deadline - time.monotonic()))
+            if _hands_out_producer_ids(self.bootstrap_servers, within=within):
+                return
+            note = f"no producer id within {within:.0f} s of answering metadata"
+            if attempt + 1 == _LAUNCHES or time.monotonic() >= deadline:
+                raise DevkitError(f"Kafka started but gave {note}.{self._tails()}")
+            self._note(f"streamflow: the broker gave {note}; starting it again")
+            self._terminate(grace=0.0)  # its data and ports stay, as after a crash
+
+    def _note(self, line: str) -> None:
+        """A line of ours in the JVM's output, where a failure quotes it from."""
+        if self._work_dir is not None:
+            with (self._work_dir / "jvm.out").open("a") as out:
+                out.write(line + "\n")
 
     def _wait_until_ready(self, *, deadline: float) -> None:
         port = int(self.bootstrap_servers.rpartition(":")[2])
@@ -496,6 +524,38 @@ def _port_accepts(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _hands_out_producer_ids(bootstrap: str, *, within: float) -> bool:
+    """Whether an idempotent producer is given a producer id within ``within`` seconds.
+
+    The broker asks its controller for a block of ids over the same channel that
+    creating the consumer groups' and the transactions' topics takes. A broker whose
+    channel is stuck answers metadata but nothing a producer or a group needs (seen
+    as librdkafka retrying "Coordinator load in progress" for minutes): that is
+    found here, at start, rather than as a stalled test or `streamflow run`. The
+    first block is fetched here too, so the first real producer does not wait for it.
+    """
+    state = {"idempotence": ""}
+
+    def stats(text: str) -> None:
+        state["idempotence"] = json.loads(text).get("eos", {}).get("idemp_state", "")
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "statistics.interval.ms": 20,
+            "stats_cb": stats,
+            "log_level": 0,  # its retries are what is being waited out
+        }
+    )
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        producer.poll(0.05)
+        if state["idempotence"] == "Assigned":
+            return True
+    return False
 
 
 def _has_broker(admin: AdminClient, *, deadline: float) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from streamflow import devkit
-from streamflow.devkit import DevkitError, KafkaBroker
+from streamflow.devkit import DevkitError, KafkaBroker, kafka
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -154,6 +154,46 @@ def test_brokers_start_from_a_class_archive_that_the_first_clean_stop_records(
     finally:
         broker.stop()
     assert list(archives.iterdir()) == [archive]
+
+
+def test_a_broker_that_answers_but_gives_no_producer_id_is_started_once_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in CI: a fresh broker answered metadata, but producers and groups waited on
+    "Coordinator load in progress" for a minute. Such a broker is found at start."""
+    asked: list[str] = []
+    real = kafka._hands_out_producer_ids
+
+    def first_not(bootstrap: str, *, within: float) -> bool:
+        asked.append(bootstrap)
+        return len(asked) > 1 and real(bootstrap, within=within)
+
+    monkeypatch.setattr(kafka, "_hands_out_producer_ids", first_not)
+    broker = KafkaBroker()
+    try:
+        broker.start()
+        assert len(asked) == 2 and asked[0] == asked[1] == broker.bootstrap_servers
+        assert broker.work_dir is not None
+        said = (broker.work_dir / "jvm.out").read_text()
+        assert "gave no producer id within 15 s of answering metadata; starting it again" in said
+        topic = f"again-{uuid.uuid4().hex[:12]}"
+        devkit.create_topic(bootstrap_servers=broker.bootstrap_servers, name=topic)
+        produce(broker.bootstrap_servers, topic, [b"after"])
+        assert consume_all(broker.bootstrap_servers, topic, count=1) == [b"after"]
+    finally:
+        broker.stop()
+
+
+def test_a_broker_that_never_gives_a_producer_id_fails_its_start_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kafka, "_hands_out_producer_ids", lambda _bootstrap, *, within: False)
+    broker = KafkaBroker()
+    with pytest.raises(DevkitError, match="started but gave no producer id") as error:
+        broker.start()
+    broker.stop()
+    assert "starting it again" in str(error.value)  # the first try, quoted from jvm.out
+    assert not broker.is_running
 
 
 def test_a_missing_lib_dir_says_how_to_fetch_the_jars(tmp_path: Path) -> None:
