@@ -15,11 +15,9 @@ acknowledged are sent again. ``--restart`` starts over with a new run id.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,10 +39,7 @@ from streamflow.blueprint.model import Application
 from streamflow.cli import apps, output, registry_opts, run_cmds
 from streamflow.cli import overrides as overrides_mod
 from streamflow.cli import progress as progress_mod
-from streamflow.runtime.codecs import Codecs
-from streamflow.schema import SchemaStore
-from streamflow.schema.registry import RegistryUnavailable, SchemaNotRegistered
-from streamflow.score import engine, inputs, results
+from streamflow.score import engine, inputs, job
 from streamflow.score.plan import PlanError, ScorePlan, plan
 
 __all__ = ["register"]
@@ -165,9 +160,7 @@ def score(
             chosen = plan(app, into=into, read_from=read_from)
         except PlanError as exc:
             output.fail(str(exc), hint="`streamflow graph` shows the application's topics")
-        _score(
-            chosen,
-            bootstrap,
+        request = job.ScoreRequest(
             input_path=input_path,
             fmt=fmt,
             output_path=output_path,
@@ -175,9 +168,8 @@ def score(
             restart=restart,
             max_in_flight=max_in_flight,
             stall_timeout=stall_timeout,
-            progress_format=progress_format,
-            tick=tick,
         )
+        _score(chosen, bootstrap, request, progress_format=progress_format, tick=tick)
 
 
 @contextlib.contextmanager
@@ -220,169 +212,55 @@ def _application(
 def _score(
     chosen: ScorePlan,
     bootstrap: str,
+    request: job.ScoreRequest,
     *,
-    input_path: Path,
-    fmt: str,
-    output_path: Path,
-    run_id: str | None,
-    restart: bool,
-    max_in_flight: int,
-    stall_timeout: float,
     progress_format: str,
     tick: Callable[[], None] | None,
 ) -> None:
-    app = chosen.app
-    store = SchemaStore(app.schema_paths)
-    codecs = Codecs(app, store)
-    try:
-        input_codec = codecs.for_topic(chosen.input_topic, chosen.input_schema, producing=True)
-        output_codec = codecs.for_topic(chosen.output_topic, chosen.output_schema, producing=False)
-    except (RegistryUnavailable, SchemaNotRegistered) as exc:
-        output.fail(f"cannot encode for {chosen.input_topic.name!r}: {exc}")
-    try:
-        total = inputs.count_rows(input_path, fmt)
-    except (inputs.InputError, OSError, UnicodeDecodeError) as exc:
-        output.fail(f"cannot read {input_path}: {exc}")
-    state_path = output_path.with_name(output_path.name + ".score-state.json")
-    fingerprint = _fingerprint(input_path)
-    with apps.kafka_errors(bootstrap):
-        clients = apps.kafka_clients(app, bootstrap)
-        failures = engine.FailedRows()
-        producer = clients.producer(client_id="streamflow-score", **failures.producer_config())
-        consumer = clients.reader(client_id="streamflow-score")
-        try:
-            state = _state(
-                state_path,
-                run_id,
-                restart,
-                fingerprint,
-                total,
-                lambda: engine.end_offsets(
-                    consumer, [chosen.output_topic.name, *chosen.dead_letter_topics.values()]
-                ),
-            )
-        except engine.ScoreError as exc:
-            consumer.close()
-            output.fail(
-                str(exc),
-                hint=f"is {app.name!r} running? `streamflow run` or `deploy` it, or pass --start",
-            )
-        scorer = engine.Scorer(
-            producer=producer,
-            failures=failures,
-            consumer=consumer,
-            input_topic=chosen.input_topic.name,
-            input_codec=input_codec,
-            input_schema=chosen.input_schema,
-            output_topic=chosen.output_topic.name,
-            output_codec=output_codec,
-            dead_letter_topics=chosen.dead_letter_topics,
-            run_id=state.run,
-            max_in_flight=max_in_flight,
-            stall_timeout_s=stall_timeout,
-            convert=inputs.converter(store.get(chosen.input_schema)),
-        )
-        _say(
-            f"run {state.run}: {total:,} rows of {input_path.name} into "
-            f"{chosen.input_topic.name!r}, results from {chosen.output_topic.name!r}",
-            progress_format,
-        )
-        try:
-            with _progress(progress_format, total) as show:
-                outcome = scorer.run(
-                    inputs.read_rows(input_path, fmt, store.get(chosen.input_schema)),
-                    state,
-                    state_path=state_path,
-                    on_progress=show,
-                    tick=tick,
-                )
-        except KeyboardInterrupt:
-            output.fail(
-                f"interrupted; run the same command again to resume run {state.run}",
-                exit_code=130,
-            )
-        except engine.ScoreStalled as exc:
-            # what came back is kept; the state stays, so the same command resumes
-            got = results.write_results(output_path, scorer.outcome)
-            results.write_dead_letters(results.dead_letters_path(output_path), scorer.outcome)
-            output.fail(
-                f"{exc} ({got:,} results so far written to {output_path})",
-                hint="a streamlet that filters rows (returns nothing for them) never answers "
-                "for them: score through an application whose every row gives an output or a "
-                "dead letter",
-            )
-        except engine.ScoreError as exc:
-            output.fail(str(exc))
-        finally:
-            consumer.close()
-    written = results.write_results(output_path, outcome)
-    dead_path = results.dead_letters_path(output_path)
-    dead = results.write_dead_letters(dead_path, outcome)
-    state_path.unlink(missing_ok=True)
-    summary = {
-        "event": "done",
-        "run": state.run,
-        "rows": state.total,
-        "results": written,
-        "dead_letters": dead,
-        "output": str(output_path),
-    }
-    if dead:
-        summary["dead_letters_file"] = str(dead_path)
-    if progress_format == "json" or (progress_format == "auto" and not console.is_terminal):
-        sys.stdout.write(json.dumps(summary) + "\n")
-    else:
-        line = f"{written:,} results in {output_path}"
-        if dead:
-            line += f"; {output.plural(dead, 'row')} dead-lettered, in {dead_path}"
-        console.print(f"[bold]streamflow[/]: run {state.run} done: {line}")
-
-
-def _state(
-    path: Path,
-    run_id: str | None,
-    restart: bool,
-    fingerprint: dict[str, object],
-    total: int,
-    end_offsets: Callable[[], dict[str, dict[str, int]]],
-) -> engine.RunState:
-    if path.is_file() and not restart:
-        try:
-            saved = engine.RunState.load(path)
-        except engine.ScoreError as exc:
-            output.fail(str(exc))
-        if run_id is not None and run_id != saved.run:
-            output.fail(
-                f"{path.name} is the state of run {saved.run!r}, interrupted",
-                hint=f"--run-id {saved.run} resumes it; --restart starts a new run",
-            )
-        if saved.input != fingerprint:
-            output.fail(
-                f"the input changed since run {saved.run!r} began",
-                hint="--restart starts a new run on the input as it is now",
-            )
+    def resumed(saved: engine.RunState) -> None:
         console.print(
             f"[bold]streamflow[/]: resuming run {saved.run}: "
             f"{saved.acknowledged:,} of {saved.total:,} rows were sent"
         )
-        return saved
-    new = engine.RunState(
-        run=run_id or _new_run_id(),
-        input=fingerprint,
-        total=total,
-        offsets=end_offsets(),
-    )
-    new.save(path)
-    return new
 
+    shown: list[Callable[[engine.Progress], None] | None] = []
 
-def _new_run_id() -> str:
-    return f"score-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    def started(state: engine.RunState) -> None:
+        _say(
+            f"run {state.run}: {state.total:,} rows of {request.input_path.name} into "
+            f"{chosen.input_topic.name!r}, results from {chosen.output_topic.name!r}",
+            progress_format,
+        )
+        shown.append(bars.enter_context(_progress(progress_format, state.total)))
 
+    def show(progress: engine.Progress) -> None:
+        if shown and shown[0] is not None:
+            shown[0](progress)
 
-def _fingerprint(path: Path) -> dict[str, object]:
-    stat = path.stat()
-    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    with apps.kafka_errors(bootstrap):
+        try:
+            with contextlib.ExitStack() as bars:  # the bar is gone before an error shows
+                done = job.score(
+                    chosen,
+                    apps.kafka_clients(chosen.app, bootstrap),
+                    request,
+                    on_resume=resumed,
+                    on_start=started,
+                    on_progress=show,
+                    tick=tick,
+                )
+        except job.ScoreInterrupted as exc:
+            output.fail(str(exc), exit_code=130)
+        except engine.ScoreError as exc:
+            output.fail(str(exc), hint=getattr(exc, "hint", ""))
+    if progress_format == "json" or (progress_format == "auto" and not console.is_terminal):
+        sys.stdout.write(json.dumps(done.to_json()) + "\n")
+    else:
+        line = f"{done.results:,} results in {done.output}"
+        if done.dead_letters_file is not None:
+            line += f"; {output.plural(done.dead_letters, 'row')} dead-lettered, in "
+            line += str(done.dead_letters_file)
+        console.print(f"[bold]streamflow[/]: run {done.run} done: {line}")
 
 
 def _say(message: str, progress_format: str) -> None:
