@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamflow.operator.targets import writer_schemas as writers
@@ -50,6 +49,8 @@ class Liveness:
 
 
 def liveness(port: int, *, host: str = "127.0.0.1", timeout: float = 2.0) -> Liveness:
+    import httpx  # where a replica is asked: a CLI that only lists or reads files never is
+
     try:
         answer = httpx.get(f"http://{host}:{port}/healthz", timeout=timeout)
     except httpx.HTTPError as exc:
@@ -65,6 +66,8 @@ def liveness(port: int, *, host: str = "127.0.0.1", timeout: float = 2.0) -> Liv
 
 
 def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 1.0) -> Probe:
+    import httpx  # as in liveness
+
     base = f"http://{host}:{port}"
     try:
         with httpx.Client(timeout=timeout) as client:
