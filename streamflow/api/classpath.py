@@ -92,10 +92,14 @@ def load_streamlet_class(
             ) from None
     target = getattr(module, attr, None)
     if target is None:
+        # what the module exports (a package may load some on first use), else all it has
+        names = getattr(module, "__all__", None) or list(vars(module))
         candidates = [
             n
-            for n, v in vars(module).items()
-            if inspect.isclass(v) and issubclass(v, Streamlet) and v is not Streamlet
+            for n in names
+            if inspect.isclass(v := getattr(module, n, None))
+            and issubclass(v, Streamlet)
+            and v is not Streamlet
         ]
         hint = f"streamlets in {module_name}: {', '.join(sorted(candidates))}" if candidates else ""
         raise ClassLoadError(NOT_FOUND, f"{module_name} has no attribute {attr!r}", hint)

@@ -14,7 +14,8 @@ broker then reaches ready with about 40% less CPU (2.3 -> 1.4 CPU s on a 2-core
 machine) and in about 1 s less. Java 17 has no ``-XX:+AutoCreateSharedArchive``,
 so the first JVM on a machine records one as it exits (``-XX:ArchiveClassesAtExit``)
 into a file of its own, which is renamed into place only when the JVM exited by
-itself; a JVM killed while it writes leaves nothing behind. The archive's name
+itself or on SIGTERM (both after writing it); a JVM killed while it writes leaves
+nothing behind, and a part that no one renamed is removed after a day. The archive's name
 digests the Java and every jar it was made from, so new jars or a new Java make
 a new one; an archive Java refuses anyway is skipped by Java (``-Xshare:auto``).
 """
@@ -28,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -149,3 +151,8 @@ class ClassArchive:
             )
             for old in found[_KEPT_PER_PROGRAM:]:
                 old.unlink(missing_ok=True)
+            # recordings whose JVM or recorder died before keep() (none is written that long)
+            day_ago = time.time() - 24 * 3600
+            for part in self.path.parent.glob(f"{name}-*.jsa.*.part"):
+                if part.stat().st_mtime < day_ago:
+                    part.unlink(missing_ok=True)

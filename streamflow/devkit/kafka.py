@@ -532,7 +532,7 @@ def _hands_out_producer_ids(bootstrap: str, *, within: float) -> bool:
     The broker asks its controller for a block of ids over the same channel that
     creating the consumer groups' and the transactions' topics takes. A broker whose
     channel is stuck answers metadata but nothing a producer or a group needs (seen
-    as librdkafka retrying "Coordinator load in progress" for minutes): that is
+    as librdkafka retrying "Coordinator load in progress" for a minute): that is
     found here, at start, rather than as a stalled test or `streamflow run`. The
     first block is fetched here too, so the first real producer does not wait for it.
     """
@@ -551,11 +551,14 @@ def _hands_out_producer_ids(bootstrap: str, *, within: float) -> bool:
         }
     )
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        producer.poll(0.05)
-        if state["idempotence"] == "Assigned":
-            return True
-    return False
+    try:
+        while time.monotonic() < deadline:
+            producer.poll(0.05)
+            if state["idempotence"] == "Assigned":
+                return True
+        return False
+    finally:
+        producer.flush(0)  # it produced nothing; its handle goes with it
 
 
 def _has_broker(admin: AdminClient, *, deadline: float) -> bool:

@@ -19,8 +19,9 @@ How many replicas to wait for is asked of the deployment (:func:`replica_count`)
 again every few seconds while waiting: an autoscaler runs more or fewer than the
 spec's ``replicas`` (only its starting count), and may change its mind meanwhile.
 
-Everything that stops a push is a :class:`ModelPushError` with a sentence (and
-a hint), raised before anything is written where it can be known then.
+What this module refuses is a :class:`ModelPushError` with a sentence (and a
+hint), raised before anything is written where it can be known then; Kafka's and
+the registry's own errors pass through, for the caller to word.
 """
 
 from __future__ import annotations
@@ -236,15 +237,23 @@ Progress = Callable[[Mapping[str, str], int], None]
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """How a wait ended: each expected replica's final record (or a stand-in saying it
-    gave none in time), and how many replicas ran at the end."""
+    """How a wait ended: each replica's final record (a stand-in, for an expected one that
+    gave none in time), and the replicas expected at the end (as many as ran)."""
 
     statuses: dict[str, dict[str, Any]]
-    replicas: int
+    expected: tuple[str, ...]
+
+    @property
+    def replicas(self) -> int:
+        return len(self.expected)
 
     @property
     def served(self) -> bool:
-        return bool(self.statuses) and not unserved(self.statuses)
+        """Whether every replica expected serves the version (one that was scaled away
+        meanwhile may have said otherwise)."""
+        return bool(self.expected) and all(
+            self.statuses[r]["state"] == ModelState.SERVING for r in self.expected
+        )
 
 
 def await_statuses(
@@ -302,7 +311,7 @@ def await_statuses(
                 "message": f"no final report within {timeout:g}s",
                 "time": None,
             }
-    return Outcome(final, count)
+    return Outcome(final, tuple(expected))
 
 
 def unserved(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:

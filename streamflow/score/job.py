@@ -129,7 +129,6 @@ def score(
             on_resume=on_resume,
             app_name=app.name,
         )
-        on_start(state)
         scorer = engine.Scorer(
             producer=producer,
             failures=failures,
@@ -145,6 +144,7 @@ def score(
             stall_timeout_s=request.stall_timeout,
             convert=inputs.converter(store.get(chosen.input_schema)),
         )
+        on_start(state)
         try:
             outcome = scorer.run(
                 inputs.read_rows(request.input_path, request.fmt, store.get(chosen.input_schema)),

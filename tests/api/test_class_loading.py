@@ -28,6 +28,12 @@ def test_streamflow_classes_need_no_paths() -> None:
     assert found is ModelPublisher
 
 
+def test_a_mistyped_name_is_told_the_streamlets_there_even_those_loaded_on_first_use() -> None:
+    with pytest.raises(ClassLoadError, match="has no attribute 'HttpIngres'") as error:
+        load_streamlet_class("streamflow.streamlets.io:HttpIngres", python_paths=[])
+    assert "HttpIngress" in str(error.value.hint) and "FileEgress" in str(error.value.hint)
+
+
 def test_the_paths_are_required() -> None:
     with pytest.raises(TypeError):
         load_streamlet_class("streamflow.streamlets.serving:ModelPublisher")  # type: ignore[call-arg]

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from streamflow.runtime.state import bounds
 
-__all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_VALUE_BYTES", "decode", "encode"]
+__all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_VALUE_BYTES", "decode", "encode", "is_array"]
 
 MAX_DEPTH, MAX_ITEMS, MAX_VALUE_BYTES = bounds.MAX_DEPTH, bounds.MAX_ITEMS, bounds.MAX_VALUE_BYTES
 
@@ -60,22 +60,36 @@ def _extension(value: Any) -> Any:
     """What msgpack cannot pack as it is (``strict_types``: subclasses come here too)."""
     if isinstance(value, tuple):
         return msgpack.ExtType(_TUPLE, _pack(list(value)))
-    # numpy is imported where arrays are made: until then no value is one (a replica
-    # that keeps none never pays for importing it)
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.ndarray):
+    if is_array(value):
         if value.dtype.kind in "biufc":
-            body = [value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes()]
+            contiguous = sys.modules["numpy"].ascontiguousarray(value)
+            body = [value.dtype.str, list(value.shape), contiguous.tobytes()]
             return msgpack.ExtType(_ARRAY, _pack(body))
         if value.dtype.kind in "OU":
             return msgpack.ExtType(_OBJECTS, _pack([list(value.shape), value.ravel().tolist()]))
-    if np is not None and isinstance(value, np.generic):
+    if isinstance(value, _numpy_type("generic")):
         return value.item()  # a numpy scalar: the Python number, string or bool it holds
     bases: tuple[Any, ...] = (bool, int, float, str, bytes, list, dict)
     for base in bases:
         if isinstance(value, base):  # a subclass (an IntEnum, a StrEnum): its base type
             return base(value)
     raise TypeError(f"{type(value).__name__} ({value!r:.60})")
+
+
+def is_array(value: Any) -> bool:
+    """Whether ``value`` is a numpy array, without importing numpy: until something has
+    imported it, no value is one (a replica that keeps none never pays for the import)."""
+    return isinstance(value, _numpy_type("ndarray"))
+
+
+def _numpy_type(name: str) -> Any:
+    """numpy's ``name`` once numpy is imported (wholly: another thread may be importing it);
+    else a type no value is."""
+    return getattr(sys.modules.get("numpy"), name, _NoValue)
+
+
+class _NoValue:
+    """A type no value is (numpy is not imported)."""
 
 
 def _restore(code: int, data: bytes) -> Any:

@@ -17,7 +17,6 @@ to the changelog and the batch counts (:meth:`commit`), or is thrown away
 from __future__ import annotations
 
 import sqlite3
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -220,10 +219,8 @@ class PartitionStore:
 
 def _read_only(value: Any) -> Any:
     """Arrays read from the store are read-only: changed in place, they would be changed
-    in the store's memory but not on disk or in the changelog. (numpy is not imported for
-    this: until something has imported it, no value is an array.)"""
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.ndarray) and value.flags.writeable:
+    in the store's memory but not on disk or in the changelog."""
+    if codec.is_array(value) and value.flags.writeable:
         value = value.copy()  # the caller's array stays the caller's
         value.flags.writeable = False
     return value

@@ -64,5 +64,6 @@ def __getattr__(name: str) -> Any:
     if name == "HttpIngress":
         from streamflow.streamlets.io.http import HttpIngress
 
+        globals()[name] = HttpIngress  # from now on an attribute like the others
         return HttpIngress
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,13 +18,19 @@ from tests.operator.k8s.support import TEST_IMAGE, OperatorThread, make_applicat
 CRD_FILE = Path(__file__).parents[3] / "operator" / "crd.yaml"
 
 
-@pytest.fixture(scope="session")
+_CRD = "crd/streamflowapplications.streamflow.io"
+_applied_to: set[str] = set()  # the kubeconfigs of the clusters that have it
+
+
+@pytest.fixture
 def crd(kube_cluster: devkit.KubeCluster) -> str:
-    """The checked-in operator/crd.yaml, applied and Established."""
-    kube_cluster.kubectl("apply", f"--filename={CRD_FILE}")
-    name = "crd/streamflowapplications.streamflow.io"
-    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", name)
-    return name
+    """The checked-in operator/crd.yaml, applied and Established: once per cluster, which
+    is started again (empty) when a test needs it after its group was done."""
+    if str(kube_cluster.kubeconfig) not in _applied_to:
+        kube_cluster.kubectl("apply", f"--filename={CRD_FILE}")
+        kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", _CRD)
+        _applied_to.add(str(kube_cluster.kubeconfig))
+    return _CRD
 
 
 @pytest.fixture
