@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,10 +243,16 @@ def _delivery(
             on_committed=on_committed,
             transaction_timeout_s=clients.transaction_timeout_s,
             stopping=stopping,
+            kafka_down=_down(clients.watch),
         )
     failures = CountedOutputs() if counted else FailedOutputs()
     producer = clients.producer(client_id=client_id, **failures.producer_config())
     return AtLeastOnce(producer, consumer, failures, stopping=stopping)
+
+
+def _down(watch: KafkaWatch | None) -> Callable[[], bool]:
+    """Whether the client has lost every broker, as ``watch`` heard it (never, unwatched)."""
+    return (lambda: watch.down) if watch is not None else (lambda: False)
 
 
 def _control_reader(

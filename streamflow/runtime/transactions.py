@@ -105,10 +105,13 @@ class ExactlyOnce(Delivery):
         on_committed: Callable[[Offsets], None] | None = None,
         transaction_timeout_s: float | None = None,
         stopping: shutdown.Stopping | None = None,
+        kafka_down: Callable[[], bool] = lambda: False,
     ) -> None:
         """``on_committed`` hears the offsets of each committed transaction (for the lag);
         ``transaction_timeout_s`` is the producer's ``transaction.timeout.ms`` when the app
-        sets one, and bounds ``send_offsets_to_transaction`` instead of the default."""
+        sets one, and bounds ``send_offsets_to_transaction`` instead of the default.
+        ``kafka_down`` says whether the client has lost every broker (the replica's
+        KafkaWatch): a batch then asks before sending its offsets (see ``end_batch``)."""
         super().__init__(producer, stopping=stopping)
         if transaction_timeout_s is not None:
             self.send_offsets_timeout_s = transaction_timeout_s
@@ -118,6 +121,7 @@ class ExactlyOnce(Delivery):
         self._open = False
         self._aborts = 0  # transactions aborted in a row
         self._given_up = 0  # records of transactions aborted because the replica stopped
+        self._kafka_down = kafka_down
         with self.watchdog.bounded("init_transactions", 60):
             producer.init_transactions(60)
 
@@ -140,9 +144,10 @@ class ExactlyOnce(Delivery):
                 + ("by the stop deadline" if self.stopping.requested else "in time"),
                 "commit_transaction",
             )
-        if self.stopping.requested and (unreachable := self._unreachable()):
+        if (self.stopping.requested or self._kafka_down()) and (unreachable := self._unreachable()):
             # abort now: a commit would wait on a coordinator that is gone, and sending
-            # the offsets can block past its timeout then (librdkafka#5456)
+            # the offsets can block past its timeout then (librdkafka#5456), past a stop
+            # that comes meanwhile too (the stop watch then ends the replica, exit 75)
             self._failed(f"Kafka is unreachable ({unreachable})", "commit_transaction")
         call = "send_offsets_to_transaction"
         try:
