@@ -47,8 +47,8 @@ import numpy as np
 from bench import common, scaleout, serving
 from streamflow import devkit
 from streamflow.blueprint.model import Application
+from streamflow.models import wire
 from streamflow.schema import SchemaStore, SingleObjectCodec
-from streamflow.streamlets.serving import wire
 from tests.examples.example_models import DIGITS, load_trainer
 from tests.examples.support import blueprint_config
 from tests.runtime import support

@@ -27,10 +27,10 @@ from rich.text import Text
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import apps, model_wait, output, registry_opts
+from streamflow.models.kinds import PROTOCOLS
 from streamflow.operator import backends, targets
 from streamflow.operator import model_versions as versions
 from streamflow.operator.local import store
-from streamflow.schema.models import PROTOCOLS
 from streamflow.schema.registry import RegistryError, RegistryUnavailable
 
 __all__ = ["register"]

@@ -17,8 +17,8 @@ from rich.table import Table
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
+from streamflow.models.kinds import ModelState
 from streamflow.operator import model_versions as versions
-from streamflow.schema.models import ModelState
 
 __all__ = ["Awaited", "await_status", "check_served", "print_status_table"]
 

@@ -36,14 +36,14 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamflow.blueprint.model import Application, TopicSpec
+from streamflow.models.descriptor import build_descriptor
+from streamflow.models.kinds import FINAL_STATES, ModelState
 from streamflow.operator import targets
 from streamflow.runtime import kafka_access
 from streamflow.runtime.clients import KafkaClients, watermarks
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 from streamflow.schema.codecs import Codec, DecodeError
-from streamflow.schema.models import FINAL_STATES, ModelState
-from streamflow.streamlets.serving.publisher import build_descriptor
 
 __all__ = [
     "DESCRIPTOR",
@@ -139,12 +139,13 @@ class ModelChannel:
             description=request.description,
         )
         start = end_offsets(self.clients, self.status.name) if self.status else {}
-        _produce(self.clients, self.control.name, model, self.descriptors.encode(descriptor))
+        record = self.descriptors.encode(descriptor.to_record())
+        _produce(self.clients, self.control.name, model, record)
         return Pushed(
             model=model,
             version=version,
-            kind=str(descriptor["kind"]),
-            size=len(descriptor["data"] or b""),
+            kind=str(descriptor.kind),
+            size=len(descriptor.data or b""),
             topic=self.control.name,
             status_start=start,
         )

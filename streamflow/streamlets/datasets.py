@@ -3,7 +3,7 @@
 A drift detector compares windows with a reference dataset, and an explainer
 may take its background from one. Either comes from a dataset named by location, so
 it goes through the same gate as a model artifact
-(:func:`streamflow.streamlets.serving.artifacts.fetch`): the location must
+(:func:`streamflow.models.artifacts.fetch`): the location must
 match the allowlist before anything is read, the bytes must match the
 sha256 when one is given (a model artifact's location needs one; a dataset's
 may omit it), and the file is cached by digest.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving import artifacts
+from streamflow.models import artifacts
 
 __all__ = ["FORMATS", "Columns", "DatasetError", "dataset_format", "load_columns", "read_columns"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamflow.models.artifacts import pack_directory
 from streamflow.schema import SchemaStore, SingleObjectCodec
-from streamflow.streamlets.serving.artifacts import pack_directory
 from streamflow.testkit import StreamletHarness
 from tests.examples import support
 from tests.examples.example_models import DIGITS, DigitsModels

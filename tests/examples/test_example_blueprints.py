@@ -20,7 +20,7 @@ import pytest
 
 from streamflow import devkit
 from streamflow.blueprint import verify_file
-from streamflow.streamlets.serving import locations
+from streamflow.models import locations
 from tests.examples.example_models import DIGITS, REVIEWS, DigitsModels, ReviewsModel
 from tests.running import CliRun
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from streamflow import devkit
+from streamflow.models.artifacts import pack_directory
 from streamflow.schema import SchemaStore, SingleObjectCodec
-from streamflow.streamlets.serving.artifacts import pack_directory
 from tests.examples import support
 from tests.examples.example_models import REVIEWS, ReviewsModel
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.models.remote import PermanentError
 from streamflow.streamlets.datasets import Columns
 from streamflow.streamlets.drift import inputs, mmd, stats, text, windows
 from streamflow.streamlets.drift.settings import DriftSettings
-from streamflow.streamlets.serving.remote import PermanentError
 
 __all__ = [
     "Reference",

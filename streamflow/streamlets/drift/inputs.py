@@ -2,7 +2,7 @@
 
 The detector reads the same tensor mapping as serving (``inputs``: model
 input -> field, dtype, shape), through the same encoder
-(:meth:`~streamflow.streamlets.serving.tensormap.BoundMapping.encode`), so it
+(:meth:`~streamflow.models.tensors.BoundMapping.encode`), so it
 tests exactly the tensors the model is fed, padding and all. Each input then
 becomes columns of a window's rows:
 
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from streamflow.api.streamlet import ConfigProblem
+from streamflow.models import tensors as tensormap
 from streamflow.streamlets.drift import text
-from streamflow.streamlets.serving import tensors as tensormap
 
 __all__ = ["Layout", "TensorColumns", "config_problems", "layout", "read"]
 

@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from streamflow.models import remote
 from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import detect
 from streamflow.streamlets.drift.settings import DriftSettings
-from streamflow.streamlets.serving import remote
 
 __all__ = ["Loaded", "load"]
 

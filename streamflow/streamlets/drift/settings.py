@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from streamflow.models import tensors
 from streamflow.streamlets.datasets import FORMATS
 from streamflow.streamlets.drift import inputs as mapped
 from streamflow.streamlets.drift import stats
-from streamflow.streamlets.serving import tensors
 
 __all__ = ["TESTS", "DriftSettings"]
 

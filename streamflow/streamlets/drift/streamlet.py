@@ -28,7 +28,6 @@ Bind the data ports by subclassing; declare the ones you have::
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -41,8 +40,10 @@ from streamflow.api import params
 from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
+from streamflow.models import artifacts, locations, remote, tensors
+from streamflow.models.kinds import TROUBLE_STATES, ModelState
+from streamflow.models.swap import LiveSwap
 from streamflow.schema import SchemaStore
-from streamflow.schema.models import TROUBLE_STATES, ModelState
 from streamflow.streamlets import datasets
 from streamflow.streamlets.drift import (
     batch,
@@ -58,7 +59,6 @@ from streamflow.streamlets.drift import inputs as tensor_inputs
 from streamflow.streamlets.drift.batch import INPUTS, LABELS, OUTPUTS
 from streamflow.streamlets.drift.settings import TESTS, DriftSettings
 from streamflow.streamlets.drift.signals import LabelJoin, OutputSignals, SignalMonitor
-from streamflow.streamlets.serving import artifacts, locations, remote, tensors
 
 __all__ = ["DriftDetector"]
 
@@ -151,10 +151,11 @@ class DriftDetector(Streamlet):
         self._tracked: dict[tuple[str, int], tuple[object, durable.Tracked]] = {}
         self._fields: dict[str, set[str]] = {}
         self._model: tuple[str, int] = ("", 0)
-        self._client: remote.InferenceClient | None = None
-        self._retired: list[remote.InferenceClient] = []  # replaced, closed at the next batch
-        self._pending: tuple[DriftSettings, concurrent.futures.Future[loading.Loaded]] | None = None
-        self._workers = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="drift-load")
+        self._swap: LiveSwap[DriftSettings, loading.Loaded] = LiveSwap(
+            lambda settings, _cancelled: self._load(settings),
+            close=_close_loaded,
+            thread_name="drift-load",
+        )
         self._signals = SignalMonitor(adwin_delta=0.002, ph_threshold=50.0, ph_delta=0.005)
         self._outputs = OutputSignals(self._signals, LabelJoin(capacity=1))
         self._names: dict[int, str] = {}  # model names by version
@@ -196,23 +197,16 @@ class DriftDetector(Streamlet):
         if problems:
             raise ValueError("; ".join(problems))
         self._name = settings.name
-        self._submit(settings)
-        context.on_close(self._close_clients)
+        self._swap.submit(settings)
+        context.on_close(self._swap.close)
 
     async def teardown(self) -> None:
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._swap.shutdown()
 
-    async def _close_clients(self) -> None:
-        """At shutdown (``on_close``): the hosted detector's client, and any retired one."""
-        await self._close_retired()
-        if self._client is not None:
-            await self._client.aclose()
-
-    async def _close_retired(self) -> None:
-        # clients replaced in (synchronous) between_batches, closed on the event loop
-        retired, self._retired = self._retired, []
-        for client in retired:
-            await client.aclose()
+    @property
+    def _client(self) -> remote.InferenceClient | None:
+        """The hosted detector's client, in remote mode."""
+        return self._swap.current.client if self._swap.current else None
 
     def accepts_data(self) -> bool:
         return bool(self.sources)  # held only until the first settings are in place
@@ -230,43 +224,40 @@ class DriftDetector(Streamlet):
         config = record.value
         if config["name"] != self._name:
             return None  # a config for another detector sharing the topic
-        newest = max(self.settings.version, self._pending[0].version if self._pending else 0)
+        pending = self._swap.pending
+        newest = max(self.settings.version, pending.version if pending else 0)
         if config["version"] <= newest:
             return self._status(
                 config, ModelState.REJECTED, f"version {config['version']} is not newer"
             )
-        settings = (self._pending[0] if self._pending else self.settings).merged(config)
+        # merged over one still loading, which is then superseded: nothing it set is lost
+        settings = (pending or self.settings).merged(config)
         problems = settings.problems(fields=self._fields)
         for location in (settings.reference_location, settings.detector_url):
             if location and not artifacts.allowed(_as_prefix(location), self.allowlist):
                 problems.append(f"{location!r} is not in the allowlist")
         if problems:
             return self._status(config, ModelState.REJECTED, "; ".join(problems))
-        self._submit(settings)
+        self._swap.submit(settings)
         return self._status(
             config, ModelState.LOADING, settings.reference_location or "first records"
         )
 
     def between_batches(self) -> Emit | None:
-        if self._pending is None or not self._pending[1].done():
+        swapped = self._swap.poll()
+        if swapped is None:
             return None
-        settings, future = self._pending
-        self._pending = None
+        settings, loaded, exc = swapped.spec, swapped.loaded, swapped.error
         config = {"name": settings.name, "version": settings.version}
-        try:
-            loaded = future.result()
-        except Exception as exc:
+        if loaded is None:
             keeping = self._describe() if self.sources else "no reference"
             if not self.sources:  # the first settings failed: watch without a reference
-                self._install(settings, None, f"{type(exc).__name__}: {exc}", None)
+                self._install(settings, None, f"{type(exc).__name__}: {exc}")
             return self._status(
                 config, ModelState.FAILED, f"{type(exc).__name__}: {exc}; keeping {keeping}"
             )
-        self._install(settings, loaded.reference, "", loaded.client)
+        self._install(settings, loaded.reference, "")
         return self._status(config, ModelState.SERVING, self._describe())
-
-    def _submit(self, settings: DriftSettings) -> None:
-        self._pending = (settings, self._workers.submit(self._load, settings))
 
     def _load(self, settings: DriftSettings) -> loading.Loaded:
         """On the worker thread: the reference dataset and the hosted detector, checked."""
@@ -291,7 +282,6 @@ class DriftDetector(Streamlet):
         settings: DriftSettings,
         loaded: detect.Reference | None,
         problem: str,
-        client: remote.InferenceClient | None,
     ) -> None:
         # rows toward a window, and inputs awaiting their prediction, were cut for the old
         # settings; the predictions' versions are kept for the inputs still to come
@@ -299,9 +289,7 @@ class DriftDetector(Streamlet):
         self.context.count_skipped("drift-config-change", count=dropped + self._join.waiting_rows)
         self._tracked.clear()  # the stores are rewritten for the new settings as rows come
         self._join = self._join.without_waiting()
-        if self._client is not None:
-            self._retired.append(self._client)
-        self.settings, self._client = settings, client
+        self.settings = settings
         self.sources = {}
         if INPUTS in self._fields:
             self.sources[INPUTS] = sources.Source.start(
@@ -310,7 +298,7 @@ class DriftDetector(Streamlet):
                 layout=settings.layout,
                 reference=loaded,
                 problem=problem,
-                hosted=client is not None,  # the hosted detector holds its own reference
+                hosted=self._client is not None,  # the hosted detector holds its own reference
             )
         if OUTPUTS in self._fields:
             layout = sources.output_layout(self.class_field)
@@ -325,7 +313,7 @@ class DriftDetector(Streamlet):
     # -- data ------------------------------------------------------------------
 
     async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
-        await self._close_retired()
+        await self._swap.close_retired()
         current = self._current()
         planned = batch.plan(
             records,
@@ -507,6 +495,11 @@ class DriftDetector(Streamlet):
                 "time": dt.datetime.now(dt.UTC),
             }
         )
+
+
+async def _close_loaded(loaded: loading.Loaded) -> None:
+    if loaded.client is not None:
+        await loaded.client.aclose()
 
 
 def _partition(window: windows.Window) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving.predictor import NamedCall
+from streamflow.models.predictor import NamedCall
 
 __all__ = [
     "NamedCall",

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving.remote import PermanentError
+from streamflow.models.remote import PermanentError
 
 __all__ = [
     "Attributions",

@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from streamflow.streamlets.serving import tensors
-from streamflow.streamlets.serving.predictor import Predictor
+from streamflow.models import tensors
+from streamflow.models.predictor import Predictor
 
 __all__ = [
     "GRADIENT",

@@ -45,13 +45,13 @@ import numpy as np
 from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Backpressure, Context, Record
-from streamflow.schema.models import ModelState
+from streamflow.models import remote, tensors
+from streamflow.models.kinds import ModelState
 from streamflow.streamlets import datasets
 from streamflow.streamlets.explain import gradients, methods, runners, scope
 from streamflow.streamlets.explain.background import BASELINES, Background, background_rows
 from streamflow.streamlets.explain.predicate import Predicate
 from streamflow.streamlets.explain.selection import Budget, Selector
-from streamflow.streamlets.serving import remote, tensors
 from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
 from streamflow.streamlets.serving.streamlet import NoModelError
 

@@ -15,15 +15,16 @@ SECURITY.md). A newer descriptor supersedes a load still under way: the old
 one is reported ``superseded`` at once and its download stops, so a stuck
 artifact never holds back a later version. The swap happens in
 ``between_batches``, which the runtime calls before every batch, so a batch
-always sees one model. A load that fails
-leaves the old model in place; each step is reported on ``status`` and in
-the log. Subclasses add their data ports and ``process_batch``, and may hook
+always sees one model. A load that fails leaves the old model in place; each
+step is reported on ``status`` and in the log. The mechanism (worker, cancel,
+swap, retire) is :class:`~streamflow.models.swap.LiveSwap`, which the drift
+detector follows its settings with too; what is checked and reported is here.
+Subclasses add their data ports and ``process_batch``, and may hook
 :meth:`ModelFollower.prepare` to build per-model state on the worker thread.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import datetime as dt
 import logging
@@ -36,10 +37,12 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
-from streamflow.schema.models import EMBEDDED_KINDS, REMOTE_KINDS, TROUBLE_STATES, ModelState
-from streamflow.streamlets.serving import admission, artifacts, limits, locations, remote, tensors
-from streamflow.streamlets.serving.embedded import load_embedded
-from streamflow.streamlets.serving.predictor import Predictor
+from streamflow.models import admission, artifacts, limits, locations, remote, tensors
+from streamflow.models.descriptor import ModelDescriptor
+from streamflow.models.embedded import load_embedded
+from streamflow.models.kinds import EMBEDDED_KINDS, REMOTE_KINDS, TROUBLE_STATES, ModelState
+from streamflow.models.predictor import Predictor
+from streamflow.models.swap import LiveSwap
 
 __all__ = ["ActiveModel", "ModelFollower"]
 
@@ -61,9 +64,6 @@ class ActiveModel:
     @property
     def tag(self) -> str:
         return f"{self.name}:{self.version}"
-
-
-_Pending = tuple[dict[str, Any], "concurrent.futures.Future[ActiveModel]", threading.Event]
 
 
 class ModelFollower(Streamlet):
@@ -138,11 +138,13 @@ class ModelFollower(Streamlet):
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self.current: ActiveModel | None = None
-        self._pending: _Pending | None = None
         # more than one worker: a superseded load may still be winding down
-        self._workers = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="model-load")
-        self._retired: list[Predictor] = []  # replaced, closed at the start of the next batch
+        self._swap: LiveSwap[ModelDescriptor, ActiveModel] = LiveSwap(
+            lambda descriptor, cancelled: self._load(descriptor, cancelled),
+            close=_close_model,
+            thread_name="model-load",
+            workers=4,
+        )
         self.tensors = tensors.TensorMapping({}, {})
 
     # -- lifecycle -----------------------------------------------------------
@@ -190,14 +192,17 @@ class ModelFollower(Streamlet):
             inputs=self.inputs, outputs=self.outputs, input_fields=self.input_fields
         )
 
+    @property
+    def current(self) -> ActiveModel | None:
+        """The model in use, swapped in between batches."""
+        return self._swap.current
+
     async def teardown(self) -> None:
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._swap.shutdown()
 
     async def _close_models(self) -> None:
         """At shutdown (``on_close``): the current model, and any retired one not yet closed."""
-        await self.close_retired()
-        if self.current is not None:
-            await self.current.predictor.aclose()
+        await self._swap.close()
 
     def accepts_data(self) -> bool:
         return self.current is not None or self.on_no_model == "dlq"
@@ -212,12 +217,14 @@ class ModelFollower(Streamlet):
     # -- control ---------------------------------------------------------------
 
     def on_control(self, inlet: str, record: Record) -> Emit | list[Emit] | None:
-        descriptor = record.value
-        name, version = descriptor["name"], descriptor["version"]
-        newest = max(
-            self.current.version if self.current else 0,
-            self._pending[0]["version"] if self._pending else 0,
-        )
+        try:
+            descriptor = ModelDescriptor.from_record(record.value)
+        except ValueError as exc:  # a kind this version does not know
+            value = record.value
+            return self._status(value["name"], value["version"], ModelState.REJECTED, str(exc))
+        name, version = descriptor.name, descriptor.version
+        pending = self._swap.pending
+        newest = max(self.current.version if self.current else 0, pending.version if pending else 0)
         if version <= newest:
             return self._status(
                 name, version, ModelState.REJECTED, f"version {version} is not newer than {newest}"
@@ -228,34 +235,25 @@ class ModelFollower(Streamlet):
         if refusal:
             return self._status(name, version, ModelState.REJECTED, refusal)
         statuses = []
-        if self._pending is not None:  # a newer version wins: the old load is abandoned
-            old, future, cancelled = self._pending
-            cancelled.set()
-            future.cancel()
+        superseded = self._swap.submit(descriptor)  # a newer version wins: the old load stops
+        if superseded is not None:
             statuses.append(
                 self._status(
-                    old["name"],
-                    old["version"],
+                    superseded.name,
+                    superseded.version,
                     ModelState.SUPERSEDED,
                     f"superseded by version {version}",
                 )
             )
-        cancel = threading.Event()
-        future = self._workers.submit(self._load, descriptor, cancel)
-        self._pending = (descriptor, future, cancel)
-        where = "inline" if descriptor.get("data") is not None else descriptor.get("location")
-        note = descriptor.get("description") or f"{descriptor['kind']} ({where})"
-        statuses.append(self._status(name, version, ModelState.LOADING, note))
+        statuses.append(self._status(name, version, ModelState.LOADING, descriptor.summary()))
         return statuses[0] if len(statuses) == 1 else statuses
 
     def between_batches(self) -> Emit | None:
-        if self._pending is None or not self._pending[1].done():
+        swapped = self._swap.poll()
+        if swapped is None:
             return None
-        descriptor, future, _ = self._pending
-        self._pending = None
-        try:
-            loaded = future.result()
-        except Exception as exc:
+        descriptor, loaded, exc = swapped.spec, swapped.loaded, swapped.error
+        if loaded is None:
             serving = self.current.tag if self.current else "nothing"
             message = f"{type(exc).__name__}: {exc}; still serving {serving}"
             if isinstance(exc, tensors.MappingError) and exc.fix:  # the fix goes last
@@ -263,14 +261,9 @@ class ModelFollower(Streamlet):
                     f"{type(exc).__name__}: {exc.problem}; still serving {serving}. "
                     f"Fix, in the config of streamlet {self.context.streamlet}: {exc.fix}"
                 )
-            return self._status(
-                descriptor["name"], descriptor["version"], ModelState.FAILED, message
-            )
-        previous, self.current = self.current, loaded
+            return self._status(descriptor.name, descriptor.version, ModelState.FAILED, message)
         self.context.set_state("model", loaded.tag)
         self._report_loaded(self.context, loaded=True)
-        if previous is not None:
-            self._retired.append(previous.predictor)
         return self._status(loaded.name, loaded.version, ModelState.SERVING, loaded.description)
 
     @staticmethod
@@ -289,26 +282,24 @@ class ModelFollower(Streamlet):
         ``between_batches`` swaps models but is synchronous, so the old model's
         connections are closed here, on the event loop, once no batch uses it.
         """
-        retired, self._retired = self._retired, []
-        for predictor in retired:
-            await predictor.aclose()
+        await self._swap.close_retired()
 
     def _load(
-        self, descriptor: dict[str, Any], cancelled: threading.Event | None = None
+        self, descriptor: ModelDescriptor, cancelled: threading.Event | None = None
     ) -> ActiveModel:
         """On the worker thread: fetch, verify, load and warm up; raises on any failure.
 
         ``cancelled`` is set when a newer descriptor supersedes this one.
         """
         cancelled = cancelled or threading.Event()
-        kind = descriptor["kind"]
-        parameters = dict(descriptor.get("parameters") or {})
-        name, version = descriptor["name"], descriptor["version"]
+        kind = descriptor.kind
+        parameters = dict(descriptor.parameters)
+        name, version = descriptor.name, descriptor.version
         started = time.perf_counter()
         predictor: Predictor
         if kind in REMOTE_KINDS:
             predictor = self._remote(descriptor, parameters)
-            what = f"{kind} {descriptor['location']}"
+            what = f"{kind} {descriptor.location}"
             mapping = self.tensors.bind(predictor.signature)
         elif kind not in EMBEDDED_KINDS:
             raise artifacts.ArtifactError(f"unknown model kind {kind!r}")
@@ -316,9 +307,9 @@ class ModelFollower(Streamlet):
             cache = Path(self.cache_dir or Path.home() / ".cache" / "streamflow" / "models")
             bounds = self.artifact_limits()
             artifact = artifacts.fetch(
-                data=descriptor.get("data"),
-                location=descriptor.get("location"),
-                sha256=descriptor.get("sha256"),
+                data=descriptor.data,
+                location=descriptor.location,
+                sha256=descriptor.sha256,
                 allowlist=self.allowlist,
                 cache_dir=cache,
                 limits=bounds,
@@ -351,16 +342,16 @@ class ModelFollower(Streamlet):
         return active
 
     def _remote(
-        self, descriptor: dict[str, Any], parameters: dict[str, str]
+        self, descriptor: ModelDescriptor, parameters: dict[str, str]
     ) -> remote.InferenceClient:
-        location = descriptor.get("location")
+        location = descriptor.location
         if not location:
-            raise artifacts.ArtifactError(f"a {descriptor['kind']} descriptor needs a location")
-        model = parameters.get("model", descriptor["name"])
+            raise artifacts.ArtifactError(f"a {descriptor.kind} descriptor needs a location")
+        model = parameters.get("model", descriptor.name)
         if not artifacts.allowed(location, self.allowlist):  # checked again where it is used
             raise artifacts.Rejected(f"location {location!r} is not in the allowlist")
         timeout = self.timeout.total_seconds()
-        protocol = descriptor["kind"]
+        protocol = descriptor.kind
         remote.check_ready(protocol=protocol, base_url=location, model=model, timeout=timeout)
         signature = remote.fetch_signature(
             protocol=protocol, base_url=location, model=model, timeout=timeout
@@ -412,6 +403,10 @@ class ModelFollower(Streamlet):
                 "time": dt.datetime.now(dt.UTC),
             }
         )
+
+
+async def _close_model(model: ActiveModel) -> None:
+    await model.predictor.aclose()
 
 
 def _param_of(param: str, config: Mapping[str, Any]) -> str:

@@ -9,8 +9,6 @@ that are not newer than what it serves.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,56 +16,9 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import Outlet
 from streamflow.api.streamlet import Streamlet
-from streamflow.schema.models import ARTIFACT_OPTIONS, PROTOCOLS
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.models.descriptor import build_descriptor
 
-__all__ = ["ModelPublisher", "build_descriptor"]
-
-
-def build_descriptor(
-    name: str,
-    version: int,
-    *,
-    artifact: tuple[str, Path] | None = None,
-    url: str | None = None,
-    protocol: str = "v2",
-    parameters: dict[str, str] | None = None,
-    by_reference: bool = False,
-    description: str = "",
-) -> dict[str, Any]:
-    """A ModelDescriptor for an artifact (``("keras"|"saved_model"|"onnx", path)``) or a URL.
-
-    ``model push`` and ``ModelPublisher`` both build theirs here, so a blueprint's
-    first model and a pushed one are the same record.
-    """
-    data: bytes | None = None
-    location: str | None = None
-    if artifact is None:
-        if not url:
-            raise ValueError("give an artifact or a model server's URL")
-        kind, location = PROTOCOLS[protocol], url
-    else:
-        form, path = artifact
-        kind = ARTIFACT_OPTIONS[form]
-        # a SavedModel directory by reference is read on the replica as a bare tar, which
-        # (unlike gzip's bytes) is the same everywhere: that is the digest it must match
-        packed = form == "saved_model"
-        data = pack_directory(path, compress=not by_reference) if packed else path.read_bytes()
-        if by_reference:
-            location = path.resolve().as_uri()
-    # a location is only accepted with its digest, so every descriptor carries one
-    digest = hashlib.sha256(data).hexdigest() if data is not None else None
-    return {
-        "name": name,
-        "version": version,
-        "kind": kind,
-        "data": None if by_reference else data,
-        "location": location,
-        "sha256": digest,
-        "parameters": dict(parameters or {}),
-        "description": description,
-        "created_at": dt.datetime.now(dt.UTC),
-    }
+__all__ = ["ModelPublisher"]
 
 
 class ModelPublisher(Streamlet):
@@ -104,7 +55,7 @@ class ModelPublisher(Streamlet):
         if len(given) != 1:
             raise ValueError("set exactly one of keras, saved_model, onnx or url")
         ((form, value),) = given.items()
-        return build_descriptor(
+        built = build_descriptor(
             self.name,
             self.version,
             artifact=None if form == "url" else (form, Path(value)),
@@ -114,3 +65,4 @@ class ModelPublisher(Streamlet):
             by_reference=self.by_reference,
             description=f"published by {self.context.app}.{self.context.streamlet}",
         )
+        return built.to_record()

@@ -27,8 +27,8 @@ import numpy as np
 from streamflow.api import params
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
+from streamflow.models import tensors
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.serving import tensors
 from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
 
 __all__ = ["ModelServing", "NoModelError", "PreprocessError"]

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamflow.models.embedded import load_embedded
+from streamflow.models.remote import PermanentError
 from streamflow.streamlets.explain import gradients, methods
 from streamflow.streamlets.explain.predicate import Predicate, PredicateError
 from streamflow.streamlets.explain.selection import Budget, Selector
-from streamflow.streamlets.serving.embedded import load_embedded
-from streamflow.streamlets.serving.remote import PermanentError
 from tests.model_fixtures import WineModels
 from tests.streamlets.explain import explain_support as e
 

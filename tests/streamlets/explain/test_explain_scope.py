@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamflow.models import tensors
+from streamflow.models.predictor import Gradients
 from streamflow.streamlets.explain import scope
-from streamflow.streamlets.serving import tensors
-from streamflow.streamlets.serving.predictor import Gradients
 
 
 class _Model:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamflow.models.embedded import load_embedded
 from streamflow.streamlets.explain import gradients
-from streamflow.streamlets.serving.embedded import load_embedded
 from tests.streamlets.explain import explain_support as e
 from tests.streamlets.explain import tensor_support as t
 

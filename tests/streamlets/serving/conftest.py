@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.streamlets.serving.tensor_specs import MappingError
+from streamflow.models.tensor_specs import MappingError
 
 
 def repeated_sentences(message: str) -> set[str]:

@@ -18,9 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from streamflow.cli.main import app
+from streamflow.models import locations
 from streamflow.streamlets.drift import DriftDetector
 from streamflow.streamlets.explain import ModelExplainer
-from streamflow.streamlets.serving import locations
 from tests.streamlets.serving.tensor_apps import MixedServing
 
 HERE = Path(__file__).parent

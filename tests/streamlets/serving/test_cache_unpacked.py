@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from streamflow.streamlets.serving import artifacts
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.models import artifacts
+from streamflow.models.artifacts import pack_directory
 from tests.model_fixtures import WineModels
 from tests.streamlets.serving import serving_support as s
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from streamflow.streamlets.serving import onnx_model
-from streamflow.streamlets.serving import tensors as t
+from streamflow.models import onnx_model
+from streamflow.models import tensors as t
 from tests.streamlets.serving.sklearn_models import FEATURES, WineSklearn, wine_sklearn
 
 __all__ = ["wine_sklearn"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.streamlets.serving import artifacts
+from streamflow.models import artifacts
 from tests.model_fixtures import WineModels
 from tests.streamlets.serving import serving_support as s
 from tests.streamlets.serving.hostile_servers import hostile

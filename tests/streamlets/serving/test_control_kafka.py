@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.models.artifacts import pack_directory
 from tests.model_fixtures import WineModels
 from tests.runtime import support
 from tests.streamlets.serving import kafka_support as k

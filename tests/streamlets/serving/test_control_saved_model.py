@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from streamflow.streamlets.serving import graph_guard
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.models import graph_guard
+from streamflow.models.artifacts import pack_directory
 from tests.model_fixtures import WineModels
 from tests.streamlets.serving import serving_support as s
 

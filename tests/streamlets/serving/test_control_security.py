@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from streamflow.streamlets.serving import artifacts
-from streamflow.streamlets.serving.artifacts import allowed
+from streamflow.models import artifacts
+from streamflow.models.artifacts import allowed
+from streamflow.models.descriptor import ModelDescriptor
 from tests.model_fixtures import WineModels
 from tests.streamlets.explain import explain_support as e
 from tests.streamlets.serving import serving_support as s
@@ -61,7 +62,9 @@ def test_the_allowlist_is_checked_again_where_the_client_is_built(tmp_path: Path
         h = s.harness(tmp_path, allowlist=["http://127.0.0.2:"])
         follower: Any = h.streamlet
         with pytest.raises(artifacts.Rejected):  # past on_control, as a bug there would be
-            follower._load(s.descriptor(1, "OPEN_INFERENCE_V2", location=evil.url))
+            follower._load(
+                ModelDescriptor.from_record(s.descriptor(1, "OPEN_INFERENCE_V2", location=evil.url))
+            )
         assert evil.requests == []
 
 

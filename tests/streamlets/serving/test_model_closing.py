@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 from collections.abc import Mapping
 
 import numpy as np
 
 from streamflow.api.streamlet import Context
-from streamflow.streamlets.serving import tensors
+from streamflow.models import tensors
+from streamflow.models.descriptor import ModelDescriptor
+from streamflow.models.kinds import ModelKind
+from streamflow.models.predictor import Gradients, Predictor
 from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
-from streamflow.streamlets.serving.predictor import Gradients, Predictor
+from tests.waiting import wait_until
 
 
 class _Model:
@@ -40,13 +41,15 @@ class _Model:
 
 
 def _swap_to(follower: ModelFollower, version: int, predictor: Predictor) -> None:
-    """What a finished load looks like to ``between_batches``."""
+    """A load that makes ``predictor``, swapped in by ``between_batches``."""
     signature = tensors.ModelSignature(inputs={}, outputs={})
     mapping = tensors.BoundMapping(inputs={}, outputs=[], signature=signature)
-    loaded: concurrent.futures.Future[ActiveModel] = concurrent.futures.Future()
-    loaded.set_result(ActiveModel("m", version, "V2", predictor, "fake", mapping))
-    follower._pending = ({"name": "m", "version": version}, loaded, threading.Event())
-    assert follower.between_batches() is not None
+    active = ActiveModel("m", version, "V2", predictor, "fake", mapping)
+    follower._load = lambda descriptor, cancelled=None: active  # type: ignore[method-assign]
+    follower._swap.submit(ModelDescriptor("m", version, ModelKind.OPEN_INFERENCE_V2))
+    swapped = wait_until(follower.between_batches, what=f"version {version} swapped in", timeout=30)
+    assert swapped.value["state"] == "serving"
+    assert follower.current is active
 
 
 def test_a_fake_model_is_a_predictor() -> None:

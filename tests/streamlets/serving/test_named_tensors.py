@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamflow.streamlets.serving import artifacts, onnx_model
-from streamflow.streamlets.serving.artifacts import pack_directory
+from streamflow.models import artifacts, onnx_model
+from streamflow.models.artifacts import pack_directory
 from streamflow.testkit import StreamletHarness
 from tests.streamlets.serving import serving_support as s
 from tests.streamlets.serving import tensor_apps as apps

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from streamflow.api.streamlet import Backpressure
-from streamflow.streamlets.serving import remote, tensors
+from streamflow.models import remote, tensors
 
 
 def _client(handler: httpx.MockTransport) -> remote.InferenceClient:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamflow.streamlets.serving.artifacts import allowed, pack_directory
+from streamflow.models.artifacts import allowed, pack_directory
 from tests.model_fixtures import WineModels
 from tests.streamlets.serving import serving_support as s
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamflow.streamlets.serving import tensors as t
+from streamflow.models import tensors as t
 
 IMAGE = {"image": {"field": "pixels", "dtype": "float32", "shape": [2, 2, 1]}}
 

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from streamflow.streamlets.serving import tensors, wire
+from streamflow.models import tensors, wire
 
 
 def test_v2_binary_requests_carry_raw_little_endian_tensors_after_a_json_header() -> None:
@@ -69,7 +69,7 @@ def test_a_response_without_the_protocols_shape_is_a_clear_error() -> None:
 
 
 def test_a_model_name_stays_one_path_segment_under_the_allowed_location() -> None:
-    from streamflow.streamlets.serving import remote
+    from streamflow.models import remote
 
     infer, ready = remote.endpoints(wire.V2, "http://ms:8080/tenants/a", "x/../../admin?q#f")
     assert infer == "http://ms:8080/tenants/a/v2/models/x%2F..%2F..%2Fadmin%3Fq%23f/infer"

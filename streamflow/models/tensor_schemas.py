@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from streamflow.streamlets.serving.tensor_specs import ONLY, TensorInput, TensorOutput
+from streamflow.models.tensor_specs import ONLY, TensorInput, TensorOutput
 
 __all__ = ["SchemaProblem", "check_schemas", "scalar_fields"]
 

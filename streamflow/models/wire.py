@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.schema.models import ModelKind
-from streamflow.streamlets.serving import tensors
+from streamflow.models import tensors
+from streamflow.models.kinds import ModelKind
 
 __all__ = ["FROM_V2", "TO_V2", "V1", "V2", "WireError", "decode_response", "encode_request"]
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from streamflow.streamlets.serving.tensors import ModelSignature
+from streamflow.models.tensors import ModelSignature
 
 __all__ = ["Gradients", "NamedCall", "Predictor"]
 

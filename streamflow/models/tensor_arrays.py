@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving.tensor_specs import (
+from streamflow.models.tensor_specs import (
     DTYPES,
     MappingError,
     TensorInput,

@@ -24,8 +24,8 @@ from typing import IO
 
 import httpx
 
-from streamflow.streamlets.serving import archives, locations
-from streamflow.streamlets.serving.limits import Limits
+from streamflow.models import archives, locations
+from streamflow.models.limits import Limits
 
 __all__ = ["Cancelled", "DownloadError", "download"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving.predictor import Gradients
-from streamflow.streamlets.serving.tensors import ModelSignature
+from streamflow.models.predictor import Gradients
+from streamflow.models.tensors import ModelSignature
 
 __all__ = ["EmbeddedModel"]
 

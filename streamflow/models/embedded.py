@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.schema.models import ModelKind
-from streamflow.streamlets.serving import artifacts, graph_guard
-from streamflow.streamlets.serving.embedded_model import EmbeddedModel
-from streamflow.streamlets.serving.tensors import ModelSignature, TensorSpec
+from streamflow.models import artifacts, graph_guard
+from streamflow.models.embedded_model import EmbeddedModel
+from streamflow.models.kinds import ModelKind
+from streamflow.models.tensors import ModelSignature, TensorSpec
 
 __all__ = ["SAVED_MODEL_OFF", "EmbeddedModel", "load_embedded"]
 
@@ -57,7 +57,7 @@ def load_embedded(
     """Load a verified artifact of an embedded kind; raises ArtifactError when it is refused."""
     limits = limits or artifacts.Limits()
     if kind == ModelKind.ONNX:
-        from streamflow.streamlets.serving import onnx_model
+        from streamflow.models import onnx_model
 
         return onnx_model.load(artifact, parameters=parameters)
     if kind == ModelKind.TF_SAVED_MODEL and not allow_saved_model:

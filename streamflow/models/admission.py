@@ -11,34 +11,31 @@ not open the door.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from streamflow.schema.models import REMOTE_KINDS, ModelKind
-from streamflow.streamlets.serving import artifacts, onnx_model
-from streamflow.streamlets.serving.embedded import SAVED_MODEL_OFF
+from streamflow.models import artifacts, onnx_model
+from streamflow.models.descriptor import ModelDescriptor
+from streamflow.models.embedded import SAVED_MODEL_OFF
+from streamflow.models.kinds import ModelKind
 
 __all__ = ["refusal"]
 
 
 def refusal(
-    descriptor: Mapping[str, Any], *, allowlist: Sequence[str], allow_saved_model: bool
+    descriptor: ModelDescriptor, *, allowlist: Sequence[str], allow_saved_model: bool
 ) -> str | None:
     """Why ``descriptor`` is refused, in the publisher's terms, or None."""
-    kind, location = descriptor["kind"], descriptor.get("location")
-    inline = descriptor.get("data") is not None
-    if kind in REMOTE_KINDS and inline:
+    kind, location = descriptor.kind, descriptor.location
+    if descriptor.remote and descriptor.inline:
         # the bytes would be ignored and the URL followed: refuse the ambiguity
         return "a remote model's descriptor carries no inline data"
     if kind == ModelKind.TF_SAVED_MODEL and not allow_saved_model:
         return SAVED_MODEL_OFF
-    if kind == ModelKind.ONNX and (
-        problem := onnx_model.threads_problem(descriptor.get("parameters") or {})
-    ):
+    if kind == ModelKind.ONNX and (problem := onnx_model.threads_problem(descriptor.parameters)):
         return problem
-    if kind not in REMOTE_KINDS:  # a model server's URL has no digest; an artifact does
+    if not descriptor.remote:  # a model server's URL has no digest; an artifact does
         problem = artifacts.check_sha256(
-            descriptor.get("sha256"), location=None if inline else location
+            descriptor.sha256, location=None if descriptor.inline else location
         )
         if problem:
             return problem

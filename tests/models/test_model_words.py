@@ -1,4 +1,4 @@
-"""The model kinds and states (`streamflow.schema.models`) are the built-in schemas' own."""
+"""The model kinds and states (`streamflow.models.kinds`) are the built-in schemas' own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import fastavro
 
 import streamflow
-from streamflow.schema import models
-from streamflow.schema.models import ModelKind, ModelState
+from streamflow.models import kinds as models
+from streamflow.models.kinds import ModelKind, ModelState
 
 ML = Path(streamflow.__file__).parent / "schema" / "builtin" / "streamflow" / "ml"
 

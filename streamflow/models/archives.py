@@ -43,7 +43,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO, NamedTuple, Protocol
 
-from streamflow.streamlets.serving.limits import Limits, MiB
+from streamflow.models.limits import Limits, MiB
 
 __all__ = ["ArchiveError", "TooBig", "check_zip", "pack_directory", "unpack", "write_tar"]
 

@@ -29,8 +29,8 @@ import httpx
 import numpy as np
 
 from streamflow.api.streamlet import Backpressure
-from streamflow.streamlets.serving import tensors, wire
-from streamflow.streamlets.serving.predictor import Gradients
+from streamflow.models import tensors, wire
+from streamflow.models.predictor import Gradients
 
 __all__ = [
     "CircuitBreaker",

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving import artifacts
-from streamflow.streamlets.serving.embedded_model import EmbeddedModel
-from streamflow.streamlets.serving.tensor_specs import TENSOR, ZIPMAP
-from streamflow.streamlets.serving.tensors import MappingError, ModelSignature, TensorSpec
+from streamflow.models import artifacts
+from streamflow.models.embedded_model import EmbeddedModel
+from streamflow.models.tensor_specs import TENSOR, ZIPMAP
+from streamflow.models.tensors import MappingError, ModelSignature, TensorSpec
 
 __all__ = ["MAX_THREADS", "STANDARD_DOMAINS", "load", "threads", "threads_problem"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from streamflow.streamlets.serving.tensor_specs import (
+from streamflow.models.tensor_specs import (
     ONLY,
     MappingError,
     ModelSignature,

@@ -30,10 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamflow.streamlets.serving import archives, downloads
-from streamflow.streamlets.serving.archives import pack_directory
-from streamflow.streamlets.serving.limits import Limits
-from streamflow.streamlets.serving.locations import allowed
+from streamflow.models import archives, downloads
+from streamflow.models.archives import pack_directory
+from streamflow.models.limits import Limits
+from streamflow.models.locations import allowed
 
 __all__ = [
     "ArtifactError",

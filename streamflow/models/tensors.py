@@ -33,19 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from streamflow.streamlets.serving import tensor_fit
-from streamflow.streamlets.serving.tensor_arrays import (
+from streamflow.models import tensor_fit
+from streamflow.models.tensor_arrays import (
     describe_error,
     encode_input,
     transform_output,
 )
-from streamflow.streamlets.serving.tensor_fit import LABEL_NAMES, PROBABILITY_NAMES
-from streamflow.streamlets.serving.tensor_schemas import (
+from streamflow.models.tensor_fit import LABEL_NAMES, PROBABILITY_NAMES
+from streamflow.models.tensor_schemas import (
     SchemaProblem,
     check_schemas,
     scalar_fields,
 )
-from streamflow.streamlets.serving.tensor_specs import (
+from streamflow.models.tensor_specs import (
     DTYPES,
     ONLY,
     TENSOR,
