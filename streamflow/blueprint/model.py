@@ -28,7 +28,26 @@ __all__ = [
     "PortRef",
     "StreamletSpec",
     "TopicSpec",
+    "changelog_topic",
+    "consumer_group",
+    "dlq_topic",
 ]
+
+
+def consumer_group(app: str, streamlet: str) -> str:
+    """The consumer group of ``streamlet``'s replicas."""
+    return f"{app}.{streamlet}"
+
+
+def dlq_topic(app: str, streamlet: str) -> str:
+    """``streamlet``'s dead-letter topic, unless its spec names one."""
+    return f"{app}.{streamlet}.dlq"
+
+
+def changelog_topic(app: str, streamlet: str, inlet: str) -> str:
+    """The compacted topic that backs a stateful streamlet's state of one data inlet."""
+    return f"{app}.{streamlet}.{inlet}.changelog"
+
 
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"
@@ -181,11 +200,11 @@ class Application:
 
     def dlq_topic(self, streamlet: str) -> str:
         spec = self.streamlets[streamlet]
-        return spec.dlq or f"{self.name}.{streamlet}.dlq"
+        return spec.dlq or dlq_topic(self.name, streamlet)
 
     def changelog_topic(self, streamlet: str, inlet: str) -> str:
         """The compacted topic that backs a stateful streamlet's state of one data inlet."""
-        return f"{self.name}.{streamlet}.{inlet}.changelog"
+        return changelog_topic(self.name, streamlet, inlet)
 
     def changelog_topics(self) -> list[str]:
         """Every changelog topic the application could have (the stateful streamlets' are
@@ -200,7 +219,7 @@ class Application:
         )
 
     def consumer_group(self, streamlet: str) -> str:
-        return f"{self.name}.{streamlet}"
+        return consumer_group(self.name, streamlet)
 
     # -- changes -------------------------------------------------------------
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.blueprint.model import Application
+from streamflow.blueprint.plan import StreamletPlan
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema.bounds import DEFAULT_LIMITS
 from streamflow.schema.codecs import Codec
@@ -35,37 +34,35 @@ class Bindings:
     max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes
 
 
-def bind(
-    app: Application, streamlet: str, store: SchemaStore, *, codecs: Codecs | None = None
-) -> Bindings:
+def bind(plan: StreamletPlan, store: SchemaStore, *, codecs: Codecs | None = None) -> Bindings:
     """Each port's topic and codec (chosen from the topic's format).
 
     Outlets on registry topics resolve their schema ids here, so a replica
     whose schema is not registered (or whose registry is down) fails at start,
     saying so, rather than at its first record.
     """
-    descriptor: StreamletDescriptor = app.descriptor(streamlet)
-    out = Bindings(dlq_topic=app.dlq_topic(streamlet))
-    codecs = codecs or Codecs(app, store)
-    limits = app.streamlets[streamlet].decode_limits
+    descriptor = plan.descriptor
+    out = Bindings(dlq_topic=plan.dlq_topic)
+    codecs = codecs or Codecs(plan.app, store)
+    limits = plan.spec.decode_limits
     out.max_batch_bytes = limits.max_batch_bytes
 
     for port in descriptor.inlets:
-        topic = app.topic_for(streamlet, port.name)
+        topic = plan.topic(port.name)
         if topic is not None:
             out.inlets_by_topic[topic.name] = (
                 port.name,
                 codecs.for_topic(topic, port.schema, producing=False, limits=limits),
             )
     for port in descriptor.control_inlets:
-        topic = app.topic_for(streamlet, port.name)
+        topic = plan.topic(port.name)
         if topic is not None:
             out.controls_by_topic[topic.name] = (
                 port.name,
                 codecs.for_topic(topic, port.schema, producing=False, limits=limits),
             )
     for port in descriptor.outlets:
-        topic = app.topic_for(streamlet, port.name)
+        topic = plan.topic(port.name)
         out.outlets[port.name] = OutletBinding(
             outlet=port.name,
             topic=topic.name if topic else None,

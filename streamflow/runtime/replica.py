@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamflow.api import config as config_mod
 from streamflow.api.streamlet import Context, Logic, Streamlet
-from streamflow.blueprint.model import EXACTLY_ONCE, Application
+from streamflow.blueprint.model import Application
+from streamflow.blueprint.plan import StreamletPlan
 from streamflow.runtime import kafka_access, shutdown
 from streamflow.runtime import state as state_mod
 from streamflow.runtime.clients import KAFKA_LOGGER, KafkaClients
@@ -76,12 +76,11 @@ def install_signal_handlers(
 
 def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) -> None:
     """Run one replica until ``options.stop`` is set. Raises on fatal errors."""
-    descriptor = app.descriptor(streamlet_name)
-    spec = app.streamlets[streamlet_name]
+    plan = StreamletPlan.of(app, streamlet_name)
+    descriptor, spec, config = plan.descriptor, plan.spec, dict(plan.config)
     stopping = shutdown.Stopping(options.stop, flush_timeout_s=options.flush_timeout_s)
     stopping.watch()
     store = SchemaStore(app.schema_paths)
-    config = config_mod.parse_config(descriptor, spec.config)
     streamlet: Streamlet = descriptor.cls(config)
     context = Context(
         app=app.name,
@@ -106,7 +105,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         server.port,
         extra={"health_port": server.port},
     )
-    bindings = _bind(app, streamlet_name, store, health, options.stop)
+    bindings = _bind(plan, store, health, options.stop)
     if bindings is None:  # stopped while the schema registry was away
         watch.stop()
         server.stop()
@@ -120,7 +119,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         config={**app.kafka.config, **options.kafka_config},
         watch=kafka_watch,
     )
-    client_id = f"{app.name}.{streamlet_name}.{options.replica}"
+    client_id = f"{plan.client_id_prefix}.{options.replica}"
     loop = asyncio.new_event_loop()
     try:
         # A wrong password or CA makes librdkafka retry forever: fail now, saying which.
@@ -129,8 +128,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
         _tune_gc()
         if descriptor.inlets:
             _run_processor(
-                app,
-                streamlet_name,
+                plan,
                 streamlet,
                 bindings,
                 clients,
@@ -156,8 +154,7 @@ def run_replica(app: Application, streamlet_name: str, options: ReplicaOptions) 
             ).run()
         else:
             _run_source(
-                app,
-                streamlet_name,
+                plan,
                 streamlet,
                 bindings,
                 clients,
@@ -189,8 +186,7 @@ def _summary_every() -> float:
 
 
 def _bind(
-    app: Application,
-    streamlet: str,
+    plan: StreamletPlan,
     store: SchemaStore,
     health: HealthState,
     stop: threading.Event,
@@ -206,7 +202,7 @@ def _bind(
     delay = _REGISTRY_BACKOFF_S[0]
     while True:
         try:
-            return bind(app, streamlet, store)
+            return bind(plan, store)
         except RegistryUnavailable as exc:
             reason = f"waiting for the schema registry: {exc}"
             health.set_ready(False, [reason])
@@ -218,8 +214,7 @@ def _bind(
 
 
 def _delivery(
-    app: Application,
-    name: str,
+    plan: StreamletPlan,
     clients: KafkaClients,
     client_id: str,
     consumer: Any,
@@ -230,7 +225,7 @@ def _delivery(
 ) -> Delivery:
     """The streamlet's guarantee; ``counted``: at-least-once hears of every record Kafka
     acknowledged (a source's, which says what it delivered)."""
-    if app.streamlets[name].guarantee == EXACTLY_ONCE:
+    if plan.exactly_once:
         # A failed output fails the transaction's commit, so successful deliveries need
         # no report: librdkafka then queues none, and poll() has none to serve.
         producer = clients.producer(
@@ -273,8 +268,7 @@ def _control_reader(
 
 
 def _run_processor(
-    app: Application,
-    name: str,
+    plan: StreamletPlan,
     streamlet: Streamlet,
     bindings: Bindings,
     clients: KafkaClients,
@@ -289,22 +283,22 @@ def _run_processor(
         health.backlog(metrics.on_stats(stats_json))  # the lag, for liveness: work waiting
 
     settings: dict[str, Any] = {"statistics.interval.ms": 5000, "stats_cb": on_stats}
-    if app.streamlets[name].guarantee == EXACTLY_ONCE:
+    if plan.exactly_once:
         # Offsets travel inside each transaction; nothing may be committed beside it.
         settings["enable.auto.commit"] = False
     state = None
-    if app.descriptor(name).stateful:
+    if plan.descriptor.stateful:
         state = state_mod.connect(
-            app, name, bindings, clients, client_id=client_id, base=options.state_dir
+            plan, bindings, clients, client_id=client_id, base=options.state_dir
         )
         streamlet.context.stores = state
-    consumer = clients.consumer(group=app.consumer_group(name), client_id=client_id, **settings)
-    delivery = _delivery(app, name, clients, client_id, consumer, metrics, stopping=stopping)
+    consumer = clients.consumer(group=plan.group, client_id=client_id, **settings)
+    delivery = _delivery(plan, clients, client_id, consumer, metrics, stopping=stopping)
     stopping.pending = lambda: len(delivery.producer)  # what a stop past its bound leaves
     control = _control_reader(bindings, clients, client_id)
     processor = Processor(
         streamlet=streamlet,
-        descriptor=app.descriptor(name),
+        descriptor=plan.descriptor,
         bindings=bindings,
         consumer=consumer,
         delivery=delivery,
@@ -316,7 +310,7 @@ def _run_processor(
         batch_size=options.batch_size,
         batch_timeout=options.batch_timeout,
         state=state,
-        lineage=app.streamlets[name].lineage,
+        lineage=plan.spec.lineage,
     )
     health.set_ready(False, ["replaying control inlets"] if control else ["joining the group"])
     try:
@@ -335,8 +329,7 @@ def _run_processor(
 
 
 def _run_source(
-    app: Application,
-    name: str,
+    plan: StreamletPlan,
     streamlet: Streamlet,
     bindings: Bindings,
     clients: KafkaClients,
@@ -347,10 +340,10 @@ def _run_source(
     options: ReplicaOptions,
     stopping: shutdown.Stopping,
 ) -> None:
-    delivery = _delivery(app, name, clients, client_id, None, stopping=stopping, counted=True)
+    delivery = _delivery(plan, clients, client_id, None, stopping=stopping, counted=True)
     runner = SourceRunner(
         streamlet=streamlet,
-        descriptor=app.descriptor(name),
+        descriptor=plan.descriptor,
         bindings=bindings,
         delivery=delivery,
         metrics=metrics,

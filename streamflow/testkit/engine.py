@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, Message, Producer
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.outputs import RoutedOutput
 from streamflow.api.streamlet import Streamlet
+from streamflow.blueprint.model import changelog_topic
 from streamflow.runtime.control import ControlInletBinding, ControlReader
 from streamflow.runtime.delivery import AtLeastOnce, CountedOutputs
 from streamflow.runtime.health import HealthState
@@ -138,7 +139,7 @@ class Engine:
             self._state_dir = tempfile.TemporaryDirectory(prefix="streamflow-state-")
             self.state = StateManager(
                 changelogs={
-                    topic: (inlet, f"{app}.{name}.{inlet}.changelog")
+                    topic: (inlet, changelog_topic(app, name, inlet))
                     for topic, (inlet, _) in self.bindings.inlets_by_topic.items()
                 },
                 directory=Path(self._state_dir.name),

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -75,24 +76,8 @@ SERVING_RESOURCES: Mapping[str, Mapping[str, str]] = {
     "limits": {"memory": "1Gi"},
 }
 
-# Spec field <-> Application field, per level; anything not listed is one word already.
-_TOP = {"schemaPaths": "schema_paths", "pythonPaths": "python_paths"}
-_KAFKA = {"schemaRegistry": "schema_registry"}
-_STREAMLET = {"stallAfter": "stall_after", "decodeLimits": "decode_limits"}
-_DECODE_LIMITS = {
-    "maxItems": "max_items",
-    "maxRecordBytes": "max_record_bytes",
-    "maxBatchBytes": "max_batch_bytes",
-}
-_AUTOSCALE = {
-    "targetLag": "target_lag",
-    "scaleUpAfter": "scale_up_after",
-    "scaleDownAfter": "scale_down_after",
-}
-
-
-# a streamlet's fields whose own fields are renamed too (by their Application name)
-_STREAMLET_NESTED = {"autoscale": _AUTOSCALE, "decode_limits": _DECODE_LIMITS}
+# A streamlet's fields whose own fields are the Application's too (so renamed, below).
+_NESTED = ("autoscale", "decode_limits")
 
 
 class SpecError(ValueError):
@@ -352,8 +337,9 @@ def _check_autoscale(app: Application) -> None:
             )
         if auto.target_lag < 1:
             problems.append(f"{where}.targetLag ({auto.target_lag}) must be 1 or more")
-        for key, window in _AUTOSCALE.items():
-            if window != "target_lag" and getattr(auto, window) < 0:
+        for window in ("scale_up_after", "scale_down_after"):
+            if getattr(auto, window) < 0:
+                key = camel_case(window)
                 problems.append(f"{where}.{key} ({getattr(auto, window)}) must be 0 or more")
     if problems:
         raise SpecError("; ".join(problems))
@@ -445,28 +431,47 @@ def body(app: Application, *, namespace: str, pods: PodSettings | None = None) -
 # -- names -----------------------------------------------------------------------------------
 
 
-def _renamed(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
-    return {table.get(k, k): v for k, v in data.items()}
+def camel_case(name: str) -> str:
+    """An Application field's name as the spec spells it: ``stall_after`` -> ``stallAfter``."""
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def snake_case(name: str) -> str:
+    """A spec field's name as the Application spells it: ``stallAfter`` -> ``stall_after``."""
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
+
+
+def _renamed(data: Mapping[str, Any], rule: Callable[[str], str]) -> dict[str, Any]:
+    return {rule(k): v for k, v in data.items()}
+
+
+def _streamlets_renamed(
+    streamlets: Mapping[str, Mapping[str, Any]], rule: Callable[[str], str]
+) -> dict[str, Any]:
+    """Each streamlet's fields, and those of its nested ones, by ``rule``; not its config."""
+    out = {}
+    for name, fields in streamlets.items():
+        renamed = _renamed(fields, rule)
+        for nested in _NESTED:
+            key = rule(nested)
+            if renamed.get(key):
+                renamed[key] = _renamed(renamed[key], rule)
+        out[name] = renamed
+    return out
 
 
 def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Application field names (snake_case) to the spec's (camelCase), below the top level."""
-    to_camel = {v: k for k, v in _KAFKA.items()}
-    streamlet_camel = {v: k for k, v in _STREAMLET.items()}
+    """Application field names (snake_case) to the spec's (camelCase), below the top level.
+
+    A rule, not a table, at the levels whose keys are the Application's fields: the top,
+    ``kafka``, a streamlet, and its ``autoscale`` and ``decode_limits``. Anything else
+    (a streamlet's or topic's name, a ``config`` or ``resources`` key) is as written.
+    """
     out = dict(data)
     if "kafka" in out:
-        out["kafka"] = _renamed(out["kafka"], to_camel)
-    out["streamlets"] = {
-        name: {
-            **_renamed(s, streamlet_camel),
-            **{
-                streamlet_camel.get(field, field): _renamed(s[field], {v: k for k, v in t.items()})
-                for field, t in _STREAMLET_NESTED.items()
-                if s.get(field)
-            },
-        }
-        for name, s in out["streamlets"].items()
-    }
+        out["kafka"] = _renamed(out["kafka"], camel_case)
+    out["streamlets"] = _streamlets_renamed(out["streamlets"], camel_case)
     return out
 
 
@@ -474,43 +479,27 @@ def spec_name(parents: tuple[str, ...], key: str) -> str:
     """An Application field, under the fields ``parents``, as the spec spells it.
 
     The top level's, ``kafka``'s, a streamlet's and its ``autoscale``'s and
-    ``decode_limits``' fields are
-    renamed; anything else (a streamlet's or topic's name, a ``config`` key) is as written.
+    ``decode_limits``' fields are renamed; anything else (a streamlet's or topic's
+    name, a ``config`` key) is as written.
     """
-    if not parents:
-        table = _TOP
-    elif parents == ("kafka",):
-        table = _KAFKA
-    elif len(parents) == 2 and parents[0] == "streamlets":
-        table = _STREAMLET
-    elif len(parents) == 3 and parents[0] == "streamlets" and parents[2] in _STREAMLET_NESTED:
-        table = _STREAMLET_NESTED[parents[2]]
-    else:
-        return key
-    return next((camel for camel, snake in table.items() if snake == key), key)
+    renamed = (
+        not parents
+        or parents == ("kafka",)
+        or (len(parents) == 2 and parents[0] == "streamlets")
+        or (len(parents) == 3 and parents[0] == "streamlets" and parents[2] in _NESTED)
+    )
+    return camel_case(key) if renamed else key
 
 
 def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's fields under the Application's names; the deploy-time ones dropped."""
-    data = _renamed(spec, _TOP)
+    data = dict(spec)
     for key in ("image", "imagePullPolicy", "resources", "blueprintDir"):
         data.pop(key, None)
-    data["kafka"] = _renamed(data.get("kafka") or {}, _KAFKA)
+    data = _renamed(data, snake_case)
+    data["kafka"] = _renamed(data.get("kafka") or {}, snake_case)
     if "streamlets" in data:
-        data["streamlets"] = {
-            name: {
-                **_renamed(s, _STREAMLET),
-                **{
-                    _STREAMLET.get(camel, camel): _renamed(s[camel], _STREAMLET_NESTED[snake])
-                    for camel, snake in (
-                        ("autoscale", "autoscale"),
-                        ("decodeLimits", "decode_limits"),
-                    )
-                    if s.get(camel)
-                },
-            }
-            for name, s in data["streamlets"].items()
-        }
+        data["streamlets"] = _streamlets_renamed(data["streamlets"], snake_case)
     return data
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from streamflow.blueprint.model import Application
+from streamflow.blueprint.plan import StreamletPlan
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.ports import Bindings
 from streamflow.runtime.state.changelog import KafkaChangelog, ensure_changelogs
@@ -31,8 +31,7 @@ def state_directory(app: str, streamlet: str, *, base: str | None = None) -> Pat
 
 
 def connect(
-    app: Application,
-    streamlet: str,
+    plan: StreamletPlan,
     bindings: Bindings,
     clients: KafkaClients,
     *,
@@ -45,9 +44,10 @@ def connect(
     metadata = admin.list_topics(timeout=_METADATA_TIMEOUT_S)
     changelogs: dict[str, tuple[str, str]] = {}
     sizes: dict[str, tuple[int, int]] = {}
+    app = plan.app
     replication = min((t.replication for t in app.topics.values()), default=1)
     for topic, (inlet, _) in bindings.inlets_by_topic.items():
-        changelog = app.changelog_topic(streamlet, inlet)
+        changelog = plan.changelogs[inlet]
         changelogs[topic] = (inlet, changelog)
         spec = app.topics.get(topic)
         found = metadata.topics.get(topic)
@@ -56,6 +56,6 @@ def connect(
     ensure_changelogs(admin, sizes)
     return StateManager(
         changelogs=changelogs,
-        directory=state_directory(app.name, streamlet, base=base),
+        directory=state_directory(app.name, plan.name, base=base),
         reader=KafkaChangelog(clients, client_id=client_id),
     )
