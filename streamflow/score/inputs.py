@@ -23,7 +23,7 @@ from typing import Any
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import Schema
 from streamflow.score import parquet_reader
-from streamflow.streamlets.io import _datasets, _records
+from streamflow.streamlets.io import documents, reading
 
 __all__ = [
     "FORMATS",
@@ -36,14 +36,6 @@ __all__ = [
 ]
 
 FORMATS = ("parquet", "csv", "jsonl")
-_EXTENSIONS = {
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".csv": "csv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-}
 
 
 class InputError(ValueError):
@@ -67,25 +59,20 @@ class InputRow:
 
 def data_format(path: Path, declared: str | None = None) -> str:
     """``parquet``, ``csv`` or ``jsonl``: as declared, else from the file's extension."""
-    if declared:
-        if declared not in FORMATS:
-            raise InputError(f"unknown format {declared!r}: use one of {', '.join(FORMATS)}")
-        return declared
-    found = _EXTENSIONS.get(path.suffix.lower())
-    if found is None:
-        known = ", ".join(sorted(_EXTENSIONS))
-        raise InputError(
-            f"cannot tell the format of {str(path)!r} from its extension ({known}): "
-            "pass --format parquet, csv or jsonl"
-        )
-    return found
+    return reading.format_of(
+        path,
+        declared,
+        accepted=FORMATS,
+        how_to_set="pass --format parquet, csv or jsonl",
+        error=InputError,
+    )
 
 
 def count_rows(path: Path, fmt: str) -> int:
     """How many rows ``read_rows`` will yield, read cheaply (Parquet's footer, lines)."""
     if fmt == "parquet":
         return int(_parquet_file(path).metadata.num_rows)
-    with _datasets.open_text(path) as lines:
+    with reading.open_text(path) as lines:
         if fmt == "csv":
             try:
                 return max(sum(1 for _ in csv.reader(lines)) - 1, 0)  # less the header
@@ -119,7 +106,7 @@ def read_rows(path: Path, fmt: str, schema: Schema) -> Iterator[InputRow]:
 
 def converter(schema: Schema) -> Callable[[Any], dict[str, Any]]:
     """A document to a record of ``schema`` (coerced, cut to its fields), or DecodeError."""
-    return _records.RecordConverter(schema, outlet="").convert
+    return documents.RecordConverter(schema, outlet="").convert
 
 
 def _documents(path: Path, fmt: str, schema: Schema) -> Iterator[tuple[int, Any, str]]:
@@ -127,8 +114,8 @@ def _documents(path: Path, fmt: str, schema: Schema) -> Iterator[tuple[int, Any,
         _parquet_file(path)  # a file that is not Parquet is said plainly, here
         yield from parquet_reader.read(path)
         return
-    with _datasets.open_text(path) as lines:
-        for number, row in enumerate(_datasets.rows(lines, fmt=fmt, schema=schema)):
+    with reading.open_text(path) as lines:
+        for number, row in enumerate(reading.rows(lines, fmt=fmt, schema=schema)):
             where = f"line {row.line}: " if row.error else ""
             yield number, row.doc, where + row.error
 

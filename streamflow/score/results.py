@@ -22,7 +22,7 @@ from typing import Any
 
 from streamflow.score.engine import DeadRow, Outcome
 from streamflow.score.inputs import InputError, data_format
-from streamflow.streamlets.io import _records
+from streamflow.streamlets.io import documents
 
 __all__ = ["dead_letters_path", "write_dead_letters", "write_results"]
 
@@ -49,7 +49,7 @@ def write_results(path: Path, outcome: Outcome, *, fmt: str | None = None) -> in
     else:
         with open(partial, "w", encoding="utf-8", errors=_UNENCODABLE) as out:
             for row in rows:
-                out.write(_records.dumps(row) + "\n")
+                out.write(documents.dumps(row) + "\n")
     os.replace(partial, path)
     return len(rows)
 
@@ -62,7 +62,7 @@ def write_dead_letters(path: Path, outcome: Outcome) -> int:
         return 0
     with open(path, "w", encoding="utf-8", errors=_UNENCODABLE) as out:
         for letter in dead:
-            out.write(_records.dumps(_dead_doc(letter)) + "\n")
+            out.write(documents.dumps(_dead_doc(letter)) + "\n")
     return len(dead)
 
 
@@ -102,7 +102,7 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, dict | list):
-        return _records.dumps(value)
+        return documents.dumps(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     return value

@@ -19,7 +19,6 @@ import csv
 import importlib
 import io
 import json
-import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,18 +26,11 @@ from typing import Any
 import numpy as np
 
 from streamflow.models import artifacts
+from streamflow.streamlets.io import reading
 
 __all__ = ["FORMATS", "Columns", "DatasetError", "dataset_format", "load_columns", "read_columns"]
 
 FORMATS = ("auto", "jsonl", "csv", "parquet")
-_EXTENSIONS = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-}
 
 #: Column name -> values: float64 arrays for numeric columns, lists of str for categorical ones.
 Columns = dict[str, Any]
@@ -50,15 +42,13 @@ class DatasetError(Exception):
 
 def dataset_format(location: str, declared: str = "auto") -> str:
     """jsonl, csv or parquet: the declared format, else the one the location's extension names."""
-    if declared != "auto":
-        return declared
-    suffix = Path(urllib.parse.urlsplit(location).path).suffix.lower()
-    if suffix not in _EXTENSIONS:
-        raise DatasetError(
-            f"cannot tell the format of {location!r} from its extension "
-            f"({', '.join(sorted(_EXTENSIONS))}): set the reference format"
-        )
-    return _EXTENSIONS[suffix]
+    return reading.format_of(
+        location,
+        declared,
+        accepted=FORMATS[1:],
+        how_to_set="set the reference format",
+        error=DatasetError,
+    )
 
 
 def load_columns(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamflow.schema.codecs import DecodeError
-from streamflow.streamlets.io import _records
+from streamflow.streamlets.io import documents
 
 __all__ = ["MAX_PROBLEMS", "Refusal", "decode"]
 
@@ -53,7 +53,7 @@ class Refusal(Exception):
 
 
 def decode(
-    body: bytes, converter: _records.RecordConverter, *, max_records: int
+    body: bytes, converter: documents.RecordConverter, *, max_records: int
 ) -> list[dict[str, Any]]:
     """The records in ``body`` (one JSON object, or an array of them); else :class:`Refusal`."""
     doc = _parse(body)
@@ -63,7 +63,7 @@ def decode(
         items, indexed = doc, True
     else:
         message = "expected a JSON object (one record) or an array of objects (a batch)"
-        raise _invalid([_records.Problem(message)], truncated=False)
+        raise _invalid([documents.Problem(message)], truncated=False)
     if len(items) > max_records:
         raise Refusal(
             413,
@@ -87,18 +87,18 @@ def _parse(body: bytes) -> Any:
 
 
 def _convert(
-    items: list[Any], converter: _records.RecordConverter, *, indexed: bool
+    items: list[Any], converter: documents.RecordConverter, *, indexed: bool
 ) -> list[dict[str, Any]]:
     values: list[dict[str, Any]] = []
-    problems: list[_records.Problem] = []
+    problems: list[documents.Problem] = []
     for index, item in enumerate(items):
         where = index if indexed else None
         try:
             values.append(converter.convert(item))
         except DecodeError as exc:
-            problems += _records.problems_of(exc, index=where)
+            problems += documents.problems_of(exc, index=where)
         except RecursionError:
-            problems.append(_records.Problem("nested too deeply to be a record", index=where))
+            problems.append(documents.Problem("nested too deeply to be a record", index=where))
         if len(problems) >= MAX_PROBLEMS:
             # Stop here: the rest could only add problems nobody will read.
             more = len(problems) > MAX_PROBLEMS or index < len(items) - 1
@@ -112,7 +112,7 @@ def _malformed(message: str) -> Refusal:
     return Refusal(400, "malformed-json", message, problems=[{"message": message}])
 
 
-def _invalid(problems: list[_records.Problem], *, truncated: bool) -> Refusal:
+def _invalid(problems: list[documents.Problem], *, truncated: bool) -> Refusal:
     listed = f"the first {len(problems)} are listed" if truncated else "all are listed"
     count = f"{len(problems)}+" if truncated else str(len(problems))
     return Refusal(

@@ -14,7 +14,7 @@ from typing import TextIO
 from streamflow.api import params
 from streamflow.api.ports import Inlet
 from streamflow.api.streamlet import Context, Record, Streamlet
-from streamflow.streamlets.io import _binding, _records
+from streamflow.streamlets.io import _binding, documents
 
 __all__ = ["ConsoleEgress"]
 
@@ -48,5 +48,5 @@ class ConsoleEgress(_binding.SchemaBound, Streamlet):
         return sys.stdout
 
     def process(self, record: Record) -> None:
-        doc = _records.egress_document(record, include_key=self.include_key)
-        print(_records.dumps(doc, pretty=self.format == "pretty"), file=self.stream, flush=True)
+        doc = documents.egress_document(record, include_key=self.include_key)
+        print(documents.dumps(doc, pretty=self.format == "pretty"), file=self.stream, flush=True)

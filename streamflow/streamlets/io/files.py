@@ -23,7 +23,7 @@ from streamflow.api import params
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record, Streamlet
 from streamflow.schema.store import Schema
-from streamflow.streamlets.io import _binding, _datasets, _records
+from streamflow.streamlets.io import _binding, documents, reading
 
 __all__ = ["FileEgress", "FileIngress"]
 
@@ -39,7 +39,7 @@ class FileIngress(_binding.SchemaBound, Streamlet):
 
     path = params.Str(min_length=1, description="the file to read")
     format = params.Choice(
-        _datasets.FORMATS, default="auto", description="the file's format; auto: by extension"
+        reading.FORMATS, default="auto", description="the file's format; auto: by extension"
     )
     follow = params.Bool(
         default=False, description="keep reading lines appended to the file, like tail -f"
@@ -57,30 +57,30 @@ class FileIngress(_binding.SchemaBound, Streamlet):
     ) -> None:
         super().__init__(config)
         self.sleep = sleep
-        self.reader: _datasets.RowReader | None = None
+        self.reader: reading.RowReader | None = None
 
     def setup(self, context: Context) -> None:
         self.context = context
         self.schema: Schema = self.bound_schema(context)
-        self.file_format = _datasets.file_format(self.path, self.format)
-        self.converter = _records.RecordConverter(
+        self.file_format = reading.file_format(self.path, self.format)
+        self.converter = documents.RecordConverter(
             self.schema, outlet=self.out.name, key_field=self.key_field
         )
         if not self.follow and not Path(self.path).is_file():
             raise ValueError(f"{self.path!r} is not a file (set follow to wait for it)")
 
     def source(self) -> Iterator[Emit]:
-        self.reader = _datasets.RowReader(
+        self.reader = reading.RowReader(
             self.converter, logger=self.context.logger, source=self.path
         )
-        files = _datasets.generations(
+        files = reading.generations(
             self.path,
             follow=self.follow,
             poll=self.poll_interval.total_seconds(),
             sleep=self.sleep,
         )
         for lines in files:
-            rows = _datasets.rows(lines, fmt=self.file_format, schema=self.schema)
+            rows = reading.rows(lines, fmt=self.file_format, schema=self.schema)
             for value in self.reader.records(rows):
                 yield self.converter.output(value)
         self.context.logger.info(
@@ -125,7 +125,7 @@ class FileEgress(_binding.SchemaBound, Streamlet):
         if self._file is None:
             raise RuntimeError(f"{self.file_path} is closed")
         text = "".join(
-            _records.dumps(_records.egress_document(r, include_key=self.include_key)) + "\n"
+            documents.dumps(documents.egress_document(r, include_key=self.include_key)) + "\n"
             for r in records
         )
         self._file.write(text)

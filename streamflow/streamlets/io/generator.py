@@ -20,7 +20,7 @@ from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Context, Streamlet
 from streamflow.schema import validate
 from streamflow.schema.store import Schema
-from streamflow.streamlets.io import _binding, _datasets, _pacing, _records, synth
+from streamflow.streamlets.io import _binding, _pacing, documents, reading, synth
 
 __all__ = ["Generator"]
 
@@ -40,7 +40,7 @@ class Generator(_binding.SchemaBound, Streamlet):
         "empty: synthesise records from the schema",
     )
     format = params.Choice(
-        _datasets.FORMATS, default="auto", description="the dataset's format; auto: by extension"
+        reading.FORMATS, default="auto", description="the dataset's format; auto: by extension"
     )
     rate = params.Float(
         default=0.0, min=0.0, description="records per second; 0: as fast as possible"
@@ -60,16 +60,16 @@ class Generator(_binding.SchemaBound, Streamlet):
         super().__init__(config)
         self.clock = clock
         self.sleep = sleep
-        self.dataset_reader: _datasets.RowReader | None = None
+        self.dataset_reader: reading.RowReader | None = None
 
     def setup(self, context: Context) -> None:
         self.context = context
         self.schema: Schema = self.bound_schema(context)
-        self.converter = _records.RecordConverter(
+        self.converter = documents.RecordConverter(
             self.schema, outlet=type(self).out.name, key_field=self.key_field
         )
         if self.dataset:
-            self.dataset_format = _datasets.file_format(self.dataset, self.format)
+            self.dataset_format = reading.file_format(self.dataset, self.format)
             if not Path(self.dataset).is_file():
                 raise ValueError(f"dataset {self.dataset!r} is not a file")
 
@@ -85,15 +85,13 @@ class Generator(_binding.SchemaBound, Streamlet):
             yield self.converter.output(value)
 
     def _dataset_records(self) -> Iterator[dict[str, Any]]:
-        reader = _datasets.RowReader(
-            self.converter, logger=self.context.logger, source=self.dataset
-        )
+        reader = reading.RowReader(self.converter, logger=self.context.logger, source=self.dataset)
         self.dataset_reader = reader
         while True:
             before = reader.records_read
-            for lines in _datasets.generations(self.dataset):
+            for lines in reading.generations(self.dataset):
                 yield from reader.records(
-                    _datasets.rows(lines, fmt=self.dataset_format, schema=self.schema)
+                    reading.rows(lines, fmt=self.dataset_format, schema=self.schema)
                 )
             # read, not delivered: what Kafka acknowledged is the runtime's to say (it
             # counts delivery reports, and logs them with what still waits for Kafka)

@@ -54,7 +54,7 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Context, EmitError, Emitter, Streamlet
-from streamflow.streamlets.io import _binding, _jsonbody, _records
+from streamflow.streamlets.io import _binding, _jsonbody, documents
 from streamflow.streamlets.io._httpapp import Request, Response, asgi_app
 from streamflow.streamlets.io._httpserver import HttpServer
 
@@ -130,7 +130,7 @@ class HttpIngress(_binding.SchemaBound, Streamlet):
 
     def setup(self, context: Context) -> None:
         self.context = context
-        self.converter = _records.RecordConverter(
+        self.converter = documents.RecordConverter(
             self.bound_schema(context), outlet=self.out.name, key_field=self.key_field
         )
 

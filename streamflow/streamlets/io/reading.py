@@ -19,20 +19,22 @@ import csv
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from streamflow.schema.codecs import DecodeError
 from streamflow.schema.store import Schema
-from streamflow.streamlets.io import _cells, _jsontext, _records
+from streamflow.streamlets.io import _cells, _jsontext, documents
 
 __all__ = [
     "FORMATS",
     "Row",
     "RowReader",
     "file_format",
+    "format_of",
     "generations",
     "open_text",
     "rows",
@@ -40,7 +42,17 @@ __all__ = [
 
 #: Accepted ``format`` parameter values; ``auto`` picks by file extension.
 FORMATS = ("auto", "jsonl", "csv")
-_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
+#: Every data file the project reads, by extension: the generator's and the file
+#: ingress's (jsonl, csv), the monitoring streamlets' datasets and `streamflow score`'s
+#: (parquet too). One table, so that a name means the same format to all of them.
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 Sleep = Callable[[float], None]
 
@@ -60,19 +72,40 @@ class Row:
     error: str = ""
 
 
-def file_format(path: str | Path, declared: str = "auto") -> str:
-    """``jsonl`` or ``csv``: the declared format, else the one the extension names."""
-    if declared != "auto":
+def format_of(
+    name: str | Path,
+    declared: str | None,
+    *,
+    accepted: Sequence[str],
+    how_to_set: str,
+    error: type[Exception] = ValueError,
+) -> str:
+    """One of ``accepted``: the declared format (``auto`` or none: not declared), else the
+    one the extension of ``name`` (a path, or a URL's path) names. ``error`` says why not,
+    ending with ``how_to_set`` (how this caller's user declares a format)."""
+    if declared and declared != "auto":
+        if declared not in accepted:
+            raise error(f"unknown format {declared!r}: use one of {', '.join(accepted)}")
         return declared
-    suffix = Path(path).suffix.lower()
-    found = _EXTENSIONS.get(suffix)
-    if found is None:
-        known = ", ".join(sorted(_EXTENSIONS))
-        raise ValueError(
-            f"cannot tell the format of {str(path)!r} from its extension ({known}): "
-            "set the format parameter to jsonl or csv"
+    text = str(name)
+    path = urllib.parse.urlsplit(text).path if "://" in text else text
+    found = EXTENSIONS.get(PurePosixPath(path).suffix.lower())
+    if found is None or found not in accepted:
+        known = ", ".join(sorted(e for e, f in EXTENSIONS.items() if f in accepted))
+        raise error(
+            f"cannot tell the format of {text!r} from its extension ({known}): {how_to_set}"
         )
     return found
+
+
+def file_format(path: str | Path, declared: str = "auto") -> str:
+    """``jsonl`` or ``csv``: the declared format, else the one the extension names."""
+    return format_of(
+        path,
+        declared,
+        accepted=("jsonl", "csv"),
+        how_to_set="set the format parameter to jsonl or csv",
+    )
 
 
 def generations(
@@ -181,7 +214,7 @@ class RowReader:
     """Rows to records of the schema; counts and logs the rows it skips."""
 
     def __init__(
-        self, converter: _records.RecordConverter, *, logger: logging.Logger, source: str
+        self, converter: documents.RecordConverter, *, logger: logging.Logger, source: str
     ) -> None:
         self.converter = converter
         self.logger = logger
