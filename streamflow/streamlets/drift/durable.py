@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from streamflow.api.state import Store
+from streamflow.api.state import State, Store
 from streamflow.streamlets.drift import detect, sources, versions, windows
 from streamflow.streamlets.drift.settings import DriftSettings
 
-__all__ = ["META", "Tracked", "config_of", "load", "save", "verdict_of"]
+__all__ = ["META", "Partitions", "Tracked", "config_of", "load", "save", "verdict_of"]
 
 META = "meta"
 _ROWS, _REF = "rows/", "ref/"
@@ -57,6 +58,87 @@ class Tracked:
         if self.meta is None:
             return meta is None or list(meta["config"]) != config_of(settings)
         return meta is not None and meta["token"] == self.meta["token"]
+
+
+Key = tuple[str, int]  # a watched inlet and one of its partitions
+
+
+class Partitions:
+    """The cache over the stores of the partitions a replica holds: each watched inlet's
+    partitions as their stores hold them, read before a batch and written after it."""
+
+    def __init__(self) -> None:
+        self._tracked: dict[Key, tuple[Store, Tracked]] = {}
+
+    @property
+    def filled(self) -> int:
+        """Rows toward a window, over every partition held."""
+        return sum(t.source.state.filled for _, t in self._tracked.values())
+
+    def clear(self) -> None:
+        """Forget them all: the stores are rewritten for new settings as rows come."""
+        self._tracked.clear()
+
+    def verdicts(self) -> dict[Key, bool]:
+        """Each partition's last verdict: drifted or not."""
+        return {key: verdict_of(t) for key, (_, t) in self._tracked.items()}
+
+    def current(
+        self, state: State, fresh: Mapping[str, sources.Source], settings: DriftSettings
+    ) -> dict[str, sources.Partitioned]:
+        """Each watched inlet's partitions as their stores hold them (read again when the
+        store changed under the cache: a batch handed back, a partition that moved)."""
+        current: dict[str, sources.Partitioned] = {}
+        held = set(state.held())
+        for key in [k for k in self._tracked if k not in held]:
+            del self._tracked[key]  # gone to another replica, with its store
+        for role, start in fresh.items():
+            parts: dict[int, sources.Source] = {}
+            for inlet, partition in held:
+                if inlet != role:
+                    continue
+                store = state.partition(inlet, partition)
+                cached = self._tracked.get((inlet, partition))
+                if (
+                    cached is None
+                    or cached[0] is not store
+                    or not cached[1].current(store, settings)
+                ):
+                    cached = (store, load(store, start, settings))
+                    self._tracked[(inlet, partition)] = cached
+                parts[partition] = cached[1].source
+            current[role] = sources.Partitioned(start, parts)
+        return current
+
+    def commit(
+        self,
+        state: State,
+        before: Mapping[str, sources.Partitioned],
+        after: Mapping[str, sources.Partitioned],
+        drifted: Mapping[Key, bool],
+        *,
+        settings: DriftSettings,
+        moved: Callable[[int], None],
+    ) -> None:
+        """Write each partition's new state to its store (with the batch); ``moved`` is told
+        of the rows of a partition this replica no longer holds."""
+        for role, partitioned in after.items():
+            for partition, source in partitioned.parts.items():
+                key = (role, partition)
+                cached = self._tracked.get(key)
+                if cached is None:
+                    # rows of a partition this replica no longer holds (they waited for
+                    # their prediction while it moved): its new owner has its own
+                    moved(source.state.filled)
+                    continue
+                unchanged = before[role].parts.get(partition) is source
+                if unchanged and drifted.get(key, False) == verdict_of(cached[1]):
+                    continue
+                store = state.partition(role, partition)
+                tracked = save(
+                    store, cached[1], source, settings=settings, verdict=drifted.get(key, False)
+                )
+                self._tracked[key] = (store, tracked)
 
 
 def config_of(settings: DriftSettings) -> list[Any]:

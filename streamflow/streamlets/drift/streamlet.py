@@ -28,7 +28,6 @@ Bind the data ports by subclassing; declare the ones you have::
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,7 +40,8 @@ from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.models import artifacts, locations, remote, tensors
-from streamflow.models.kinds import TROUBLE_STATES, ModelState
+from streamflow.models.kinds import ModelState
+from streamflow.models.status import status_record
 from streamflow.models.swap import LiveSwap
 from streamflow.schema import SchemaStore
 from streamflow.streamlets import datasets
@@ -148,7 +148,7 @@ class DriftDetector(Streamlet):
         self.settings = DriftSettings(name="")
         # what a partition of each watched inlet starts from; its own state is in _tracked
         self.sources: dict[str, sources.Source] = {}
-        self._tracked: dict[tuple[str, int], tuple[object, durable.Tracked]] = {}
+        self._partitions = durable.Partitions()
         self._fields: dict[str, set[str]] = {}
         self._model: tuple[str, int] = ("", 0)
         self._swap: LiveSwap[DriftSettings, loading.Loaded] = LiveSwap(
@@ -285,9 +285,9 @@ class DriftDetector(Streamlet):
     ) -> None:
         # rows toward a window, and inputs awaiting their prediction, were cut for the old
         # settings; the predictions' versions are kept for the inputs still to come
-        dropped = sum(t.source.state.filled for _, t in self._tracked.values())
-        self.context.count_skipped("drift-config-change", count=dropped + self._join.waiting_rows)
-        self._tracked.clear()  # the stores are rewritten for the new settings as rows come
+        dropped = self._partitions.filled + self._join.waiting_rows
+        self.context.count_skipped("drift-config-change", count=dropped)
+        self._partitions.clear()
         self._join = self._join.without_waiting()
         self.settings = settings
         self.sources = {}
@@ -314,7 +314,7 @@ class DriftDetector(Streamlet):
 
     async def process_batch(self, records: list[Record]) -> list[list[Emit] | None]:
         await self._swap.close_retired()
-        current = self._current()
+        current = self._partitions.current(self.state, self.sources, self.settings)
         planned = batch.plan(
             records,
             current,
@@ -334,7 +334,7 @@ class DriftDetector(Streamlet):
             ends.setdefault(position, []).append((role, window, features))
         results: list[list[Emit] | None] = [None] * len(records)
         self._names.update(planned.names)
-        drifted = {key: durable.verdict_of(t) for key, (_, t) in self._tracked.items()}
+        drifted = self._partitions.verdicts()
         classes = iter(planned.classes)
         for index, record in enumerate(records):
             if record.inlet == OUTPUTS and OUTPUTS in self.sources:
@@ -354,65 +354,18 @@ class DriftDetector(Streamlet):
                     source, window, features, signals, was=drifted.get(key, False)
                 )
                 results[index] = [*(results[index] or []), *emitted]
-        self._commit(current, planned.sources, drifted)
+        self._partitions.commit(
+            self.state,
+            current,
+            planned.sources,
+            drifted,
+            settings=self.settings,
+            moved=lambda rows: self.context.count_skipped("drift-partition-moved", count=rows),
+        )
         self._join = planned.join
         if planned.refused:
             self.context.count_skipped("drift-unreadable-input", count=planned.refused)
         return results
-
-    def _current(self) -> dict[str, sources.Partitioned]:
-        """Each watched inlet's partitions as their stores hold them (read again when the
-        store changed under the cache: a batch handed back, a partition that moved)."""
-        current: dict[str, sources.Partitioned] = {}
-        held = set(self.state.held())
-        for key in [k for k in self._tracked if k not in held]:
-            del self._tracked[key]  # gone to another replica, with its store
-        for role, fresh in self.sources.items():
-            parts: dict[int, sources.Source] = {}
-            for inlet, partition in held:
-                if inlet != role:
-                    continue
-                store = self.state.partition(inlet, partition)
-                cached = self._tracked.get((inlet, partition))
-                if (
-                    cached is None
-                    or cached[0] is not store
-                    or not cached[1].current(store, self.settings)
-                ):
-                    cached = (store, durable.load(store, fresh, self.settings))
-                    self._tracked[(inlet, partition)] = cached
-                parts[partition] = cached[1].source
-            current[role] = sources.Partitioned(fresh, parts)
-        return current
-
-    def _commit(
-        self,
-        before: dict[str, sources.Partitioned],
-        after: dict[str, sources.Partitioned],
-        drifted: dict[tuple[str, int], bool],
-    ) -> None:
-        """Write each partition's new state to its store (with the batch, see .durable)."""
-        for role, partitioned in after.items():
-            for partition, source in partitioned.parts.items():
-                key = (role, partition)
-                cached = self._tracked.get(key)
-                if cached is None:
-                    # rows of a partition this replica no longer holds (they waited for
-                    # their prediction while it moved): its new owner has its own
-                    self.context.count_skipped("drift-partition-moved", count=source.state.filled)
-                    continue
-                unchanged = before[role].parts.get(partition) is source
-                if unchanged and drifted.get(key, False) == durable.verdict_of(cached[1]):
-                    continue
-                store = self.state.partition(role, partition)
-                tracked = durable.save(
-                    store,
-                    cached[1],
-                    source,
-                    settings=self.settings,
-                    verdict=drifted.get(key, False),
-                )
-                self._tracked[key] = (store, tracked)
 
     @property
     def _output_fields(self) -> sources.OutputFields:
@@ -481,19 +434,17 @@ class DriftDetector(Streamlet):
         return out, bool(report["drifted"])
 
     def _status(self, config: dict[str, Any], state: ModelState, message: str) -> Emit:
-        level = logging.WARNING if state in TROUBLE_STATES else logging.INFO
-        log.log(
-            level, "drift config %s:%s %s: %s", config["name"], config["version"], state, message
-        )
+        replica = f"{self.context.streamlet}-{self.context.replica}"
         return self.status(
-            {
-                "model": config["name"],
-                "version": config["version"],
-                "state": state,
-                "message": message,
-                "replica": f"{self.context.streamlet}-{self.context.replica}",
-                "time": dt.datetime.now(dt.UTC),
-            }
+            status_record(
+                model=config["name"],
+                version=config["version"],
+                state=state,
+                message=message,
+                replica=replica,
+                log=log,
+                what="drift config",
+            )
         )
 
 

@@ -26,7 +26,6 @@ Subclasses add their data ports and ``process_batch``, and may hook
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 import threading
 import time
@@ -40,8 +39,9 @@ from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
 from streamflow.models import admission, artifacts, limits, locations, remote, tensors
 from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.embedded import load_embedded
-from streamflow.models.kinds import EMBEDDED_KINDS, REMOTE_KINDS, TROUBLE_STATES, ModelState
+from streamflow.models.kinds import EMBEDDED_KINDS, REMOTE_KINDS, ModelState
 from streamflow.models.predictor import Predictor
+from streamflow.models.status import status_record
 from streamflow.models.swap import LiveSwap
 
 __all__ = ["ActiveModel", "ModelFollower"]
@@ -391,17 +391,16 @@ class ModelFollower(Streamlet):
         )
 
     def _status(self, model: str, version: int, state: ModelState, message: str) -> Emit:
-        level = logging.WARNING if state in TROUBLE_STATES else logging.INFO
-        log.log(level, "model %s:%s %s: %s", model, version, state, message)
+        replica = f"{self.context.streamlet}-{self.context.replica}"
         return self.status(
-            {
-                "model": model,
-                "version": version,
-                "state": state,
-                "message": message,
-                "replica": f"{self.context.streamlet}-{self.context.replica}",
-                "time": dt.datetime.now(dt.UTC),
-            }
+            status_record(
+                model=model,
+                version=version,
+                state=state,
+                message=message,
+                replica=replica,
+                log=log,
+            )
         )
 
 
