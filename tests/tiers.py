@@ -72,6 +72,7 @@ STARTS_SERVICES: dict[str, str] = {
     "devkit/test_k8s_real_node.py": "e2e",
     "devkit/test_k8s_cluster.py": "integration",
     "devkit/test_kafka_broker.py": "integration",
+    "devkit/test_class_archive.py": "integration",
     "devkit/test_registry.py": "integration",
     "devkit/test_modelserver.py": "integration",
     "devkit/test_toxiproxy.py": "integration",

@@ -382,7 +382,7 @@ class KafkaBroker(_local.LocalService):
     def _terminate(self, *, grace: float) -> None:
         process, self._process = self._process, None
         _running.discard(self)
-        _local.terminate(process, grace=grace)
+        _local.terminate(process, grace=ClassArchive.stop_grace(grace, self._recording))
         if self._archive is not None and process is not None:
             self._archive.keep(self._recording, process.returncode)
             self._recording = None

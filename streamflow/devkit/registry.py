@@ -287,7 +287,7 @@ class SchemaRegistry(_local.LocalService):
     def _terminate(self) -> None:
         process, self._process = self._process, None
         _running.discard(self)
-        _local.terminate(process, grace=_STOP_GRACE_S)
+        _local.terminate(process, grace=ClassArchive.stop_grace(_STOP_GRACE_S, self._recording))
         if self._archive is not None and process is not None:
             self._archive.keep(self._recording, process.returncode)
             self._recording = None
