@@ -13,7 +13,8 @@ image builder all use models; none of this is a streamlet itself. Here are:
   one :class:`~.predictor.Predictor` protocol;
 - the tensor mapping between records and a model's signature (:mod:`.tensors`);
 - the live swap: load the next version off the hot path, swap it in between
-  batches, retire the old one (:mod:`.swap`).
+  batches, retire the old one (:mod:`.swap`), and the status record each step is
+  reported in (:mod:`.status`).
 
 The streamlets built on it are in :mod:`streamflow.streamlets.serving`.
 """
