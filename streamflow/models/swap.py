@@ -10,8 +10,10 @@ always sees one version. The one it replaced is retired: its connections are
 closed by :meth:`LiveSwap.close_retired` at the start of the next batch, on
 the event loop, once no batch can still use it. A newer record supersedes a
 load still under way: its cancel event is set (a download checks it and stops)
-and :meth:`LiveSwap.submit` hands back what was superseded, to report. A load
-that fails leaves the current version in place.
+and :meth:`LiveSwap.submit` hands back what was superseded, to report; if it was
+already running, whatever it still makes is retired as it ends, so its
+connections are closed like a replaced version's. A load that fails leaves the
+current version in place.
 
 What the records mean, what a version is, and what is reported stays with each
 streamlet; this is the one copy of the mechanism.
@@ -65,6 +67,7 @@ class LiveSwap(Generic[S, L]):
         self._close = close
         self._pending: _Pending[S, L] | None = None
         self._retired: list[L] = []
+        self._retiring = threading.Lock()  # superseded loads retire from their worker
         self._workers = concurrent.futures.ThreadPoolExecutor(
             workers, thread_name_prefix=thread_name
         )
@@ -80,7 +83,8 @@ class LiveSwap(Generic[S, L]):
         if self._pending is not None:
             superseded = self._pending.spec
             self._pending.cancelled.set()
-            self._pending.future.cancel()
+            if not self._pending.future.cancel():  # running: what it makes goes too
+                self._pending.future.add_done_callback(self._abandoned)
         cancelled = threading.Event()
         future = self._workers.submit(self._load, spec, cancelled)
         self._pending = _Pending(spec, future, cancelled)
@@ -100,13 +104,15 @@ class LiveSwap(Generic[S, L]):
         except Exception as exc:
             return Swapped(pending.spec, None, exc)
         if self.current is not None:
-            self._retired.append(self.current)
+            with self._retiring:
+                self._retired.append(self.current)
         self.current = loaded
         return Swapped(pending.spec, loaded)
 
     async def close_retired(self) -> None:
         """Close what was replaced; call it at the start of a batch, on the event loop."""
-        retired, self._retired = self._retired, []
+        with self._retiring:
+            retired, self._retired = self._retired, []
         for old in retired:
             await self._close(old)
 
@@ -115,6 +121,12 @@ class LiveSwap(Generic[S, L]):
         await self.close_retired()
         if self.current is not None:
             await self._close(self.current)
+
+    def _abandoned(self, future: concurrent.futures.Future[L]) -> None:
+        """A superseded load that ended (on its worker): what it made is retired."""
+        if not future.cancelled() and future.exception() is None:
+            with self._retiring:
+                self._retired.append(future.result())
 
     def shutdown(self) -> None:
         """Stop the workers; a load under way is abandoned."""

@@ -66,6 +66,28 @@ def test_a_newer_spec_supersedes_a_load_under_way_and_cancels_it() -> None:
     swap.shutdown()
 
 
+def test_a_superseded_load_that_still_ends_is_closed_like_a_replaced_one() -> None:
+    """A load already running when it is superseded cannot be stopped from outside (a
+    download stops on its cancel event; a model server's check does not): whatever it
+    makes is closed at the next batch, so its connections do not leak."""
+    loads = _Loads()
+    swap = loads.swap()
+    swap.submit("v1")
+    wait_until(lambda: "v1" in loads.cancelled, what="v1's load to start", timeout=30)
+    swap.submit("v2")
+    loads.gates["v1"].set()  # v1 ends anyway, after it was superseded
+    loads.gates.setdefault("v2", threading.Event()).set()
+    assert _finished(swap).spec == "v2"
+
+    def closed_v1() -> bool:
+        asyncio.run(swap.close_retired())
+        return "loaded v1" in loads.closed
+
+    wait_until(closed_v1, what="the superseded load's model closed", timeout=30)
+    assert swap.current == "loaded v2" and "loaded v2" not in loads.closed
+    swap.shutdown()
+
+
 def test_a_failed_load_leaves_the_current_one_and_retires_nothing() -> None:
     loads = _Loads()
     swap = loads.swap()
