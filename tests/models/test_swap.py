@@ -34,6 +34,10 @@ class _Loads:
         return LiveSwap(self.load, close=self.close, thread_name="test-load", workers=2)
 
 
+def _started(loads: _Loads, spec: str) -> None:
+    wait_until(lambda: spec in loads.cancelled, what=f"{spec}'s load to start", timeout=30)
+
+
 def _finished(swap: LiveSwap[str, str]) -> Swapped[str, str]:
     return wait_until(swap.poll, what="a load to finish", timeout=30)
 
@@ -56,10 +60,10 @@ def test_a_newer_spec_supersedes_a_load_under_way_and_cancels_it() -> None:
     loads = _Loads()
     swap = loads.swap()
     swap.submit("v1")
-    wait_until(lambda: "v1" in loads.cancelled, what="v1's load to start", timeout=30)
+    _started(loads, "v1")
     assert swap.submit("v2") == "v1"
     assert loads.cancelled["v1"].is_set()  # a download checks this and stops
-    loads.gates["v1"].set()  # the old load finishing late changes nothing
+    loads.gates["v1"].set()  # the old load finishing late is not swapped in
     loads.gates.setdefault("v2", threading.Event()).set()
     assert _finished(swap).spec == "v2"
     assert swap.current == "loaded v2"
@@ -73,7 +77,7 @@ def test_a_superseded_load_that_still_ends_is_closed_like_a_replaced_one() -> No
     loads = _Loads()
     swap = loads.swap()
     swap.submit("v1")
-    wait_until(lambda: "v1" in loads.cancelled, what="v1's load to start", timeout=30)
+    _started(loads, "v1")
     swap.submit("v2")
     loads.gates["v1"].set()  # v1 ends anyway, after it was superseded
     loads.gates.setdefault("v2", threading.Event()).set()
@@ -129,7 +133,7 @@ def test_shutdown_cancels_a_load_under_way() -> None:
     loads = _Loads()
     swap = loads.swap()
     swap.submit("v1")
-    wait_until(lambda: "v1" in loads.cancelled, what="v1's load to start", timeout=30)
+    _started(loads, "v1")
     swap.shutdown()
     assert loads.cancelled["v1"].is_set()
     loads.gates["v1"].set()
