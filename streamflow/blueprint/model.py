@@ -15,13 +15,19 @@ from typing import Any
 
 from streamflow.api import descriptor as descriptors
 from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.schema import fields
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
+from streamflow.schema.fields import declared
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
 __all__ = [
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
     "GUARANTEES",
+    "KINDS",
+    "QUANTITY_PATTERN",
+    "RESOURCES",
+    "RESOURCES_SCHEMA",
     "Application",
     "AutoscaleSpec",
     "KafkaSpec",
@@ -70,17 +76,46 @@ class PortRef:
         return cls(streamlet, port)
 
 
+# A replica's resources, written as a Kubernetes container's (verify_resources checks them)
+KINDS = ("requests", "limits")
+RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# Kubernetes' quantity: a decimal number with an optional SI or binary suffix (no sign here).
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+_AMOUNT = {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}
+RESOURCES_SCHEMA = {
+    kind: {"type": "object", "properties": dict.fromkeys(RESOURCES, _AMOUNT)} for kind in KINDS
+}
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_PORT_REFS = {"items": {"type": "string", "pattern": r"^[^.\s]+\.[^.\s]+$"}}
+_SCALARS = {"additionalProperties": {"x-kubernetes-int-or-string": True}}
+
+
 @dataclass(frozen=True)
 class TopicSpec:
-    name: str
-    producers: tuple[PortRef, ...] = ()
-    consumers: tuple[PortRef, ...] = ()
-    partitions: int = 1
-    replication: int = 1
-    config: Mapping[str, str] = field(default_factory=dict)
-    managed: bool = True
-    format: TopicFormat = DEFAULT_FORMAT
-    register: RegisterPolicy | None = None  # None: the application's default
+    name: str = field(metadata=fields.NAME_IN_MAPPING)
+    producers: tuple[PortRef, ...] = field(
+        default=(),
+        metadata=declared("streamlet.outlet references.", parse=PortRef.parse, openapi=_PORT_REFS),
+    )
+    consumers: tuple[PortRef, ...] = field(
+        default=(),
+        metadata=declared("streamlet.inlet references.", parse=PortRef.parse, openapi=_PORT_REFS),
+    )
+    partitions: int = field(default=1, metadata=declared("Partitions.", minimum=1))
+    replication: int = field(default=1, metadata=declared("Copies of each partition.", minimum=1))
+    config: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=declared("Kafka topic config, e.g. cleanup.policy.", openapi=_SCALARS),
+    )
+    managed: bool = field(default=True, metadata=declared("false: the topic must exist."))
+    format: TopicFormat = field(
+        default=DEFAULT_FORMAT,
+        metadata=declared("How records are encoded on the wire (default avro)."),
+    )
+    register: RegisterPolicy | None = field(  # None: the application's default
+        default=None, metadata=declared("May producers register their schema: auto or never.")
+    )
 
     @property
     def compacted(self) -> bool:
@@ -98,71 +133,134 @@ class AutoscaleSpec:
     cluster with KEDA, let a ScaledObject do it instead of the operator.
     """
 
-    min: int = 1
-    max: int = 8
-    target_lag: int = 1000
-    scale_up_after: float = 0.0
-    scale_down_after: float = 120.0
-    keda: bool = False
+    min: int = field(default=1, metadata=declared("The fewest replicas.", minimum=0))
+    max: int = field(default=8, metadata=declared("The most replicas.", minimum=1))
+    target_lag: int = field(
+        default=1000,
+        metadata=declared("The lag (records) one replica is meant to carry.", minimum=1),
+    )
+    scale_up_after: float = field(
+        default=0.0, metadata=declared("Seconds a higher count must last.", minimum=0)
+    )
+    scale_down_after: float = field(
+        default=120.0, metadata=declared("Seconds a lower count must last.", minimum=0)
+    )
+    keda: bool = field(default=False, metadata=declared("Let KEDA scale it, where installed."))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return fields.to_plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AutoscaleSpec:
-        return cls(
-            min=int(data.get("min", 1)),
-            max=int(data.get("max", 8)),
-            target_lag=int(data.get("target_lag", 1000)),
-            scale_up_after=float(data.get("scale_up_after", 0.0)),
-            scale_down_after=float(data.get("scale_down_after", 120.0)),
-            keda=bool(data.get("keda", False)),
-        )
+        return fields.from_plain(cls, data)
 
 
 @dataclass(frozen=True)
 class StreamletSpec:
-    name: str
-    class_path: str
-    config: Mapping[str, Any] = field(default_factory=dict)
-    replicas: int = 1
-    guarantee: str = AT_LEAST_ONCE
-    dlq: str | None = None
-    autoscale: AutoscaleSpec | None = None
-    # CPU and memory of its replicas, Kubernetes-style ({requests: {...}, limits: {...}});
+    name: str = field(metadata=fields.NAME_IN_MAPPING)
+    class_path: str = field(
+        metadata=declared(
+            "The streamlet class, module:Class.", key="class", required=True, minLength=1
+        )
+    )
+    config: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata=declared(
+            "Parameter values; checked against the class's parameters.",
+            openapi={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    )
+    replicas: int = field(default=1, metadata=declared("Pods to run.", minimum=0))
+    guarantee: str = field(
+        default=AT_LEAST_ONCE,
+        metadata=declared("What survives a failure.", enum=list(GUARANTEES)),
+    )
+    dlq: str | None = field(
+        default=None,
+        metadata=declared("The dead-letter topic; default <app>.<streamlet>.dlq."),
+    )
+    autoscale: AutoscaleSpec | None = field(
+        default=None,
+        metadata=declared("Replicas follow the lag of the streamlet's input, within bounds."),
+    )
     # None: the target's default. The local target ignores it.
-    resources: Mapping[str, Mapping[str, str]] | None = None
-    # A replica with work that takes nothing for this long is not live (restarted);
+    resources: Mapping[str, Mapping[str, str]] | None = field(
+        default=None,
+        metadata=declared(
+            "CPU and memory of this streamlet's pods, as a container's.",
+            properties=RESOURCES_SCHEMA,
+        ),
+    )
     # None: the runtime's default (runtime.health.DEFAULT_STALL_AFTER_S)
-    stall_after: float | None = None
-    # Whether its outputs carry the lineage headers of `streamflow score` from their
-    # inputs (runtime/lineage.py). Reading every input's headers costs CPU; an
-    # application that is never scored may turn it off.
-    lineage: bool = True
-    # What one record may declare once decoded (schema.bounds); the defaults unless set
-    decode_limits: DecodeLimits = DEFAULT_LIMITS
+    stall_after: float | None = field(
+        default=None,
+        metadata=declared(
+            "Seconds a pod with records waiting may take none before its liveness probe "
+            "fails (default 60).",
+            omit_default=True,
+            minimum=5,
+        ),
+    )
+    # Reading every input's headers costs CPU; an application that is never scored may
+    # turn it off (runtime/lineage.py).
+    lineage: bool = field(
+        default=True,
+        metadata=declared(
+            "Copy the lineage headers of `streamflow score` from each input to its outputs "
+            "(default true).",
+            omit_default=True,
+        ),
+    )
+    decode_limits: DecodeLimits = field(
+        default=DEFAULT_LIMITS,
+        metadata=declared(
+            "What one input record may declare once decoded; past a limit it is "
+            "dead-lettered before it is decoded.",
+            omit_default=True,
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class KafkaSpec:
     """Where the application's Kafka is. ``bootstrap`` None means: the embedded broker."""
 
-    bootstrap: str | None = None
-    config: Mapping[str, str] = field(default_factory=dict)
-    secret: str | None = None
-    schema_registry: str | None = None
-    register: RegisterPolicy | None = None  # topics' default; unset: never (the devkit's: auto)
+    bootstrap: str | None = field(default=None, metadata=declared("Kafka bootstrap servers."))
+    config: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=declared("librdkafka properties (no credentials).", openapi=_SCALARS),
+    )
+    secret: str | None = field(
+        default=None, metadata=declared("The Secret that holds the Kafka credentials.")
+    )
+    schema_registry: str | None = field(default=None, metadata=declared("The schema registry URL."))
+    register: RegisterPolicy | None = field(  # unset: never (the devkit's: auto)
+        default=None, metadata=declared("Topics' default register policy.")
+    )
 
 
 @dataclass(frozen=True)
 class Application:
-    name: str
-    streamlets: Mapping[str, StreamletSpec]
-    topics: Mapping[str, TopicSpec]
-    kafka: KafkaSpec = field(default_factory=KafkaSpec)
-    schema_paths: tuple[str, ...] = ()
-    python_paths: tuple[str, ...] = ()
-    source: str = ""
+    name: str = field(
+        metadata=declared(
+            "The application's name.", required=True, pattern=_DNS_LABEL, maxLength=63
+        )
+    )
+    streamlets: Mapping[str, StreamletSpec] = field(
+        metadata=declared("The streamlets, by name.", keyed_by="name", minProperties=1)
+    )
+    topics: Mapping[str, TopicSpec] = field(
+        metadata=declared("The topics, by name.", keyed_by="name")
+    )
+    kafka: KafkaSpec = field(default_factory=KafkaSpec, metadata=declared("Where Kafka is."))
+    schema_paths: tuple[str, ...] = field(
+        default=(),
+        metadata=declared("Where schemas are looked for.", blueprint="schemas"),
+    )
+    python_paths: tuple[str, ...] = field(
+        default=(), metadata=declared("Where streamlet modules are looked for.")
+    )
+    source: str = field(default="", metadata=declared("The blueprint's file name.", blueprint=None))
     _descriptors: dict[str, StreamletDescriptor] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -237,101 +335,9 @@ class Application:
     # -- plain data ----------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "schema_paths": list(self.schema_paths),
-            "python_paths": list(self.python_paths),
-            "kafka": {
-                "bootstrap": self.kafka.bootstrap,
-                "config": dict(self.kafka.config),
-                "secret": self.kafka.secret,
-                "schema_registry": self.kafka.schema_registry,
-                "register": str(self.kafka.register) if self.kafka.register else None,
-            },
-            "streamlets": {
-                name: {
-                    "class": s.class_path,
-                    "config": dict(s.config),
-                    "replicas": s.replicas,
-                    "guarantee": s.guarantee,
-                    "dlq": s.dlq,
-                    "autoscale": s.autoscale.to_dict() if s.autoscale else None,
-                    "resources": {k: dict(v) for k, v in s.resources.items()}
-                    if s.resources is not None
-                    else None,
-                    **({"stall_after": s.stall_after} if s.stall_after is not None else {}),
-                    **({} if s.lineage else {"lineage": False}),
-                    **(
-                        {"decode_limits": s.decode_limits.to_dict()}
-                        if s.decode_limits != DEFAULT_LIMITS
-                        else {}
-                    ),
-                }
-                for name, s in self.streamlets.items()
-            },
-            "topics": {
-                name: {
-                    "producers": [str(p) for p in t.producers],
-                    "consumers": [str(c) for c in t.consumers],
-                    "partitions": t.partitions,
-                    "replication": t.replication,
-                    "config": dict(t.config),
-                    "managed": t.managed,
-                    "format": str(t.format),
-                    "register": str(t.register) if t.register else None,
-                }
-                for name, t in self.topics.items()
-            },
-        }
+        """The plain (JSON) form, under the blueprint's field names (see schema.fields)."""
+        return fields.to_plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Application:
-        kafka = data.get("kafka") or {}
-        return cls(
-            name=data["name"],
-            source=data.get("source", ""),
-            schema_paths=tuple(data.get("schema_paths", ())),
-            python_paths=tuple(data.get("python_paths", ())),
-            kafka=KafkaSpec(
-                bootstrap=kafka.get("bootstrap"),
-                config=dict(kafka.get("config") or {}),
-                secret=kafka.get("secret"),
-                schema_registry=kafka.get("schema_registry"),
-                register=RegisterPolicy(kafka["register"]) if kafka.get("register") else None,
-            ),
-            streamlets={
-                name: StreamletSpec(
-                    name=name,
-                    class_path=s["class"],
-                    config=dict(s.get("config") or {}),
-                    replicas=int(s.get("replicas", 1)),
-                    guarantee=s.get("guarantee", AT_LEAST_ONCE),
-                    dlq=s.get("dlq"),
-                    autoscale=AutoscaleSpec.from_dict(s["autoscale"])
-                    if s.get("autoscale")
-                    else None,
-                    resources={k: dict(v) for k, v in s["resources"].items()}
-                    if s.get("resources")
-                    else None,
-                    stall_after=float(s["stall_after"]) if s.get("stall_after") else None,
-                    lineage=bool(s.get("lineage", True)),
-                    decode_limits=DecodeLimits.from_dict(s.get("decode_limits")),
-                )
-                for name, s in data["streamlets"].items()
-            },
-            topics={
-                name: TopicSpec(
-                    name=name,
-                    producers=tuple(PortRef.parse(p) for p in t.get("producers", ())),
-                    consumers=tuple(PortRef.parse(c) for c in t.get("consumers", ())),
-                    partitions=int(t.get("partitions", 1)),
-                    replication=int(t.get("replication", 1)),
-                    config={k: str(v) for k, v in (t.get("config") or {}).items()},
-                    managed=bool(t.get("managed", True)),
-                    format=TopicFormat(t.get("format") or DEFAULT_FORMAT),
-                    register=RegisterPolicy(t["register"]) if t.get("register") else None,
-                )
-                for name, t in data["topics"].items()
-            },
-        )
+        return fields.from_plain(cls, data)

@@ -16,13 +16,22 @@ from typing import Any, TypeVar
 
 from streamflow.api.descriptor import is_dns_label
 from streamflow.api.params import parse_duration
-from streamflow.blueprint.model import AT_LEAST_ONCE, GUARANTEES, AutoscaleSpec, KafkaSpec, PortRef
+from streamflow.blueprint.model import (
+    AT_LEAST_ONCE,
+    GUARANTEES,
+    Application,
+    AutoscaleSpec,
+    KafkaSpec,
+    PortRef,
+    StreamletSpec,
+    TopicSpec,
+)
 from streamflow.blueprint.report import Reporter, closest, did_you_mean
 from streamflow.blueprint.verify_autoscale import read_autoscale
 from streamflow.blueprint.verify_decode_limits import read_decode_limits
 from streamflow.blueprint.verify_resources import read_resources
 from streamflow.blueprint.yamlload import Node
-from streamflow.schema import registry
+from streamflow.schema import fields, registry
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 from streamflow.schema.formats import DEFAULT_FORMAT, RegisterPolicy, TopicFormat
 
@@ -35,30 +44,11 @@ __all__ = [
     "read_blueprint",
 ]
 
-TOP_FIELDS = ("name", "schemas", "python_paths", "kafka", "streamlets", "topics")
-KAFKA_FIELDS = ("bootstrap", "config", "secret", "schema_registry", "register")
-STREAMLET_FIELDS = (
-    "class",
-    "config",
-    "replicas",
-    "guarantee",
-    "dlq",
-    "autoscale",
-    "resources",
-    "stall_after",
-    "lineage",
-    "decode_limits",
-)
-TOPIC_FIELDS = (
-    "producers",
-    "consumers",
-    "partitions",
-    "replication",
-    "config",
-    "managed",
-    "format",
-    "register",
-)
+# What a blueprint may write in each section: the Application's field table (schema.fields)
+TOP_FIELDS = fields.blueprint_keys(Application)
+KAFKA_FIELDS = fields.blueprint_keys(KafkaSpec)
+STREAMLET_FIELDS = fields.blueprint_keys(StreamletSpec)
+TOPIC_FIELDS = fields.blueprint_keys(TopicSpec)
 
 _STALL_AFTER_MIN_S = 5.0
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -142,7 +132,13 @@ def read_blueprint(root: Node | None, report: Reporter) -> BlueprintDraft | None
             root,
         )
         return None
-    _fields(report, root, what="the blueprint", allowed=TOP_FIELDS, required=("name",))
+    _fields(
+        report,
+        root,
+        what="the blueprint",
+        allowed=TOP_FIELDS,
+        required=fields.required_keys(Application),
+    )
     draft = BlueprintDraft(root=root)
     for text, key, value in root.fields():
         if value.is_null:
@@ -227,7 +223,12 @@ def _streamlets(report: Reporter, node: Node) -> dict[str, StreamletDraft]:
         if value.is_null:  # `source:` with nothing under it: a streamlet without a class
             value = Node("map", value.line, value.column)
         if _fields(
-            report, value, what=what, allowed=STREAMLET_FIELDS, required=("class",), key=key
+            report,
+            value,
+            what=what,
+            allowed=STREAMLET_FIELDS,
+            required=fields.required_keys(StreamletSpec),
+            key=key,
         ):
             _streamlet_fields(report, value, draft)
         out[name] = draft

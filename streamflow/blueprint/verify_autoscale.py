@@ -18,10 +18,11 @@ from streamflow.api.params import parse_duration
 from streamflow.blueprint.model import AutoscaleSpec
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.yamlload import Node
+from streamflow.schema import fields
 
 __all__ = ["AUTOSCALE_FIELDS", "check_autoscale", "read_autoscale"]
 
-AUTOSCALE_FIELDS = ("min", "max", "target_lag", "scale_up_after", "scale_down_after", "keda")
+AUTOSCALE_FIELDS = fields.blueprint_keys(AutoscaleSpec)
 
 
 def read_autoscale(report: Reporter, node: Node, *, streamlet: str) -> AutoscaleSpec | None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.verify_resources import quantity_value
 from streamflow.blueprint.yamlload import Node
+from streamflow.schema import fields
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits
 
 __all__ = ["DECODE_LIMIT_FIELDS", "read_decode_limits"]
 
-DECODE_LIMIT_FIELDS = ("max_items", "max_record_bytes", "max_batch_bytes")
+DECODE_LIMIT_FIELDS = fields.blueprint_keys(DecodeLimits)
 _EXAMPLE = "for example {max_items: 100000, max_record_bytes: 16Mi, max_batch_bytes: 128Mi}"
 
 

@@ -14,15 +14,18 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from streamflow.blueprint.model import KINDS, QUANTITY_PATTERN, RESOURCES
 from streamflow.blueprint.report import Reporter, did_you_mean
 from streamflow.blueprint.yamlload import Node
 
-__all__ = ["KINDS", "QUANTITY_PATTERN", "RESOURCES", "quantity_value", "read_resources"]
+__all__ = [
+    "KINDS",
+    "QUANTITY_PATTERN",
+    "RESOURCES",
+    "quantity_value",
+    "read_resources",
+]
 
-KINDS = ("requests", "limits")
-RESOURCES = ("cpu", "memory", "ephemeral-storage")
-# Kubernetes' quantity: a decimal number with an optional SI or binary suffix (no sign here).
-QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 _SUFFIXES = {
     "": Decimal(1),

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from streamflow.schema import fields
+from streamflow.schema.fields import declared
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -51,9 +54,17 @@ class TooLarge(ValueError):
 class DecodeLimits:
     """What one record may declare, and what a batch may hold, once decoded."""
 
-    max_items: int = 1_000_000
-    max_record_bytes: int = 64 * _MI
-    max_batch_bytes: int = 256 * _MI
+    max_items: int = field(
+        default=1_000_000,
+        metadata=declared("Items in one array or map (1000000).", minimum=1),
+    )
+    max_record_bytes: int = field(
+        default=64 * _MI, metadata=declared("Bytes of one decoded record (64Mi).", minimum=1)
+    )
+    max_batch_bytes: int = field(
+        default=256 * _MI,
+        metadata=declared("Bytes a batch holds decoded; a batch is cut there (256Mi).", minimum=1),
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_items", "max_record_bytes", "max_batch_bytes"):
@@ -66,15 +77,11 @@ class DecodeLimits:
             )
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "max_items": self.max_items,
-            "max_record_bytes": self.max_record_bytes,
-            "max_batch_bytes": self.max_batch_bytes,
-        }
+        return fields.to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> DecodeLimits:
-        return cls(**{k: int(v) for k, v in (data or {}).items()}) if data else DEFAULT_LIMITS
+        return fields.from_plain(cls, data) if data else DEFAULT_LIMITS
 
 
 DEFAULT_LIMITS = DecodeLimits()

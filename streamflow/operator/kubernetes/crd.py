@@ -2,9 +2,9 @@
 
 The spec *is* :meth:`Application.to_dict` plus a few deploy-time fields
 (``image``, ``imagePullPolicy``, ``resources``, ``blueprintDir``), so the
-schema mirrors that dict field by field, with the field names the Kubernetes
-API conventions ask for: every multi-word field is camelCase (the conversion
-is :mod:`~streamflow.operator.kubernetes.spec`'s). It is structural, so the
+schema of its Application part is generated from the Application's field table
+(:mod:`streamflow.schema.fields`: types, bounds, docs), with the field names the
+Kubernetes API conventions ask for: every multi-word field is camelCase. It is structural, so the
 API server itself rejects a malformed resource with the path of the offending
 field (``spec.streamlets.scorer.replicas: Invalid value: -1``) before the
 operator ever sees it; only a streamlet's ``config`` stays free-form, since its shape belongs to the
@@ -18,122 +18,46 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamflow.blueprint.model import GUARANTEES
-from streamflow.blueprint.verify_resources import QUANTITY_PATTERN
+from streamflow.blueprint.model import RESOURCES_SCHEMA, Application
 from streamflow.operator.kubernetes import names
 from streamflow.operator.targets.phases import Phase
-from streamflow.schema.formats import RegisterPolicy, TopicFormat
+from streamflow.schema import fields
 
 __all__ = ["definition", "spec_schema", "status_schema"]
-
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_PORT_REF = r"^[^.\s]+\.[^.\s]+$"
-_QUANTITY = QUANTITY_PATTERN
 
 
 def _string(**extra: Any) -> dict[str, Any]:
     return {"type": "string", **extra}
 
 
-def _optional_string(description: str) -> dict[str, Any]:
-    return {"type": "string", "nullable": True, "description": description}
-
-
-def _scalar_map(description: str) -> dict[str, Any]:
-    """Kafka and topic config: property name to a string or a number."""
-    return {
-        "type": "object",
-        "description": description,
-        "additionalProperties": {"x-kubernetes-int-or-string": True},
-    }
-
-
-def _quantities() -> dict[str, Any]:
-    quantity = {"x-kubernetes-int-or-string": True, "pattern": _QUANTITY}
-    return {
-        "type": "object",
-        "properties": {"cpu": quantity, "memory": quantity, "ephemeral-storage": quantity},
-    }
-
-
 def _resources(description: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "properties": {"requests": _quantities(), "limits": _quantities()},
-    }
+    return {"type": "object", "description": description, "properties": RESOURCES_SCHEMA}
 
 
-def _streamlet() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["class"],
-        "properties": {
-            "class": _string(minLength=1, description="The streamlet class, module:Class."),
-            "config": {
-                "type": "object",
-                "description": "Parameter values; checked against the class's parameters.",
-                "x-kubernetes-preserve-unknown-fields": True,
-            },
-            "replicas": {"type": "integer", "minimum": 0, "description": "Pods to run."},
-            "guarantee": _string(enum=list(GUARANTEES)),
-            "dlq": _optional_string("The dead-letter topic; default <app>.<streamlet>.dlq."),
-            "resources": _resources("CPU and memory of this streamlet's pods."),
-            "autoscale": _autoscale(),
-            "stallAfter": {
-                "type": "number",
-                "minimum": 5,
-                "nullable": True,
-                "description": "Seconds a pod with records waiting may take none before its "
-                "liveness probe fails (default 60).",
-            },
-            "lineage": {
-                "type": "boolean",
-                "description": "Copy the lineage headers of `streamflow score` from each "
-                "input to its outputs (default true).",
-            },
-            "decodeLimits": _decode_limits(),
-        },
-    }
-
-
-def _decode_limits() -> dict[str, Any]:
-    whole = {"type": "integer", "minimum": 1}
-    return {
-        "type": "object",
-        "nullable": True,
-        "description": "What one input record may declare once decoded; past a limit it is "
-        "dead-lettered before it is decoded.",
-        "properties": {
-            "maxItems": {**whole, "description": "Items in one array or map (1000000)."},
-            "maxRecordBytes": {**whole, "description": "Bytes of one decoded record (64Mi)."},
-            "maxBatchBytes": {
-                **whole,
-                "description": "Bytes a batch holds decoded; a batch is cut there (256Mi).",
-            },
-        },
-    }
-
-
-def _autoscale() -> dict[str, Any]:
-    seconds = {"type": "number", "minimum": 0}
-    return {
-        "type": "object",
-        "nullable": True,
-        "description": "Replicas follow the lag of the streamlet's input, within bounds.",
-        "properties": {
-            "min": {"type": "integer", "minimum": 0, "description": "The fewest replicas."},
-            "max": {"type": "integer", "minimum": 1, "description": "The most replicas."},
-            "targetLag": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "The lag (records) one replica is meant to carry.",
-            },
-            "scaleUpAfter": {**seconds, "description": "Seconds a higher count must last."},
-            "scaleDownAfter": {**seconds, "description": "Seconds a lower count must last."},
-            "keda": {"type": "boolean", "description": "Let KEDA scale it, where installed."},
-        },
-    }
+def spec_schema() -> dict[str, Any]:
+    """The OpenAPI v3 schema of ``spec``: the Application's, plus the deploy-time fields."""
+    schema = fields.openapi(Application, naming=fields.camel_case)
+    relative = "Relative to blueprintDir, the pods' working directory."
+    properties = schema["properties"]
+    properties["source"]["description"] = "The blueprint's file name, in blueprintDir."
+    for key in ("schemaPaths", "pythonPaths"):
+        properties[key]["description"] += f" {relative}"
+    properties.update(
+        blueprintDir=_string(
+            description="The blueprint's directory, relative to the application root of "
+            "the image (/app): the pods' working directory."
+        ),
+        image=_string(
+            minLength=1,
+            description="The streamlets' container image: the streamflow image with the "
+            "project at /app.",
+        ),
+        imagePullPolicy=_string(enum=["Always", "IfNotPresent", "Never"]),
+        resources=_resources("Default CPU and memory of every streamlet's pods."),
+    )
+    # a resource runs pods: it needs an image and something to run in them
+    schema["required"] = [*schema.get("required", ()), "image", "streamlets"]
+    return schema
 
 
 def _autoscale_status() -> dict[str, Any]:
@@ -153,84 +77,6 @@ def _autoscale_status() -> dict[str, Any]:
                 "decidedAt": _string(format="date-time"),
                 "decisions": count,
             },
-        },
-    }
-
-
-def _topic() -> dict[str, Any]:
-    refs = {"type": "array", "items": _string(pattern=_PORT_REF)}
-    return {
-        "type": "object",
-        "properties": {
-            "producers": {**refs, "description": "streamlet.outlet references."},
-            "consumers": {**refs, "description": "streamlet.inlet references."},
-            "partitions": {"type": "integer", "minimum": 1},
-            "replication": {"type": "integer", "minimum": 1},
-            "config": _scalar_map("Kafka topic config, e.g. cleanup.policy."),
-            "managed": {"type": "boolean", "description": "false: the topic must exist."},
-            "format": _string(
-                enum=[str(f) for f in TopicFormat],
-                description="How records are encoded on the wire (default avro).",
-            ),
-            "register": {
-                **_optional_string("May producers register their schema: auto or never."),
-                "pattern": "^(" + "|".join(str(p) for p in RegisterPolicy) + ")$",
-            },
-        },
-    }
-
-
-def spec_schema() -> dict[str, Any]:
-    """The OpenAPI v3 schema of ``spec``."""
-    relative = "Relative to blueprintDir, the pods' working directory."
-    return {
-        "type": "object",
-        "required": ["name", "image", "streamlets"],
-        "properties": {
-            "name": _string(
-                pattern=_DNS_LABEL, maxLength=63, description="The application's name."
-            ),
-            "blueprintDir": _string(
-                description="The blueprint's directory, relative to the application root of "
-                "the image (/app): the pods' working directory."
-            ),
-            "source": _string(description="The blueprint's file name, in blueprintDir."),
-            "image": _string(
-                minLength=1,
-                description="The streamlets' container image: the streamflow image with the "
-                "project at /app.",
-            ),
-            "imagePullPolicy": _string(enum=["Always", "IfNotPresent", "Never"]),
-            "resources": _resources("Default CPU and memory of every streamlet's pods."),
-            "schemaPaths": {
-                "type": "array",
-                "items": _string(),
-                "description": f"Where schemas are looked for. {relative}",
-            },
-            "pythonPaths": {
-                "type": "array",
-                "items": _string(),
-                "description": f"Where streamlet modules are looked for. {relative}",
-            },
-            "kafka": {
-                "type": "object",
-                "properties": {
-                    "bootstrap": _optional_string("Kafka bootstrap servers."),
-                    "config": _scalar_map("librdkafka properties (no credentials)."),
-                    "secret": _optional_string("The Secret that holds the Kafka credentials."),
-                    "schemaRegistry": _optional_string("The schema registry URL."),
-                    "register": _string(
-                        enum=[str(p) for p in RegisterPolicy],
-                        description="Topics' default register policy.",
-                    ),
-                },
-            },
-            "streamlets": {
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": _streamlet(),
-            },
-            "topics": {"type": "object", "additionalProperties": _topic()},
         },
     }
 

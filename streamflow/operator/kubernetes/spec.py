@@ -11,9 +11,10 @@ Two conversions happen here and nowhere else:
 
 * **Names.** The spec follows the Kubernetes API conventions (``pythonPaths``,
   ``imagePullPolicy``, ``autoscale.targetLag``: every multi-word field in
-  camelCase), while the blueprint and the Application stay snake_case. Only
-  the fields are renamed: a streamlet's ``config`` and the Kafka and topic
-  ``config`` maps are data, and keep their keys as written.
+  camelCase), while the blueprint and the Application stay snake_case. The
+  Application's field table (:mod:`streamflow.schema.fields`) knows which keys
+  are fields: only those are renamed, while a streamlet's ``config`` and the
+  Kafka and topic ``config`` maps are data, and keep their keys as written.
 * **Paths.** A spec never names a path of the machine that deployed it. The
   image owns an *application root* (:data:`APP_ROOT`, ``/app``) holding the
   project (the nearest directory above the blueprint with ``pyproject.toml``
@@ -34,8 +35,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -43,10 +43,13 @@ from typing import Any
 from streamflow.blueprint.model import Application
 from streamflow.blueprint.paths import find_project_root
 from streamflow.operator.kubernetes import names
+from streamflow.schema import fields
+from streamflow.schema.fields import camel_case, snake_case
 
 __all__ = [
     "APP_ROOT",
     "DEFAULT_RESOURCES",
+    "DEPLOY_TIME",
     "ROOT_ENV",
     "SERVING_RESOURCES",
     "AppResource",
@@ -56,8 +59,10 @@ __all__ = [
     "SpecError",
     "app_root",
     "body",
+    "camel_case",
     "parse",
     "pod_app_spec",
+    "snake_case",
     "spec_name",
     "to_spec",
     "without_nulls",
@@ -76,8 +81,8 @@ SERVING_RESOURCES: Mapping[str, Mapping[str, str]] = {
     "limits": {"memory": "1Gi"},
 }
 
-# A streamlet's fields whose own fields are the Application's too (so renamed, below).
-_NESTED = ("autoscale", "decode_limits")
+# The spec's fields that are not the Application's: where and how its pods run.
+DEPLOY_TIME = ("image", "imagePullPolicy", "resources", "blueprintDir")
 
 
 class SpecError(ValueError):
@@ -267,11 +272,11 @@ def parse(resource: Mapping[str, Any], *, root: str | Path | None = None) -> App
     layout = Layout.from_spec(spec)
     base = Path(root if root is not None else app_root(layout)) / layout.blueprint_dir
     try:
-        data = _from_spec(spec)
+        data = {key: value for key, value in spec.items() if key not in DEPLOY_TIME}
         data["source"] = _resolved(base, layout.source) if layout.source else ""
-        data["python_paths"] = [_resolved(base, p) for p in layout.python_paths]
-        data["schema_paths"] = [_resolved(base, p) for p in layout.schema_paths]
-        app = Application.from_dict(data)
+        data["pythonPaths"] = [_resolved(base, p) for p in layout.python_paths]
+        data["schemaPaths"] = [_resolved(base, p) for p in layout.schema_paths]
+        app = fields.from_plain(Application, data, naming=camel_case)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SpecError(
             f"spec cannot be read as an application: {type(exc).__name__}: {exc}"
@@ -354,8 +359,8 @@ def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]
     deployed resource had, what its blueprint says.
     """
     pods = pods or PodSettings()
-    data: dict[str, Any] = without_nulls(app.to_dict())
-    for key in ("source", "python_paths", "schema_paths"):
+    data: dict[str, Any] = without_nulls(fields.to_plain(app, naming=camel_case))
+    for key in ("source", "pythonPaths", "schemaPaths"):  # the layout's, relative
         data.pop(key, None)
     for name, streamlet in data["streamlets"].items():
         own = _merged(
@@ -365,7 +370,7 @@ def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]
         )
         if own:
             streamlet["resources"] = own
-    spec = {"name": data.pop("name"), **Layout.of(app).to_spec(), **_to_spec_names(data)}
+    spec = {"name": data.pop("name"), **Layout.of(app).to_spec(), **data}
     spec.update(pods.to_spec())
     return spec
 
@@ -431,76 +436,13 @@ def body(app: Application, *, namespace: str, pods: PodSettings | None = None) -
 # -- names -----------------------------------------------------------------------------------
 
 
-def camel_case(name: str) -> str:
-    """An Application field's name as the spec spells it: ``stall_after`` -> ``stallAfter``."""
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
-
-
-def snake_case(name: str) -> str:
-    """A spec field's name as the Application spells it: ``stallAfter`` -> ``stall_after``."""
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
-
-
-def _renamed(data: Mapping[str, Any], rule: Callable[[str], str]) -> dict[str, Any]:
-    return {rule(k): v for k, v in data.items()}
-
-
-def _streamlets_renamed(
-    streamlets: Mapping[str, Mapping[str, Any]], rule: Callable[[str], str]
-) -> dict[str, Any]:
-    """Each streamlet's fields, and those of its nested ones, by ``rule``; not its config."""
-    out = {}
-    for name, fields in streamlets.items():
-        renamed = _renamed(fields, rule)
-        for nested in _NESTED:
-            key = rule(nested)
-            if renamed.get(key):
-                renamed[key] = _renamed(renamed[key], rule)
-        out[name] = renamed
-    return out
-
-
-def _to_spec_names(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Application field names (snake_case) to the spec's (camelCase), below the top level.
-
-    A rule, not a table, at the levels whose keys are the Application's fields: the top,
-    ``kafka``, a streamlet, and its ``autoscale`` and ``decode_limits``. Anything else
-    (a streamlet's or topic's name, a ``config`` or ``resources`` key) is as written.
-    """
-    out = dict(data)
-    if "kafka" in out:
-        out["kafka"] = _renamed(out["kafka"], camel_case)
-    out["streamlets"] = _streamlets_renamed(out["streamlets"], camel_case)
-    return out
-
-
 def spec_name(parents: tuple[str, ...], key: str) -> str:
     """An Application field, under the fields ``parents``, as the spec spells it.
 
-    The top level's, ``kafka``'s, a streamlet's and its ``autoscale``'s and
-    ``decode_limits``' fields are renamed; anything else (a streamlet's or topic's
-    name, a ``config`` key) is as written.
+    A field of the Application's table is camelCased; anything else (a streamlet's or
+    topic's name, a ``config`` key) is as written.
     """
-    renamed = (
-        not parents
-        or parents == ("kafka",)
-        or (len(parents) == 2 and parents[0] == "streamlets")
-        or (len(parents) == 3 and parents[0] == "streamlets" and parents[2] in _NESTED)
-    )
-    return camel_case(key) if renamed else key
-
-
-def _from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's fields under the Application's names; the deploy-time ones dropped."""
-    data = dict(spec)
-    for key in ("image", "imagePullPolicy", "resources", "blueprintDir"):
-        data.pop(key, None)
-    data = _renamed(data, snake_case)
-    data["kafka"] = _renamed(data.get("kafka") or {}, snake_case)
-    if "streamlets" in data:
-        data["streamlets"] = _streamlets_renamed(data["streamlets"], snake_case)
-    return data
+    return fields.spec_path(Application, parents, key, naming=camel_case)
 
 
 def without_nulls(value: Any) -> Any:

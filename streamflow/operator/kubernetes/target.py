@@ -345,9 +345,7 @@ def _checked(call: Callable[[], T]) -> T:
 
 
 def _with_bootstrap(app: Application, bootstrap: str) -> Application:
-    data = app.to_dict()
-    data["kafka"]["bootstrap"] = bootstrap
-    return Application.from_dict(data)
+    return dataclasses.replace(app, kafka=dataclasses.replace(app.kafka, bootstrap=bootstrap))
 
 
 def _pod_settings(existing: Any, app: Application, *, image: str | None) -> spec.PodSettings:

@@ -51,10 +51,12 @@ from typing import Any
 
 import yaml
 
+from streamflow.blueprint.model import Application
 from streamflow.blueprint.problems import Problem
 from streamflow.blueprint.verify import verify_text
 from streamflow.blueprint.yamlload import Node, parse_yaml
 from streamflow.operator.kubernetes import classes, spec, verify
+from streamflow.schema import fields
 
 __all__ = [
     "REQUEST_ENV",
@@ -69,16 +71,16 @@ REQUEST_ENV = "STREAMFLOW_VERIFY_REQUEST"
 _PLAIN_MAX = 96 * 1024  # below the kernel's 128 KiB for one variable, with room for its name
 _GZIP_PREFIX = "gzip+base64:"
 _FILENAME = "<spec>"
-# The blueprint's names for the Application's top-level fields, where they differ.
-_TOP_FIELDS = {"schema_paths": "schemas"}
+# The blueprint's names for the Application's top-level fields (None: not a blueprint's)
+_BLUEPRINT = {row.key: row.blueprint for row in fields.table(Application)}
 
 
 def blueprint_text(application: Mapping[str, Any]) -> str:
     """The application (``Application.to_dict()``) written as the blueprint it came from."""
     data = {
-        _TOP_FIELDS.get(key, key): value
+        _BLUEPRINT[key]: value
         for key, value in application.items()
-        if key != "source"  # where the deploying machine kept it: nothing to verify here
+        if _BLUEPRINT.get(key)  # not `source`: where the deploying machine kept it
     }
     return yaml.safe_dump(spec.without_nulls(data), sort_keys=False, allow_unicode=True)
 
@@ -172,7 +174,7 @@ def _locator(text: str) -> dict[tuple[int, int], str]:
 def _spec_field(parents: tuple[str, ...], key: str) -> str:
     """A key of the written blueprint as the spec spells it (:func:`.spec.spec_name`)."""
     if not parents:
-        key = next((field for field, name in _TOP_FIELDS.items() if name == key), key)
+        key = next((field for field, name in _BLUEPRINT.items() if name == key), key)
     return spec.spec_name(parents, key)
 
 

@@ -1,10 +1,10 @@
-"""The resource's spec and the Application cannot drift apart: one naming rule, checked.
+"""The resource's spec and the Application cannot drift apart.
 
-The CRD's schema is written by hand (`operator/kubernetes/crd.py`), the Application's
-plain form by `Application.to_dict`, and the spec is that form renamed by one rule
-(`spec.camel_case`). So at every level whose keys are the Application's fields, the
-schema's properties must be exactly those fields, camelCased, plus the deploy-time
-ones; a field added on one side only fails here, by name.
+The CRD's schema, the Application's plain form (`Application.to_dict`) and the spec's
+names are all generated from one field table (`schema.fields`, declared on the
+Application's dataclasses). These tests hold the generated forms to each other at every
+level whose keys are the Application's fields: the schema's properties must be exactly
+those fields, camelCased, plus the deploy-time ones.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from streamflow.blueprint.model import (
     TopicSpec,
 )
 from streamflow.operator.kubernetes import crd, spec
+from streamflow.schema import fields
 from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.formats import RegisterPolicy, TopicFormat
 
 # the spec's fields that are not the Application's: where and how its pods run
-DEPLOY_TIME = {"image", "imagePullPolicy", "resources", "blueprintDir"}
+DEPLOY_TIME = set(spec.DEPLOY_TIME)
 
 
 def _every_field_set() -> Application:
@@ -111,9 +112,14 @@ def test_every_level_of_the_schema_is_the_applications_fields_camel_cased() -> N
 
 def test_the_spec_round_trips_to_the_same_application() -> None:
     app = _every_field_set()
-    data = app.to_dict()
-    back = Application.from_dict(spec._from_spec(spec._to_spec_names(data)))
-    assert back.to_dict() == data
+    named = fields.to_plain(app, naming=spec.camel_case)
+    assert (
+        "stallAfter" in named["streamlets"]["s"]
+        and "cleanup.policy" in named["topics"]["t"]["config"]
+    )
+    back = fields.from_plain(Application, named, naming=spec.camel_case)
+    assert back == app
+    assert back.to_dict() == app.to_dict()
 
 
 def test_the_dict_form_has_a_key_for_every_field_of_the_specs() -> None:
@@ -127,8 +133,8 @@ def test_the_dict_form_has_a_key_for_every_field_of_the_specs() -> None:
         (AutoscaleSpec, data["streamlets"]["s"]["autoscale"], set()),
         (DecodeLimits, data["streamlets"]["s"]["decode_limits"], set()),
     ):
-        fields = {spelled.get(f.name, f.name) for f in dataclasses.fields(cls)} - skip
-        assert fields == set(keys), cls.__name__
+        names = {spelled.get(f.name, f.name) for f in dataclasses.fields(cls)} - skip
+        assert names == set(keys), cls.__name__
 
 
 @pytest.mark.parametrize(
