@@ -1,8 +1,9 @@
-"""Model fixtures: the wine classifier, trained once per session, and a real model server.
+"""Model fixtures: the wine classifier, trained once per test run, and a real model server.
 
-`wine_models` trains both versions of blueprints/wine/train.py into a session tmp
-dir (a few seconds on a CPU) and exports each as a `.keras` file, a SavedModel and
-an ONNX graph of the same weights. A test that needs *a* wine model in a replica,
+`wine_models` trains both versions of blueprints/wine/train.py once per test run
+(`tests.built_once`: the first xdist worker to ask trains, the others load what it
+wrote) and exports each as a `.keras` file, a SavedModel and an ONNX graph of the
+same weights. A test that needs *a* wine model in a replica,
 not Keras itself, serves the ONNX one: a replica that loads it never imports
 TensorFlow, which costs about 5 CPU seconds a replica on a machine the suite keeps busy.
 `model_server` serves version 1's `.keras` file as model "wine" with KServe's
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 
 from streamflow import devkit
+from tests.built_once import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = ROOT / "blueprints" / "wine" / "train.py"
@@ -88,20 +90,37 @@ class WineModels:
 
 @pytest.fixture(scope="session")
 def wine_models(tmp_path_factory: pytest.TempPathFactory) -> WineModels:
-    """Versions 1 and 2 of the wine classifier, trained and exported once per session."""
+    """Versions 1 and 2 of the wine classifier, trained and exported once per test run."""
     train = load_wine_trainer()
-    out = tmp_path_factory.mktemp("wine-models")
+
+    def build(out: Path) -> dict[str, Any]:
+        frame = train.load_wine_frame()
+        versions = {}
+        for version in train.VERSIONS:
+            model = train.train_model(version)
+            keras_file, saved_model = train.export(model, out=out, version=version)
+            onnx_file = wine_onnx(model, out / f"wine-v{version}.onnx")
+            _same_answers(model, onnx_file, frame.x)
+            versions[version] = [keras_file.name, saved_model.name, onnx_file.name]
+        return {
+            "versions": versions,
+            "samples": train.write_samples(out / "wine-sample.jsonl").name,
+        }
+
+    out, built = built_once(tmp_path_factory, "wine-models", build)
+    import keras
+
     versions: dict[int, WineModel] = {}
-    for version in train.VERSIONS:
-        model = train.train_model(version)
-        keras_file, saved_model = train.export(model, out=out, version=version)
-        onnx_file = wine_onnx(model, out / f"wine-v{version}.onnx")
-        _same_answers(model, onnx_file, train.load_wine_frame().x)
-        versions[version] = WineModel(version, keras_file, saved_model, onnx_file, model)
-    samples = out / "wine-sample.jsonl"
-    train.write_samples(samples)
+    for version, (keras_name, saved_name, onnx_name) in built["versions"].items():
+        keras_file = out / keras_name
+        model = keras.models.load_model(keras_file)
+        versions[int(version)] = WineModel(
+            int(version), keras_file, out / saved_name, out / onnx_name, model
+        )
     frame = train.load_wine_frame()
-    return WineModels(dir=out, versions=versions, samples=samples, x=frame.x, y=frame.y)
+    return WineModels(
+        dir=out, versions=versions, samples=out / built["samples"], x=frame.x, y=frame.y
+    )
 
 
 def wine_onnx(model: Any, path: Path) -> Path:

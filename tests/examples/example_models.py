@@ -7,7 +7,8 @@ on a CPU, with fixed seeds.
 
 A fixture can be found by pytest in more than one place (this folder's conftest,
 and test modules elsewhere that import it); the trained models are cached in
-this module, so a session trains each example once however many ask.
+this module, so a session loads each example once however many ask; and the training
+itself happens once per test run, in whichever xdist worker asks first (`tests.built_once`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.built_once import built_once
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "blueprints" / "digits"
@@ -80,21 +83,35 @@ class ReviewsModel:
 
 @pytest.fixture(scope="session")
 def digits_models(tmp_path_factory: pytest.TempPathFactory) -> DigitsModels:
-    """The digits CNN, both versions, trained and exported once per session."""
+    """The digits CNN, both versions, trained and exported once per test run."""
     if "digits" not in _trained:
         train = load_trainer(DIGITS)
-        out = tmp_path_factory.mktemp("digits-models")
         frame = train.load_digits_frame()
-        models = {version: train.train_model(version) for version in train.VERSIONS}
-        files = {v: train.export(m, out=out, version=v) for v, m in models.items()}
+
+        def build(out: Path) -> dict[str, Any]:
+            models = {version: train.train_model(version) for version in train.VERSIONS}
+            files = {v: train.export(m, out=out, version=v) for v, m in models.items()}
+            onnx_file = train.export_onnx(models[1], out=out, version=1, check=frame)
+            return {
+                "keras_files": {v: keras_file.name for v, (keras_file, _) in files.items()},
+                "saved_model": files[1][1].name,
+                "onnx_file": onnx_file.name,
+                "samples": train.write_samples(out / "digits-sample.jsonl").name,
+                "samples_bytes": train.write_samples(
+                    out / "digits-sample-bytes.jsonl", raw=True
+                ).name,
+            }
+
+        out, built = built_once(tmp_path_factory, "digits-models", build)
+        keras_files = {int(v): out / name for v, name in built["keras_files"].items()}
         _trained["digits"] = DigitsModels(
             dir=out,
-            keras_files={version: keras_file for version, (keras_file, _) in files.items()},
-            models=models,
-            saved_model=files[1][1],
-            onnx_file=train.export_onnx(models[1], out=out, version=1, check=frame),
-            samples=train.write_samples(out / "digits-sample.jsonl"),
-            samples_bytes=train.write_samples(out / "digits-sample-bytes.jsonl", raw=True),
+            keras_files=keras_files,
+            models={v: _load(path) for v, path in keras_files.items()},
+            saved_model=out / built["saved_model"],
+            onnx_file=out / built["onnx_file"],
+            samples=out / built["samples"],
+            samples_bytes=out / built["samples_bytes"],
             x=frame.x,
             y=frame.y,
         )
@@ -104,22 +121,38 @@ def digits_models(tmp_path_factory: pytest.TempPathFactory) -> DigitsModels:
 
 @pytest.fixture(scope="session")
 def reviews_model(tmp_path_factory: pytest.TempPathFactory) -> ReviewsModel:
-    """The review-sentiment model, trained and exported once per session."""
+    """The review-sentiment model, trained and exported once per test run."""
     if "reviews" not in _trained:
         train = load_trainer(REVIEWS)
-        out = tmp_path_factory.mktemp("reviews-models")
-        model = train.train_model()
-        keras_file, saved_model = train.export(model, out=out)
-        train.check_artifact(keras_file, model)
+
+        def build(out: Path) -> dict[str, Any]:
+            model = train.train_model()
+            keras_file, saved_model = train.export(model, out=out)
+            train.check_artifact(keras_file, model)
+            samples = train.write_samples(out / "reviews-sample.jsonl")
+            return {
+                "keras": keras_file.name,
+                "saved_model": saved_model.name,
+                "samples": samples.name,
+            }
+
+        out, built = built_once(tmp_path_factory, "reviews-models", build)
         frame = train.load_reviews_frame()
         _trained["reviews"] = ReviewsModel(
             dir=out,
-            keras_file=keras_file,
-            saved_model=saved_model,
-            model=model,
-            samples=train.write_samples(out / "reviews-sample.jsonl"),
+            keras_file=out / built["keras"],
+            saved_model=out / built["saved_model"],
+            model=_load(out / built["keras"]),
+            samples=out / built["samples"],
             x=frame.x,
             y=frame.y,
         )
     reviews: ReviewsModel = _trained["reviews"]
     return reviews
+
+
+def _load(keras_file: Path) -> Any:
+    """A Keras model from the file the run's training wrote (loaded in this worker)."""
+    import keras
+
+    return keras.models.load_model(keras_file)
