@@ -27,12 +27,8 @@ from streamflow.schema.formats import (
     consumer_compatibility,
     subject_for,
 )
-from streamflow.schema.registry import (
-    Registry,
-    RegistryAvroCodec,
-    RegistryJsonCodec,
-    RegistryRefused,
-)
+from streamflow.schema.registry import Registry, RegistryRefused
+from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
 from streamflow.schema.store import SchemaStore
 
 __all__ = ["Codecs"]

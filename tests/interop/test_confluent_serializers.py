@@ -24,7 +24,8 @@ from streamflow.runtime.registry import ConfluentRegistry
 from streamflow.schema import SchemaStore
 from streamflow.schema import jsonschema as json_schemas
 from streamflow.schema.formats import subject_for
-from streamflow.schema.registry import RegistryAvroCodec, registry_text, schema_id_of
+from streamflow.schema.registry import registry_text, schema_id_of
+from streamflow.schema.registry_codecs import RegistryAvroCodec
 from tests.runtime import support
 from tests.runtime.registry_support import (
     OLDER_READING,

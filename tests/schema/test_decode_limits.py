@@ -23,7 +23,7 @@ from fastavro import schemaless_reader
 from streamflow.schema import Schema
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits, RecordBound
 from streamflow.schema.codecs import DecodeError, JsonCodec, JsonTopicCodec, SingleObjectCodec
-from streamflow.schema.registry import RegistryAvroCodec, RegistryJsonCodec
+from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
 from tests.schema.test_registry_codecs import SUBJECT, MemoryRegistry, avro_body, framed
 
 MiB = 1 << 20

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from streamflow.cli.main import app as cli_app
 from streamflow.runtime import registry as registries
-from streamflow.schema import Schema
+from streamflow.schema import Schema, registry_codecs
 from streamflow.schema import registry as wire
 from streamflow.schema.codecs import DecodeError, JsonTopicCodec
 from tests.schema.test_registry_codecs import (
@@ -60,7 +60,7 @@ def test_an_unknown_id_is_asked_about_again_once_its_answer_is_stale(
     make_schema: Callable[[dict[str, Any]], Schema], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = [1_000.0]
-    monkeypatch.setattr(wire.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(registry_codecs.time, "monotonic", lambda: clock[0])
     registry = MemoryRegistry()
     codec = avro_codec(make_schema(READING_V1), registry)
     record = framed(registry._next_id, avro_body(READING_V1, {"id": "r1", "value": 1.0}))
@@ -82,7 +82,7 @@ def test_a_wrong_type_schema_stays_refused_without_asking_again(
     json_id = registry.add("other-value", "JSON", wire.registry_text(schema, "JSON"))
     codec = avro_codec(schema, registry)
     clock = [1_000.0]
-    monkeypatch.setattr(wire.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(registry_codecs.time, "monotonic", lambda: clock[0])
     for _ in range(2):
         with pytest.raises(DecodeError, match="is a JSON schema"):
             codec.decode(framed(json_id, b"\x02"))

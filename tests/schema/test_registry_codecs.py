@@ -16,8 +16,6 @@ from streamflow.schema import Schema
 from streamflow.schema import jsonschema as json_schemas
 from streamflow.schema.codecs import DecodeError, EncodeError, JsonTopicCodec
 from streamflow.schema.registry import (
-    RegistryAvroCodec,
-    RegistryJsonCodec,
     RegistrySchema,
     RegistryUnavailable,
     SchemaNotRegistered,
@@ -26,6 +24,7 @@ from streamflow.schema.registry import (
     registry_text,
     schema_id_of,
 )
+from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
 
 SUBJECT = "readings-value"
 READING_V1 = {
