@@ -5,7 +5,8 @@ started from files that the project's set-up scripts put under ``tools/``.
 They are found the same way (an argument, an environment variable, or the
 ``tools/`` folder searched upwards from the working directory and from this
 package), and stopped the same way (wake a paused process, SIGTERM, a grace
-period, then SIGKILL). Each is a :class:`LocalService`: ``with`` starts and stops it.
+period, then SIGKILL), and pick their ports the same way (:func:`free_ports`). Each
+is a :class:`LocalService`: ``with`` starts and stops it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,24 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["DevkitError", "LocalService", "find_upwards", "tail", "terminate"]
+__all__ = [
+    "LOOPBACK",
+    "DevkitError",
+    "LocalService",
+    "find_upwards",
+    "free_ports",
+    "tail",
+    "terminate",
+]
+
+LOOPBACK = "127.0.0.1"
 
 
 class DevkitError(RuntimeError):
@@ -82,3 +95,17 @@ def terminate(process: subprocess.Popen[bytes] | None, *, grace: float) -> None:
                 return
         process.kill()
     process.wait()
+
+
+def free_ports(count: int = 1, *, hosts: Sequence[str] = ()) -> tuple[int, ...]:
+    """Ports free now: one per address in ``hosts``, else ``count`` on loopback.
+
+    Every socket stays bound until all are read, so the ports differ from each other
+    (a port picked and released may be handed out again by the next ``bind``).
+    """
+    addresses = list(hosts) or [LOOPBACK] * count
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in addresses]
+        for probe, address in zip(probes, addresses, strict=True):
+            probe.bind((address, 0))
+        return tuple(int(probe.getsockname()[1]) for probe in probes)

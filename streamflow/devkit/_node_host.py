@@ -27,6 +27,7 @@ from ipaddress import IPv4Network
 from pathlib import Path
 from typing import IO
 
+from streamflow.devkit import _local
 from streamflow.devkit.kafka import DevkitError
 
 __all__ = [
@@ -317,9 +318,8 @@ def run(*command: str) -> str:
 
 
 def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    """A port free now on ``host``."""
+    return _local.free_ports(hosts=[host])[0]
 
 
 def healthy(url: str) -> bool:

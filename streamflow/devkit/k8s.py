@@ -44,7 +44,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -198,7 +197,7 @@ class KubeCluster(_local.LocalService):
         self._kubectl = find_kubectl()
         self._work_dir = self._prepare_work_dir()
         # every component's port at once, so no two of them are handed the same one
-        self._port, self._peer_port, *self._other_ports = _free_ports(2 + len(_OTHER_PORTS))
+        self._port, self._peer_port, *self._other_ports = _local.free_ports(2 + len(_OTHER_PORTS))
         _running.add(self)
         try:
             self._write_config()
@@ -437,15 +436,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports: each socket stays bound until all are read."""
-    with contextlib.ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind((_HOST, 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 _running: set[KubeCluster] = set()

@@ -37,8 +37,6 @@ Design choices, each for a reason:
 from __future__ import annotations
 
 import atexit
-import base64
-import contextlib
 import json
 import os
 import shutil
@@ -47,7 +45,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -56,15 +53,14 @@ from confluent_kafka import Producer
 # NewTopic is documented in confluent_kafka.admin but its stubs do not re-export it.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from streamflow.devkit import _local, kafka_jars
+from streamflow.devkit import _local, kafka_config, kafka_jars
 from streamflow.devkit._local import DevkitError
 from streamflow.devkit.fetch_progress import Progress
 from streamflow.devkit.java import ClassArchive, find_java, require_java
 
 __all__ = ["DevkitError", "KafkaBroker", "create_topic", "find_java", "find_kafka_lib"]
 
-_HOST = "127.0.0.1"
-_NODE_ID = 1
+_HOST = kafka_config.HOST
 _FETCH_HINT = (
     "`streamflow devkit fetch` fetches the pinned Kafka jars into the user's cache "
     "(`--lib-dir DIR` into another folder; in a checkout, `tools/fetch-kafka`)."
@@ -76,38 +72,6 @@ _STOP_GRACE_S = 15.0
 _PRODUCER_ID_WAIT_S = 15.0  # a fresh broker gives one in about 1 s
 _LAUNCHES = 2  # a JVM that answers but gives no producer id is started once more
 _POLL_INTERVAL_S = 0.1
-
-_JVM_FLAGS = (
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-    "-Djava.net.preferIPv4Stack=true",
-)
-
-_LEAN_SETTINGS: Mapping[str, str] = {
-    "num.network.threads": "2",
-    "num.io.threads": "2",
-    "background.threads": "2",
-    "num.recovery.threads.per.data.dir": "1",
-    "group.coordinator.threads": "1",
-    "log.segment.bytes": str(16 * 1024 * 1024),
-    "log.index.size.max.bytes": str(1024 * 1024),
-    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
-    "offsets.topic.num.partitions": "4",
-    "transaction.state.log.num.partitions": "4",
-    "group.share.enable": "false",
-    # After a crash the controller keeps the dead incarnation's registration until
-    # this session expires (default 9 s); shorter makes `restart(hard=True)` ~4 s.
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-    # The controller's no-op record every 500 ms (a liveness signal for monitoring only)
-    # was a third of an idle broker's CPU: 1.6 -> 1.1 CPU s a minute without it.
-    "metadata.max.idle.interval.ms": "0",
-}
-
-_LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def find_kafka_lib(
@@ -216,15 +180,15 @@ class KafkaBroker(_local.LocalService):
         work_dir = self._prepare_work_dir()
         if self._ports is None:
             listeners = 2 if self._advertised is not None else 1
-            *clients, controller = _free_ports(self._host, client_listeners=listeners)
+            *clients, controller = kafka_config.free_ports(self._host, client_listeners=listeners)
             self._ports = (clients[0], controller)
             self._proxied_port = clients[1] if self._advertised is not None else None
         config = self._write_config(work_dir)
         self._archive = ClassArchive("kafka", java=java, jars=lib.glob("*.jar"))
         if not (work_dir / "data" / "meta.properties").exists():
-            _format_storage(
+            kafka_config.format_storage(
                 [
-                    *_jvm_command(java=java, lib=lib, work_dir=work_dir, heap="128m"),
+                    *kafka_config.jvm_command(java=java, lib=lib, work_dir=work_dir, heap="128m"),
                     *self._archive.options(),
                 ],
                 work_dir=work_dir,
@@ -235,7 +199,7 @@ class KafkaBroker(_local.LocalService):
 
         def launch() -> subprocess.Popen[bytes]:
             archive_options, self._recording = archive.options_recording()
-            jvm = _jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap)
+            jvm = kafka_config.jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap)
             return self._launch([*jvm, *archive_options], work_dir=work_dir, config=config)
 
         try:
@@ -287,7 +251,7 @@ class KafkaBroker(_local.LocalService):
         assert self._ports is not None
         plaintext, controller = self._ports
         settings = {
-            **_server_settings(
+            **kafka_config.server_settings(
                 plaintext=plaintext,
                 controller=controller,
                 data=work_dir / "data",
@@ -298,7 +262,9 @@ class KafkaBroker(_local.LocalService):
             **self._overrides,
         }
         config = work_dir / "server.properties"
-        config.write_text("".join(f"{key}={_escape(value)}\n" for key, value in settings.items()))
+        config.write_text(
+            "".join(f"{key}={kafka_config.escape(value)}\n" for key, value in settings.items())
+        )
         return config
 
     def _proxied(self) -> tuple[int, str] | None:
@@ -420,104 +386,6 @@ def _has_leaders(admin: AdminClient, name: str, *, partitions: int) -> bool:
     return all(partition.leader >= 0 for partition in topic.partitions.values())
 
 
-def _server_settings(
-    *,
-    plaintext: int,
-    controller: int,
-    data: Path,
-    host: str = _HOST,
-    proxied: tuple[int, str] | None = None,
-) -> dict[str, str]:
-    # Clients connect to `host` (loopback unless the broker must be reached from
-    # elsewhere, such as a real pod's network namespace); the controller stays on loopback.
-    listeners = f"PLAINTEXT://{host}:{plaintext},CONTROLLER://{_HOST}:{controller}"
-    advertised = f"PLAINTEXT://{host}:{plaintext}"
-    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-    if proxied is not None:
-        # A client that came in through the proxy is sent back to it, never around it.
-        port, address = proxied
-        listeners += f",PROXIED://{host}:{port}"
-        advertised += f",PROXIED://{address}"
-        protocols += ",PROXIED:PLAINTEXT"
-    return {
-        "process.roles": "broker,controller",
-        "node.id": str(_NODE_ID),
-        "controller.quorum.voters": f"{_NODE_ID}@{_HOST}:{controller}",
-        "listeners": listeners,
-        "advertised.listeners": advertised,
-        "listener.security.protocol.map": protocols,
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "log.dirs": str(data),
-        "num.partitions": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "false",
-        **_LEAN_SETTINGS,
-    }
-
-
-def _jvm_command(*, java: Path, lib: Path, work_dir: Path, heap: str) -> list[str]:
-    return [
-        str(java),
-        f"-Xmx{heap}",
-        f"-Xms{heap}",
-        *_JVM_FLAGS,
-        f"-Dlog4j2.configurationFile={_LOG4J2_CONFIG}",
-        f"-Dstreamflow.kafka.log.file={work_dir / 'broker.log'}",
-        "-cp",
-        str(lib / "*"),
-    ]
-
-
-def _format_storage(
-    jvm: list[str], *, work_dir: Path, config: Path, extra: Sequence[str] = ()
-) -> None:
-    """Write meta.properties and the bootstrap metadata into a fresh data dir."""
-    command = [
-        *jvm,
-        "kafka.tools.StorageTool",
-        "format",
-        "--cluster-id",
-        _cluster_id(),
-        "--config",
-        str(config),
-        *extra,
-    ]
-    result = subprocess.run(command, cwd=work_dir, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise DevkitError(
-            f"Formatting Kafka storage in {work_dir} failed (exit {result.returncode}):\n"
-            f"{result.stdout}{result.stderr}"
-        )
-
-
-def _cluster_id() -> str:
-    """A Kafka-style cluster id: URL-safe base64 of a random UUID, never starting with '-'."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not text.startswith("-"):
-            return text
-
-
-def _free_ports(host: str = _HOST, *, client_listeners: int = 1) -> tuple[int, ...]:
-    """Free ports for the client listeners (on ``host``), then the controller (on loopback).
-
-    Every socket stays bound until all are read, so the ports differ.
-    """
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(client_listeners + 1)]
-        for index, sock in enumerate(sockets):
-            sock.bind((host if index < client_listeners else _HOST, 0))
-        return tuple(int(sock.getsockname()[1]) for sock in sockets)
-
-
 def _port_accepts(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -567,11 +435,6 @@ def _has_broker(admin: AdminClient, *, deadline: float) -> bool:
         return bool(admin.list_topics(timeout=budget).brokers)
     except Exception:  # KafkaException while the broker is still coming up
         return False
-
-
-def _escape(value: str) -> str:
-    """Escape for java.util.Properties, which treats backslashes as escapes."""
-    return value.replace("\\", "\\\\")
 
 
 _running: set[KafkaBroker] = set()

@@ -27,12 +27,11 @@ Choices, each for a reason:
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from streamflow.devkit import certs
+from streamflow.devkit import _local, certs
 from streamflow.devkit.kafka import DevkitError, KafkaBroker
 
 __all__ = ["SCRAM_MECHANISM", "SecuredKafkaBroker"]
@@ -118,7 +117,7 @@ class SecuredKafkaBroker(KafkaBroker):
     def start(self, *, timeout: float = 60.0) -> None:
         work_dir = self._prepare_work_dir()
         if self._secured_ports is None:
-            sasl, mtls = _free_ports(2)
+            sasl, mtls = _local.free_ports(2)
             self._secured_ports = (sasl, mtls)
         if self._pki is None:
             self._pki = certs.issue_pki(work_dir / "tls", clients=self.users)
@@ -184,14 +183,3 @@ def _keystore(pair: certs.KeyPair) -> Path:
     path.write_bytes(pair.key.read_bytes() + pair.certificate.read_bytes())
     path.chmod(0o600)
     return path
-
-
-def _free_ports(count: int) -> tuple[int, ...]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((_HOST, 0))
-        return tuple(int(sock.getsockname()[1]) for sock in sockets)
-    finally:
-        for sock in sockets:
-            sock.close()

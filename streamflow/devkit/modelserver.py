@@ -26,7 +26,6 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -149,9 +148,9 @@ class ModelServer(_local.LocalService):
             raise DevkitError(f"No model to serve at {self._model_path}.")
         work_dir = self._prepare_work_dir()
         if not self._port:
-            self._port = _free_port()
+            self._port = _local.free_ports()[0]
         if self._grpc_port == 0:
-            self._grpc_port = _free_port()
+            self._grpc_port = _local.free_ports()[0]
         self._process = self._launch(python=python, serve=serve, work_dir=work_dir)
         _running.add(self)
         try:
@@ -251,12 +250,6 @@ class ModelServer(_local.LocalService):
         if self._process is None or self._process.poll() is not None:
             raise DevkitError("The model server is not running.")
         os.kill(self._process.pid, signum)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((_HOST, 0))
-        return int(probe.getsockname()[1])
 
 
 # No proxies: an http_proxy in the environment must not swallow requests to 127.0.0.1.

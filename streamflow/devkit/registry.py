@@ -35,7 +35,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -164,7 +163,7 @@ class SchemaRegistry(_local.LocalService):
         java = find_java()
         jar = find_registry_app(app=self._app)
         work_dir = self._prepare_work_dir()
-        self._port = _free_port()
+        self._port = _local.free_ports()[0]
         # the application's jars, its classes parsed once per machine (see devkit.java)
         self._archive = ClassArchive("registry", java=java, jars=jar.parent.rglob("*.jar"))
         archive_options, self._recording = self._archive.options_recording()
@@ -291,12 +290,6 @@ class SchemaRegistry(_local.LocalService):
         if self._archive is not None and process is not None:
             self._archive.keep(self._recording, process.returncode)
             self._recording = None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((_HOST, 0))
-        return int(probe.getsockname()[1])
 
 
 # The registry is on 127.0.0.1: a proxy from the environment must never see its requests.

@@ -28,7 +28,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -297,9 +296,7 @@ class ToxiproxyServer(_local.LocalService):
 
 def free_port() -> int:
     """A port on 127.0.0.1 free now: for a proxy's listen address chosen before it exists."""
-    with socket.socket() as probe:
-        probe.bind((_HOST, 0))
-        return int(probe.getsockname()[1])
+    return _local.free_ports(hosts=[_HOST])[0]
 
 
 def _call(http: httpx.Client, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

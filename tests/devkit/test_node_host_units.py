@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.devkit import _node_host, k8s
+from streamflow.devkit import _local, _node_host
 from streamflow.devkit.kafka import DevkitError
 
 
@@ -81,5 +81,5 @@ def test_every_component_of_a_cluster_gets_a_port_of_its_own() -> None:
     """Ports picked one by one could repeat: the parallel suite once handed kube-apiserver
     and etcd's peer listener the same one, and the cluster never started."""
     for _ in range(50):
-        ports = k8s._free_ports(7)
+        ports = _local.free_ports(7)
         assert len(set(ports)) == 7
