@@ -28,7 +28,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.registry import ConfluentRegistry
 from streamflow.runtime.topics import ensure_topics
 from streamflow.schema.formats import subject_for
-from streamflow.schema.registry import RegistryAvroCodec
+from streamflow.schema.registry_codecs import RegistryAvroCodec
 from tests.runtime import support
 from tests.streamlets.io_kafka.iohelpers import read_topic
 from tests.waiting import wait_until

@@ -22,13 +22,8 @@ from typer.testing import CliRunner
 from streamflow.cli.main import app as cli
 from streamflow.runtime.registry import ConfluentRegistry
 from streamflow.schema.formats import subject_for
-from streamflow.schema.registry import (
-    RegistryAvroCodec,
-    RegistryJsonCodec,
-    SchemaNotRegistered,
-    registry_text,
-    schema_id_of,
-)
+from streamflow.schema.registry import SchemaNotRegistered, registry_text, schema_id_of
+from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
 from tests.runtime import support
 from tests.runtime.registry_support import (
     ERROR_HEADERS,
