@@ -15,10 +15,8 @@ because "the reference does not match the records" is the usual mistake.
 
 from __future__ import annotations
 
-import csv
 import importlib
 import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -108,27 +106,23 @@ def read_columns(
 
 
 def _records(data: bytes, fmt: str) -> dict[str, list[Any]]:
-    """Column-wise values of every row."""
+    """Column-wise values of every row; the first row that cannot be read is an error.
+
+    JSON lines and CSV are read as every other data file is (:func:`reading.rows`),
+    with CSV cells kept as text: a column is typed when it is taken (numbers here).
+    """
     if fmt == "parquet":
         return _parquet(data)
-    text = data.decode("utf-8-sig", errors="replace")
-    if fmt == "csv":
-        reader = csv.DictReader(io.StringIO(text))
-        docs: list[dict[str, Any]] = list(reader)
-    elif fmt == "jsonl":
-        docs = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"reference line {number} is not JSON: {exc.msg}") from None
-            if not isinstance(doc, dict):
-                raise DatasetError(f"reference line {number} is not a JSON object")
-            docs.append(doc)
-    else:
+    if fmt not in ("csv", "jsonl"):
         raise DatasetError(f"unknown dataset format {fmt!r}: use one of {', '.join(FORMATS)}")
+    text = data.decode("utf-8-sig", errors="surrogateescape")
+    docs: list[dict[str, Any]] = []
+    for row in reading.rows(io.StringIO(text, newline=""), fmt=fmt, schema=None):
+        if row.error:
+            raise DatasetError(f"reference line {row.line}: {row.error}")
+        if not isinstance(row.doc, dict):
+            raise DatasetError(f"reference line {row.line} is not a JSON object")
+        docs.append(row.doc)
     names = {k for doc in docs for k in doc} if docs else set()
     return {name: [doc.get(name) for doc in docs] for name in names}
 

@@ -1,7 +1,8 @@
 """Reading records from JSONL and CSV files, once or following appends (``tail -f``).
 
-The generator (a dataset) and the file ingress (a feed) read files the same
-way, so they share this module. Reading is split in three steps, each
+The generator (a dataset), the file ingress (a feed), the monitoring
+streamlets' reference datasets and `streamflow score` read files the same way,
+so they share this module. Reading is split in three steps, each
 testable alone:
 
 1. *lines*: a file's lines, or, when following, every line appended to it,
@@ -20,7 +21,7 @@ import logging
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -161,11 +162,25 @@ def _replaced(handle: IO[str], path: Path) -> bool:
     return current.st_ino != opened.st_ino or current.st_size < handle.tell()
 
 
-def rows(lines: Iterable[str], *, fmt: str, schema: Schema) -> Iterator[Row]:
-    """The rows of one generation of lines, in the given format."""
+def rows(lines: Iterable[str], *, fmt: str, schema: Schema | None) -> Iterator[Row]:
+    """The rows of one generation of lines, in the given format.
+
+    A CSV row's cells are typed by ``schema``; without one (a monitoring streamlet's
+    reference dataset, read by column) they stay text.
+    """
     if fmt == "csv":
-        return _csv_rows(lines, _cells.CsvCoercer(schema))
+        return _csv_rows(lines, _cells.CsvCoercer(schema) if schema is not None else _TEXT)
     return _jsonl_rows(lines)
+
+
+class _TextCells:
+    """A CSV row's cells as they are written."""
+
+    def row(self, cells: Mapping[str, str]) -> dict[str, Any]:
+        return dict(cells)
+
+
+_TEXT = _TextCells()
 
 
 def _jsonl_rows(lines: Iterable[str]) -> Iterator[Row]:
@@ -182,7 +197,7 @@ def _jsonl_rows(lines: Iterable[str]) -> Iterator[Row]:
             yield Row(number, error=str(exc))
 
 
-def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer) -> Iterator[Row]:
+def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer | _TextCells) -> Iterator[Row]:
     reader = csv.DictReader(lines, restkey=_EXTRA, restval=_MISSING)
     try:
         for cells in reader:
@@ -197,7 +212,9 @@ _EXTRA = "\x00extra"
 _MISSING = "\x00missing"
 
 
-def _csv_row(number: int, cells: dict[str, Any], *, width: int, coercer: _cells.CsvCoercer) -> Row:
+def _csv_row(
+    number: int, cells: dict[str, Any], *, width: int, coercer: _cells.CsvCoercer | _TextCells
+) -> Row:
     for column, text in cells.items():
         found = _jsontext.bad_byte(text) if isinstance(text, str) else None
         if found:
