@@ -35,12 +35,13 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 __all__ = [
     "NAME_IN_MAPPING",
     "Field",
+    "Shape",
     "blueprint_keys",
     "camel_case",
     "declared",
@@ -129,6 +130,24 @@ def declared(
 
 
 @dataclasses.dataclass(frozen=True)
+class Shape:
+    """How a field's values are written, worked out once from its type.
+
+    ``kind`` is one of: ``section`` (a declared spec class, ``of``), ``sections`` (a
+    mapping of names to ``of``), ``enum`` (a string enum ``of``), ``text`` (written as
+    text, read with ``parse``), ``list`` (a tuple of ``item``), ``data`` (a mapping
+    whose keys are data; ``of`` is ``str`` when its values are text), or ``scalar``
+    (``of`` is bool, int, float or str; anything else is passed as it is).
+    """
+
+    kind: str
+    optional: bool = False
+    of: Any = None
+    item: Shape | None = None
+    parse: Callable[[str], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Field:
     """One row of a spec's table: the declaration, with the dataclass's type and default."""
 
@@ -137,10 +156,10 @@ class Field:
     blueprint: str | None
     doc: str
     hint: Any
+    shape: Shape
     default: Any  # dataclasses.MISSING when the field has none
     required: bool
     omit_default: bool
-    parse: Callable[[str], Any] | None
     keyed_by: str | None
     schema: Mapping[str, Any]
 
@@ -189,10 +208,10 @@ def _read_table(cls: type) -> tuple[Field, ...]:
                 blueprint=key if found.blueprint is _UNSET else found.blueprint,
                 doc=found.doc,
                 hint=hints[item.name],
+                shape=_shape(hints[item.name], found.parse),
                 default=default,
                 required=found.required,
                 omit_default=found.omit_default,
-                parse=found.parse,
                 keyed_by=found.keyed_by,
                 schema=found.schema,
             )
@@ -202,12 +221,37 @@ def _read_table(cls: type) -> tuple[Field, ...]:
     return tuple(rows)
 
 
-def _declared_class(hint: Any) -> bool:
-    return isinstance(hint, type) and dataclasses.is_dataclass(hint) and _has_table(hint)
+def _shape(hint: Any, parse: Callable[[str], Any] | None) -> Shape:
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"{hint}: a field is one type, or that type or None")
+        hint, optional = args[0], True
+    origin = typing.get_origin(hint)
+    if _is_spec(hint):
+        return Shape("section", optional, of=hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return Shape("enum", optional, of=hint)
+    if origin is tuple:
+        return Shape("list", optional, item=_shape(typing.get_args(hint)[0], parse))
+    if parse is not None:
+        return Shape("text", optional, parse=parse)
+    if origin is not None and issubclass(origin, Mapping):
+        inner = typing.get_args(hint)[1]
+        if _is_spec(inner):
+            return Shape("sections", optional, of=inner)
+        return Shape("data", optional, of=inner)
+    return Shape("scalar", optional, of=hint)
 
 
-def _has_table(cls: type) -> bool:
-    return any(_KEY in item.metadata for item in dataclasses.fields(cls))
+def _is_spec(hint: Any) -> bool:
+    """A spec class: a dataclass with declared fields."""
+    return (
+        isinstance(hint, type)
+        and dataclasses.is_dataclass(hint)
+        and any(_KEY in item.metadata for item in dataclasses.fields(hint))
+    )
 
 
 def blueprint_keys(cls: type) -> tuple[str, ...]:
@@ -223,33 +267,20 @@ def required_keys(cls: type) -> tuple[str, ...]:
 # -- the plain form ----------------------------------------------------------------------------
 
 
-def _optional(hint: Any) -> tuple[Any, bool]:
-    """``X | None`` -> (X, True); anything else -> (it, False)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(hint)) == 2:
-            return args[0], True
-    return hint, False
-
-
-def _encode(hint: Any, value: Any, row: Field, naming: Naming) -> Any:
-    hint, _ = _optional(hint)
+def _encode(shape: Shape, value: Any, naming: Naming) -> Any:
     if value is None:
         return None
-    if _declared_class(hint):
+    kind = shape.kind
+    if kind == "section":
         return to_plain(value, naming=naming)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+    if kind in ("enum", "text"):
         return str(value)
-    if row.parse is not None and typing.get_origin(hint) is not tuple:
-        return str(value)
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        (item, _) = typing.get_args(hint)
-        return [_encode(item, v, row, naming) for v in value]
-    if origin is not None and issubclass(origin, Mapping):
-        _, inner = typing.get_args(hint)
-        if _declared_class(inner):
-            return {name: to_plain(section, naming=naming) for name, section in value.items()}
+    if kind == "list":
+        assert shape.item is not None
+        return [_encode(shape.item, v, naming) for v in value]
+    if kind == "sections":
+        return {name: to_plain(section, naming=naming) for name, section in value.items()}
+    if kind == "data":
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
     return value
 
@@ -261,46 +292,40 @@ def to_plain(spec: Any, *, naming: Naming = _same) -> dict[str, Any]:
         value = getattr(spec, row.attr)
         if row.omit_default and value == row.default:
             continue
-        out[naming(row.key)] = _encode(row.hint, value, row, naming)
+        out[naming(row.key)] = _encode(row.shape, value, naming)
     return out
 
 
-def _decode(hint: Any, value: Any, row: Field, naming: Naming) -> Any:
-    hint, optional = _optional(hint)
-    if value is None:
-        if optional:
-            return None
-        raise TypeError(f"{row.key} is null")
-    if _declared_class(hint):
+def _decode(shape: Shape, value: Any, row: Field, naming: Naming) -> Any:
+    kind = shape.kind
+    if kind == "section":
         if not isinstance(value, Mapping):
             raise TypeError(f"{row.key} must be a mapping, got {type(value).__name__}")
-        return from_plain(hint, value, naming=naming)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
-    origin = typing.get_origin(hint)
-    if row.parse is not None and origin is not tuple:
-        return row.parse(str(value))
-    if origin is tuple:
-        (item, _) = typing.get_args(hint)
-        if isinstance(value, (str, Mapping)):
+        return from_plain(shape.of, value, naming=naming)
+    if kind == "enum":
+        return shape.of(value)
+    if kind == "text":
+        assert shape.parse is not None
+        return shape.parse(str(value))
+    if kind == "list":
+        if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable):
             raise TypeError(f"{row.key} must be a list, got {type(value).__name__}")
-        return tuple(_decode(item, v, row, naming) for v in value)
-    if origin is not None and issubclass(origin, Mapping):
-        if not isinstance(value, Mapping):
-            raise TypeError(f"{row.key} must be a mapping, got {type(value).__name__}")
-        _, inner = typing.get_args(hint)
-        if _declared_class(inner):
-            return {
-                name: from_plain(inner, section, naming=naming, **{row.keyed_by or "name": name})
-                for name, section in value.items()
-            }
-        if inner is str:
+        assert shape.item is not None
+        return tuple(_decode(shape.item, v, row, naming) for v in value)
+    if kind in ("sections", "data") and not isinstance(value, Mapping):
+        raise TypeError(f"{row.key} must be a mapping, got {type(value).__name__}")
+    if kind == "sections":
+        keyed_by = row.keyed_by or "name"
+        return {
+            name: from_plain(shape.of, section, naming=naming, **{keyed_by: name})
+            for name, section in value.items()
+        }
+    if kind == "data":
+        if shape.of is str:
             return {str(k): str(v) for k, v in value.items()}
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
-    if hint is bool:
-        return bool(value)
-    if hint in (int, float, str):
-        return hint(value)
+    if shape.of in (bool, int, float, str):
+        return shape.of(value)
     return value
 
 
@@ -316,41 +341,41 @@ def from_plain(
     for row in table(cls):
         name = naming(row.key)
         value = data.get(name)
-        if value is None and not (name in data and _optional(row.hint)[1]):
-            if not row.has_default:
+        if value is None:
+            if name in data and row.shape.optional:
+                values[row.attr] = None
+            elif not row.has_default:
                 raise KeyError(name)
             continue  # missing, or null where null is not a value: the default
-        values[row.attr] = _decode(row.hint, value, row, naming)
+        values[row.attr] = _decode(row.shape, value, row, naming)
     return cls(**values)
 
 
 # -- the OpenAPI schema ------------------------------------------------------------------------
 
 
-def _schema_of(hint: Any, row: Field, naming: Naming) -> dict[str, Any]:
-    hint, optional = _optional(hint)
+def _schema_of(shape: Shape, naming: Naming) -> dict[str, Any]:
     out: dict[str, Any]
-    origin = typing.get_origin(hint)
-    if _declared_class(hint):
-        out = openapi(hint, naming=naming)
-    elif isinstance(hint, type) and issubclass(hint, enum.Enum):
-        names = [str(member) for member in hint]
+    kind = shape.kind
+    if kind == "section":
+        out = openapi(shape.of, naming=naming)
+    elif kind == "enum":
+        names = [str(member) for member in shape.of]
         # a nullable enum would have to list null among its values: a pattern says the same
         out = {"type": "string"}
-        out.update({"pattern": f"^({'|'.join(names)})$"} if optional else {"enum": names})
-    elif row.parse is not None and origin is not tuple:
+        out.update({"pattern": f"^({'|'.join(names)})$"} if shape.optional else {"enum": names})
+    elif kind == "text":
         out = {"type": "string"}
-    elif origin is tuple:
-        (item, _) = typing.get_args(hint)
-        out = {"type": "array", "items": _schema_of(item, row, naming)}
-    elif origin is not None and issubclass(origin, Mapping):
-        _, inner = typing.get_args(hint)
+    elif kind == "list":
+        assert shape.item is not None
+        out = {"type": "array", "items": _schema_of(shape.item, naming)}
+    elif kind == "sections":
+        out = {"type": "object", "additionalProperties": openapi(shape.of, naming=naming)}
+    elif kind == "data":
         out = {"type": "object"}
-        if _declared_class(inner):
-            out["additionalProperties"] = openapi(inner, naming=naming)
     else:
-        out = {"type": {bool: "boolean", int: "integer", float: "number"}.get(hint, "string")}
-    if optional:
+        out = {"type": {bool: "boolean", int: "integer", float: "number"}.get(shape.of, "string")}
+    if shape.optional:
         out["nullable"] = True
     return out
 
@@ -359,7 +384,7 @@ def openapi(cls: type, *, naming: Naming = camel_case) -> dict[str, Any]:
     """The OpenAPI v3 (structural) schema of a spec class's plain form, named by ``naming``."""
     properties = {}
     for row in table(cls):
-        schema = _schema_of(row.hint, row, naming)
+        schema = _schema_of(row.shape, naming)
         schema.update(row.schema)
         if row.doc:
             schema["description"] = row.doc
@@ -378,25 +403,18 @@ def spec_path(cls: type, parents: tuple[str, ...], key: str, *, naming: Naming) 
     A declared field is renamed; a key of data (a ``config`` entry, a section's
     name in its mapping) is as written.
     """
-    level: Any = cls
+    level: type | None = cls
+    in_mapping = False  # the next parent is a section's name
     for parent in parents:
         if level is None:
             return key
-        if isinstance(level, tuple):  # inside a keyed mapping: the parent is a section's name
-            level = level[0]
+        if in_mapping:
+            in_mapping = False
             continue
         row = next((r for r in table(level) if r.key == parent), None)
-        if row is None:
+        if row is None or row.shape.kind not in ("section", "sections"):
             return key
-        hint, _ = _optional(row.hint)
-        origin = typing.get_origin(hint)
-        if _declared_class(hint):
-            level = hint
-        elif origin is not None and issubclass(origin, Mapping):
-            inner = typing.get_args(hint)[1]
-            level = (inner,) if _declared_class(inner) else None
-        else:
-            level = None
-    if level is None or isinstance(level, tuple):
+        level, in_mapping = row.shape.of, row.shape.kind == "sections"
+    if level is None or in_mapping:
         return key
     return naming(key) if any(r.key == key for r in table(level)) else key
