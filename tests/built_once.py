@@ -45,10 +45,14 @@ def built_once(
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         manifest = out / _MANIFEST
-        if manifest.exists():
+        try:
             return out, json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            pass  # not built yet, or its builder died: build it (again)
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         found = build(out)
-        manifest.write_text(json.dumps(found))
-        return out, found
+        written = out / f"{_MANIFEST}.tmp"
+        written.write_text(json.dumps(found))
+        os.replace(written, manifest)  # whole or not at all, however the builder ends
+        return out, json.loads(manifest.read_text())  # the same keys (text) in every worker

@@ -217,6 +217,7 @@ class StreamletSpec:
             "What one input record may declare once decoded; past a limit it is "
             "dead-lettered before it is decoded.",
             omit_default=True,
+            openapi={"nullable": True},  # null: the defaults, as when it is left out
         ),
     )
 

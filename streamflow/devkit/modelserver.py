@@ -147,10 +147,11 @@ class ModelServer(_local.LocalService):
         if not self._model_path.exists():
             raise DevkitError(f"No model to serve at {self._model_path}.")
         work_dir = self._prepare_work_dir()
-        if not self._port:
-            self._port = _local.free_ports()[0]
-        if self._grpc_port == 0:
-            self._grpc_port = _local.free_ports()[0]
+        if not self._port or self._grpc_port == 0:
+            http, grpc = _local.free_ports(2)  # both at once, so they differ
+            self._port = self._port or http
+            if self._grpc_port == 0:  # None: no gRPC
+                self._grpc_port = grpc
         self._process = self._launch(python=python, serve=serve, work_dir=work_dir)
         _running.add(self)
         try:

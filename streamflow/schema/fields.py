@@ -30,6 +30,7 @@ one of the generated forms and misses another.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import re
@@ -298,9 +299,10 @@ def to_plain(spec: Any, *, naming: Naming = _same) -> dict[str, Any]:
 
 def _decode(shape: Shape, value: Any, row: Field, naming: Naming) -> Any:
     kind = shape.kind
+    key = naming(row.key)
     if kind == "section":
         if not isinstance(value, Mapping):
-            raise TypeError(f"{row.key} must be a mapping, got {type(value).__name__}")
+            raise TypeError(f"{key} must be a mapping, got {type(value).__name__}")
         return from_plain(shape.of, value, naming=naming)
     if kind == "enum":
         return shape.of(value)
@@ -309,24 +311,37 @@ def _decode(shape: Shape, value: Any, row: Field, naming: Naming) -> Any:
         return shape.parse(str(value))
     if kind == "list":
         if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable):
-            raise TypeError(f"{row.key} must be a list, got {type(value).__name__}")
+            raise TypeError(f"{key} must be a list, got {type(value).__name__}")
         assert shape.item is not None
         return tuple(_decode(shape.item, v, row, naming) for v in value)
     if kind in ("sections", "data") and not isinstance(value, Mapping):
-        raise TypeError(f"{row.key} must be a mapping, got {type(value).__name__}")
+        raise TypeError(f"{key} must be a mapping, got {type(value).__name__}")
     if kind == "sections":
-        keyed_by = row.keyed_by or "name"
-        return {
-            name: from_plain(shape.of, section, naming=naming, **{keyed_by: name})
-            for name, section in value.items()
-        }
+        return {name: _section(shape.of, data, row, name, naming) for name, data in value.items()}
     if kind == "data":
-        if shape.of is str:
-            return {str(k): str(v) for k, v in value.items()}
+        if shape.of is str:  # Kafka's config: every value as Kafka spells it
+            return {str(k): _text(v) for k, v in value.items()}
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
     if shape.of in (bool, int, float, str):
         return shape.of(value)
     return value
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _section(cls: type, data: Any, row: Field, name: str, naming: Naming) -> Any:
+    """One section of a mapping of them; an error says which (``streamlets.scorer: ...``)."""
+    where = f"{naming(row.key)}.{name}"
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{where} must be a mapping, got {type(data).__name__}")
+    try:
+        return from_plain(cls, data, naming=naming, **{row.keyed_by or "name": name})
+    except KeyError as exc:
+        raise KeyError(f"{where}.{exc.args[0]}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 def from_plain(
@@ -385,7 +400,7 @@ def openapi(cls: type, *, naming: Naming = camel_case) -> dict[str, Any]:
     properties = {}
     for row in table(cls):
         schema = _schema_of(row.shape, naming)
-        schema.update(row.schema)
+        schema.update(copy.deepcopy(row.schema))  # the caller's to change, not the table's
         if row.doc:
             schema["description"] = row.doc
         properties[naming(row.key)] = schema

@@ -172,3 +172,44 @@ def test_spec_paths_rename_fields_and_keep_names_and_data() -> None:
     assert path(("sections", "my_scorer", "inner"), "max_items") == "maxItems"
     assert path(("sections",), "my_scorer") == "my_scorer"  # a section's name
     assert path(("sections", "s", "config"), "max_items") == "max_items"  # data
+
+
+def test_an_error_in_a_section_names_its_path_as_the_naming_spells_it() -> None:
+    spec = {"name": "a", "sections": {"scorer": {"class": "m:C", "stallAfter": "soon"}}}
+    with pytest.raises(ValueError, match=r"^sections\.scorer: could not convert"):
+        fields.from_plain(Top, spec, naming=camel_case)
+    with pytest.raises(TypeError, match=r"^sections\.scorer: refs must be a list, got str"):
+        fields.from_plain(
+            Top, {"name": "a", "sections": {"scorer": {"class": "m:C", "refs": "a.b"}}}
+        )
+    with pytest.raises(KeyError, match=r"sections\.scorer\.class"):
+        fields.from_plain(Top, {"name": "a", "sections": {"scorer": {}}})
+    with pytest.raises(TypeError, match=r"^sections\.scorer must be a mapping, got list"):
+        fields.from_plain(Top, {"name": "a", "sections": {"scorer": ["class"]}})
+
+
+def test_text_config_values_are_written_as_kafka_spells_them() -> None:
+    top = fields.from_plain(
+        Top, {"name": "a", "sections": {"s": {"class": "m:C", "config": {"x": True, "n": 5}}}}
+    )
+    assert top.sections["s"].config == {"x": "true", "n": "5"}
+
+
+def test_each_schema_is_the_callers_to_change() -> None:
+    shared = {"x-kubernetes-int-or-string": True}
+
+    @dataclass(frozen=True)
+    class Config:
+        config: Mapping[str, str] = field(
+            default_factory=dict,
+            metadata=declared("Data.", openapi={"additionalProperties": shared}),
+        )
+
+    first = fields.openapi(Config)
+    first["properties"]["config"]["additionalProperties"]["pattern"] = "^x$"
+    again = fields.openapi(Config)
+    assert (
+        again["properties"]["config"]["additionalProperties"]
+        == shared
+        == {"x-kubernetes-int-or-string": True}
+    )

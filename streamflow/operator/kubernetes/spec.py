@@ -277,7 +277,7 @@ def parse(resource: Mapping[str, Any], *, root: str | Path | None = None) -> App
         data["pythonPaths"] = [_resolved(base, p) for p in layout.python_paths]
         data["schemaPaths"] = [_resolved(base, p) for p in layout.schema_paths]
         app = fields.from_plain(Application, data, naming=camel_case)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise SpecError(
             f"spec cannot be read as an application: {type(exc).__name__}: {exc}"
         ) from None
@@ -370,7 +370,13 @@ def to_spec(app: Application, pods: PodSettings | None = None) -> dict[str, Any]
         )
         if own:
             streamlet["resources"] = own
-    spec = {"name": data.pop("name"), **Layout.of(app).to_spec(), **data}
+    # as a person reads it: what it is, where its files are, its Kafka, then the rest
+    spec = {
+        "name": data.pop("name"),
+        **Layout.of(app).to_spec(),
+        "kafka": data.pop("kafka"),
+        **data,
+    }
     spec.update(pods.to_spec())
     return spec
 

@@ -200,6 +200,11 @@ def _jsonl_rows(lines: Iterable[str]) -> Iterator[Row]:
 def _csv_rows(lines: Iterable[str], coercer: _cells.CsvCoercer | _TextCells) -> Iterator[Row]:
     reader = csv.DictReader(lines, restkey=_EXTRA, restval=_MISSING)
     try:
+        for column in reader.fieldnames or ():
+            found = _jsontext.bad_byte(column)
+            if found:  # a header that is not UTF-8 names no column anything can ask for
+                yield Row(reader.line_num, error=f"not UTF-8: byte 0x{found[0]:02x} in the header")
+                return
         for cells in reader:
             yield _csv_row(
                 reader.line_num, cells, width=len(reader.fieldnames or ()), coercer=coercer

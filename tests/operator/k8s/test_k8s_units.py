@@ -167,6 +167,23 @@ def test_a_spec_whose_topics_name_unknown_streamlets_is_refused(app: Application
     assert "dlq" not in body["spec"]["streamlets"]["scorer"]  # None values are left out
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("replicas", float("inf"), r"OverflowError: streamlets\.scorer: cannot convert"),
+        ("decodeLimits", ["x"], r"TypeError: streamlets\.scorer: decodeLimits must be a mapping"),
+        ("stallAfter", "soon", r"ValueError: streamlets\.scorer: could not convert"),
+    ],
+)
+def test_a_malformed_field_is_a_spec_error_that_names_it_as_the_spec_spells_it(
+    app: Application, field: str, value: object, problem: str
+) -> None:
+    body = spec.body(app, namespace="prod")
+    body["spec"]["streamlets"]["scorer"][field] = value
+    with pytest.raises(spec.SpecError, match=problem):
+        spec.parse(body)
+
+
 # -- status ------------------------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ def test_a_declared_format_wins_and_an_unknown_one_is_refused() -> None:
         ("jsonl", b'{"a": 1}\n{"a": 2\n', "reference line 2: "),
         ("jsonl", b'{"a": 1}\n{"a": "\xff"}\n', "reference line 2: not UTF-8"),
         ("jsonl", b'{"a": 1}\n[1, 2]\n', "reference line 2 is not a JSON object"),
+        ("csv", b"a\xff,b\n1,2\n", "reference line 1: not UTF-8: byte 0xff in the header"),
     ],
 )
 def test_a_reference_row_that_cannot_be_read_is_refused_by_its_line(
