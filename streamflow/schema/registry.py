@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from streamflow.schema import jsonschema
@@ -134,15 +134,6 @@ class Registry(Protocol):
         ...
 
     def set_compatibility(self, subject: str, level: str) -> None: ...
-
-
-def __getattr__(name: str) -> Any:
-    """The codecs, where they were: they live in :mod:`.registry_codecs` (which imports this)."""
-    if name in ("RegistryAvroCodec", "RegistryJsonCodec"):
-        from streamflow.schema import registry_codecs
-
-        return getattr(registry_codecs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def url_problem(url: str) -> str | None:
