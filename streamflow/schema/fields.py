@@ -341,7 +341,15 @@ def _section(cls: type, data: Any, row: Field, name: str, naming: Naming) -> Any
     except KeyError as exc:
         raise KeyError(f"{where}.{exc.args[0]}") from None
     except (TypeError, ValueError, ArithmeticError) as exc:
-        raise type(exc)(f"{where}: {exc}") from None
+        raise _located(exc, f"{where}: {exc}") from None
+
+
+def _located(exc: Exception, message: str) -> Exception:
+    """``exc``'s kind with ``message``; a ValueError where that kind wants more than a message."""
+    try:
+        return type(exc)(message)
+    except Exception:  # UnicodeDecodeError, say, takes five arguments
+        return ValueError(message)
 
 
 def from_plain(
