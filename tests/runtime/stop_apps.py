@@ -1,7 +1,8 @@
-"""Ingresses for the tests of a broker that goes away: each keeps writing until stopped.
+"""Streamlets for the tests of a broker that goes away: each keeps writing until stopped.
 
-``Paced`` is a ``source()``; ``Pushes`` a ``serve()`` that emits on its own; and
-``ReadingsOverHttp`` the built-in HTTP ingress bound to the readings' schema.
+``Paced`` is a ``source()``; ``PacedScale`` a processor; ``Pushes`` a ``serve()``
+that emits on its own; and ``ReadingsOverHttp`` the built-in HTTP ingress bound to
+the readings' schema.
 They write ``tests.runtime.Reading`` records keyed ``r<seq>``, so what a topic
 holds afterwards can be counted id by id.
 """
@@ -14,7 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from streamflow import EmitError, Emitter, Outlet, Streamlet, params
+from apps import Scale  # tests/runtime/apps.py: the replicas' python path is this folder
+
+from streamflow import EmitError, Emitter, Outlet, Record, Streamlet, params
 from streamflow.streamlets.io.http import HttpIngress
 
 
@@ -35,6 +38,22 @@ class Paced(Streamlet):
             if (ahead := due - time.monotonic()) > 0:
                 time.sleep(ahead)  # the pace of the source, not a wait of the test's
             yield reading(seq)
+
+
+class PacedScale(Scale):
+    """``Scale``, taking at most ``rate`` records a second.
+
+    At full speed a processor can take every record it has fetched and wait on the next
+    fetch, so a broker killed at that moment strands nothing (seen once in CI: killed
+    0.4 s after the group formed, the replica wrote nothing more). At this pace its
+    fetched input always runs ahead of it, and records reach the producer after the kill.
+    """
+
+    rate = params.Float(default=2000.0, min=1.0)
+
+    def process(self, record: Record) -> dict[str, Any]:
+        time.sleep(1 / self.rate)  # the pace of the processor, not a wait of the test's
+        return super().process(record)
 
 
 class Pushes(Streamlet):

@@ -143,7 +143,7 @@ class Kind:
 
 
 KINDS = {
-    "processor": Kind({"class": "apps:Scale"}, inputs=200_000, strand=_written(5)),
+    "processor": Kind({"class": "stop_apps:PacedScale"}, inputs=200_000, strand=_written(5)),
     # transactions: what it holds is the transaction open when the broker died (the
     # next one waits for its commit)
     "processor exactly-once": Kind(
