@@ -23,6 +23,7 @@ Design choices, each for a reason (the same as for the development Kafka):
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import signal
@@ -38,12 +39,19 @@ from streamflow.devkit.kafka import DevkitError
 
 __all__ = ["ModelServer", "find_modelserver"]
 
+log = logging.getLogger(__name__)
+
 _HOST = "127.0.0.1"
 _TOOL_RELATIVE = Path("tools") / "modelserver"
 _VENV_ENV = "STREAMFLOW_MODELSERVER_VENV"
 _SETUP_HINT = "Run `tools/modelserver/setup` (or `./dev setup`) to create it."
 _STOP_GRACE_S = 10.0
 _POLL_INTERVAL_S = 0.1
+# A port found free is free only until someone binds it: on a busy machine an outgoing
+# connection (they take ports from the same ephemeral range) can take it first. A server
+# on ports it picked itself is started once more on new ones when that happens.
+_LAUNCHES = 2
+_PORT_TAKEN = "address already in use"
 # Variables that would point the server's Python at another environment's packages.
 _FOREIGN_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
 
@@ -147,18 +155,27 @@ class ModelServer(_local.LocalService):
         if not self._model_path.exists():
             raise DevkitError(f"No model to serve at {self._model_path}.")
         work_dir = self._prepare_work_dir()
-        if not self._port or self._grpc_port == 0:
-            http, grpc = _local.free_ports(2)  # both at once, so they differ
-            self._port = self._port or http
-            if self._grpc_port == 0:  # None: no gRPC
-                self._grpc_port = grpc
-        self._process = self._launch(python=python, serve=serve, work_dir=work_dir)
-        _running.add(self)
-        try:
-            self._wait_until_ready(deadline=time.monotonic() + timeout)
-        except BaseException:
-            self._terminate(grace=0.0)
-            raise
+        # ports given, or kept from an earlier start (`restart()` comes back on them), stay
+        picks_http, picks_grpc = not self._port, self._grpc_port == 0
+        deadline = time.monotonic() + timeout
+        for launch in range(1, _LAUNCHES + 1):
+            if picks_http or picks_grpc:
+                http, grpc = _local.free_ports(2)  # both at once, so they differ
+                self._port = http if picks_http else self._port
+                self._grpc_port = grpc if picks_grpc else self._grpc_port
+            self._process = self._launch(python=python, serve=serve, work_dir=work_dir)
+            _running.add(self)
+            try:
+                self._wait_until_ready(deadline=deadline)
+                return
+            except _PortTaken:
+                self._terminate(grace=0.0)
+                if launch == _LAUNCHES or not (picks_http or picks_grpc):
+                    raise
+                log.info("the model server's port was taken before it bound it; new ports")
+            except BaseException:
+                self._terminate(grace=0.0)
+                raise
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL); remove the work dir unless kept. Idempotent."""
@@ -225,9 +242,9 @@ class ModelServer(_local.LocalService):
         for path in ("/v2/health/ready", f"/v2/models/{self._model_name}/ready"):
             while not _answers_ok(f"{self.url}{path}"):
                 if self._process is not None and (code := self._process.poll()) is not None:
-                    raise DevkitError(
-                        f"The model server exited with code {code} while starting.{self._tail()}"
-                    )
+                    tail = self._tail()
+                    kind = _PortTaken if _PORT_TAKEN in tail else DevkitError
+                    raise kind(f"The model server exited with code {code} while starting.{tail}")
                 if time.monotonic() >= deadline:
                     raise DevkitError(f"The model server did not become ready.{self._tail()}")
                 time.sleep(_POLL_INTERVAL_S)
@@ -255,6 +272,10 @@ class ModelServer(_local.LocalService):
 
 # No proxies: an http_proxy in the environment must not swallow requests to 127.0.0.1.
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class _PortTaken(DevkitError):
+    """The server exited because another process had bound one of its ports."""
 
 
 def _answers_ok(url: str) -> bool:

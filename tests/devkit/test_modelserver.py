@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from streamflow import devkit
-from streamflow.devkit import DevkitError, ModelServer
+from streamflow.devkit import DevkitError, ModelServer, _local
 from tests.examples import example_models
 from tests.examples.example_models import DigitsModels, ReviewsModel
 from tests.model_fixtures import WineModels
@@ -125,6 +126,42 @@ def test_a_saved_model_survives_kill_and_restart_on_the_same_url(
     server.restart()
     assert server.url == url
     np.testing.assert_allclose(predict_v1(client, server, rows), want, atol=TOLERANCE)
+
+
+def test_a_port_taken_before_the_server_binds_it_is_picked_again(
+    model_server_factory: Callable[..., ModelServer],
+    wine_models: WineModels,
+    client: httpx.Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in CI: a port found free was bound by someone else before the server bound it
+    ("address already in use"), and the server exited while starting. A server that
+    picked its own ports is started once more, on new ones."""
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", 0))
+    holder.listen()
+    taken = int(holder.getsockname()[1])
+    real = _local.free_ports
+    picked: list[tuple[int, ...]] = []
+
+    def first_taken(count: int = 1, *, hosts: Sequence[str] = ()) -> tuple[int, ...]:
+        ports = real(count, hosts=hosts)
+        picked.append((taken, *ports[1:]) if not picked else ports)
+        return picked[-1]
+
+    monkeypatch.setattr(_local, "free_ports", first_taken)
+    try:
+        server = model_server_factory(model_path=wine_models.v1.keras_file, model_name="wine")
+    finally:
+        holder.close()
+    assert len(picked) == 2 and picked[0][0] == taken
+    assert server.url.endswith(f":{picked[1][0]}")
+    rows = wine_models.x[::40]
+    np.testing.assert_allclose(
+        predict_v1(client, server, rows), expected(wine_models, 1, rows), atol=TOLERANCE
+    )
+    assert server.work_dir is not None
+    assert "address already in use" in (server.work_dir / "server.log").read_text()
 
 
 def test_a_missing_virtualenv_says_how_to_make_it(tmp_path: Path) -> None:
