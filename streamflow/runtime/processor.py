@@ -18,7 +18,9 @@ The processor decodes and sorts; the other jobs are each a module's:
   headers);
 - :mod:`~streamflow.runtime.checkpoint`: when a batch is final, in what order its
   outputs, state and offsets are written, and the exactly-once transaction full
-  batches share. Offsets advance only there, after the outputs are safe.
+  batches share. Offsets advance only there, after the outputs are safe;
+- :mod:`~streamflow.runtime.reporting`: what a written batch tells (counts, dead
+  letters, the logic's own counters).
 """
 
 from __future__ import annotations
@@ -44,25 +46,19 @@ from streamflow.runtime.invoker import Invoker
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
+from streamflow.runtime.reporting import BatchReport, DeadLetterHook
 from streamflow.runtime.state.manager import StateManager
 from streamflow.runtime.transactions import TransactionAborted
 from streamflow.runtime.writer import HeaderCache, OutputWriter
 from streamflow.schema.codecs import DecodeError, error_line
-from streamflow.schema.registry import (
-    RegistryRefused,
-    RegistryUnavailable,
-    UnreadableWriterSchema,
-)
+from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
-__all__ = ["DeadLetterHook", "Processor"]
+__all__ = ["Processor"]
 
 log = logging.getLogger("streamflow.runtime")
 
 _REGISTRY_RETRY_S = 2.0  # how long a batch waits for an unreachable schema registry
 _Dead = tuple[Message, str, BaseException, str]
-#: Told of every dead letter as it is written: the record, its inlet, the error, the kind
-#: ("decode", "logic", "encode" or "control"). The testkit keeps them for a test to read.
-DeadLetterHook = Callable[[Message, str, BaseException, str], None]
 
 
 class Processor:
@@ -102,16 +98,17 @@ class Processor:
         self.control = control
         self.loop = loop
         self.stop = stop
-        self.on_dead_letter = on_dead_letter
         self.state = state
         self.lineage = lineage
-        self._skipped_exported: dict[str, int] = {}
+        self._report = BatchReport(
+            streamlet=streamlet, bindings=bindings, metrics=metrics, on_dead_letter=on_dead_letter
+        )
         self._checkpoint = Checkpoint(
             delivery=delivery,
             state=state,
             batch_size=batch_size,
             clock=clock,
-            told=self._told,
+            told=self._report.told,
             retry=self._read_again,
         )
         self.intake = Intake(
@@ -140,10 +137,6 @@ class Processor:
         self._fast_headers: Headers = (
             self._writer.schema_headers(self._fast_outlet) if self._fast_outlet else []
         )
-        self._in = {
-            i: metrics.port(metrics.records_in, i) for i, _ in bindings.inlets_by_topic.values()
-        }
-        self._out = {o: metrics.port(metrics.records_out, o) for o in bindings.outlets}
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -300,12 +293,6 @@ class Processor:
             lambda: Tally(counts, produced, time.perf_counter() - started, n, dead),
         )
 
-    def _told(self, tally: Tally) -> None:
-        """A batch is written: its dead letters and counts are told (once, whatever retried)."""
-        for msg, inlet, failure, kind in tally.dead:
-            self._dead_lettered(msg, inlet, failure, kind)
-        self._count(tally.counts, tally.produced, tally.seconds, tally.n)
-
     def _read_again(
         self, messages: list[Message], aborted: TransactionAborted, earlier: Offsets | None
     ) -> None:
@@ -407,47 +394,6 @@ class Processor:
         """When (on ``clock``) a batch that backed off is tried again."""
         return self.intake.backoff_until
 
-    def _dead_lettered(self, msg: Message, inlet: str, error: BaseException, kind: str) -> None:
-        """Tell of a dead letter the batch wrote: the hook, the metrics, the log."""
-        if self.on_dead_letter is not None:
-            self.on_dead_letter(msg, inlet, error, kind)
-        self.metrics.port(self.metrics.records_dlq, inlet).inc()
-        self.metrics.port(self.metrics.errors, inlet, kind=kind).inc()
-        if isinstance(error, UnreadableWriterSchema):
-            self.metrics.writer_schemas.dead_letter(inlet, error.writer)
-        log.warning(
-            "dead-lettered a record from %s[%d]@%d: %s",
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            dlq.describe(error),
-            extra={"error_kind": kind},
-        )
-
-    def _count(
-        self, counts: dict[str, int], produced: dict[str, int], seconds: float, n: int
-    ) -> None:
-        for inlet, count in counts.items():
-            self._in[inlet].inc(count)
-        for outlet, count in produced.items():
-            self._out[outlet].inc(count)
-        labels = self.metrics.labels
-        self.metrics.batch_seconds.labels(**labels).observe(seconds)
-        self.metrics.batch_size.labels(**labels).observe(n)
-        self._export_skipped()
-
-    def _export_skipped(self) -> None:
-        """Export what the logic counted (``count_skipped``, its own metrics) to the metrics."""
-        context = self.streamlet.context
-        self.metrics.export_own(context.metrics)
-        if context.skipped != self._skipped_exported:
-            # the totals stay in the context (a test reads them); the counter gets what is new
-            for reason, total in context.skipped.items():
-                fresh = total - self._skipped_exported.get(reason, 0)
-                if fresh > 0:
-                    self.metrics.skipped.labels(**self.metrics.labels, reason=reason).inc(fresh)
-            self._skipped_exported = dict(context.skipped)
-
     # -- control -------------------------------------------------------------
 
     def apply_control(self, record: Record) -> None:
@@ -458,23 +404,18 @@ class Processor:
         if asyncio.iscoroutine(result):
             result = self.loop.run_until_complete(result)
         self.metrics.set_state(self.streamlet.context.state)
-        self._export_skipped()
+        self._report.export_skipped()
         if result is None:
             return
         # an output outside the batches is its own transaction: none may be open
         self._checkpoint.settle()
         for out in self._writer.records(result, input_key=input_key):
-            self._out[out.outlet].inc()
+            self._report.written_outside(out.outlet)
             if out.topic is not None:
                 self.delivery.produce_unbatched(out.topic, out.value, out.key, out.headers)
 
     def reject_control(self, msg: Message, inlet: str, error: Exception) -> None:
-        if self.on_dead_letter is not None:
-            self.on_dead_letter(msg, inlet, error, "control")
-        self.metrics.port(self.metrics.records_dlq, inlet).inc()
-        if isinstance(error, UnreadableWriterSchema):
-            self.metrics.writer_schemas.dead_letter(inlet, error.writer)
-        log.warning("control record rejected: %s", dlq.describe(error))
+        self._report.control_rejected(msg, inlet, error)
         value, key, headers = dlq.dead_letter(msg, error)
         self._checkpoint.settle()
         self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)

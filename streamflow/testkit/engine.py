@@ -38,7 +38,8 @@ from streamflow.runtime.inmemory import (
 )
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings, OutletBinding
-from streamflow.runtime.processor import DeadLetterHook, Processor
+from streamflow.runtime.processor import Processor
+from streamflow.runtime.reporting import DeadLetterHook
 from streamflow.runtime.serve import ServeRunner
 from streamflow.runtime.source import SourceRunner
 from streamflow.runtime.state.manager import StateManager
