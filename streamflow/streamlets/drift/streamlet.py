@@ -33,8 +33,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from streamflow.api import params
 from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
@@ -49,8 +47,8 @@ from streamflow.streamlets.drift import (
     batch,
     detect,
     durable,
+    judge,
     loading,
-    metrics,
     sources,
     versions,
     windows,
@@ -325,8 +323,14 @@ class DriftDetector(Streamlet):
         )
         # evaluate before committing anything: a hosted detector that is down raises
         # Backpressure, and the whole batch is retried with the state it started from
+        client, settings = self._client, self.settings
         verdicts = [
-            await self._features(planned.sources[role].part(_partition(window)), window)
+            await judge.features(
+                planned.sources[role].part(judge.partition(window)),
+                window,
+                client=client,
+                settings=settings,
+            )
             for role, window, _ in planned.windows
         ]
         ends: dict[int, list[tuple[str, windows.Window, list[dict[str, Any]] | str]]] = {}
@@ -346,13 +350,22 @@ class DriftDetector(Streamlet):
                 )
             elif record.inlet == LABELS:
                 self._outputs.label(record.key, record.value.get(self.label_field))
-            for role, window, features in ends.get(index, []):
+            for role, window, tested in ends.get(index, []):
                 signals = self._signals.report() if role == OUTPUTS else []
-                key = (role, _partition(window))
-                source = planned.sources[role].part(key[1])
-                emitted, drifted[key] = self._report(
-                    source, window, features, signals, was=drifted.get(key, False)
+                key = (role, judge.partition(window))
+                version = int(window.rows.version.max()) if len(window.rows) else 0  # one a window
+                report, alert = judge.judge(
+                    planned.sources[role].part(key[1]),
+                    window,
+                    tested,
+                    signals,
+                    was=drifted.get(key, False),
+                    settings=settings,
+                    model=(self._names.get(version) or self._model[0], version),
+                    context=self.context,
                 )
+                drifted[key] = bool(report["drifted"])
+                emitted = [self.reports(report), *([self.alerts(report)] if alert else [])]
                 results[index] = [*(results[index] or []), *emitted]
         self._partitions.commit(
             self.state,
@@ -370,68 +383,6 @@ class DriftDetector(Streamlet):
     @property
     def _output_fields(self) -> sources.OutputFields:
         return sources.OutputFields(self.probabilities_field, self.class_field, self.label_field)
-
-    async def _features(
-        self, source: sources.Source, window: windows.Window
-    ) -> list[dict[str, Any]] | str:
-        """The window's FeatureDrift entries, or why there are none."""
-        if source.name == "inputs" and self._client is not None:
-            try:
-                outputs = await self._client.call(
-                    window.rows.numeric.astype(np.float32), parse=detect.parse_detector
-                )
-                return detect.remote_features(outputs, names=source.numeric, settings=self.settings)
-            except remote.PermanentError as exc:
-                log.warning("the hosted detector refused window %d: %s", window.index, exc)
-                return f"the hosted detector failed: {exc}"
-        if source.reference is None:
-            return f"no reference: {source.problem or 'still collecting'}"
-        return detect.evaluate(
-            source.reference, window.rows, settings=self.settings, seed=window.index
-        )
-
-    def _report(
-        self,
-        source: sources.Source,
-        window: windows.Window,
-        features: list[dict[str, Any]] | str,
-        signals: list[dict[str, Any]],
-        *,
-        was: bool,
-    ) -> tuple[list[Emit], bool]:
-        """The window's report, and an alert when its verdict differs from the last one
-        of its partition (``was``); and the verdict."""
-        version = int(window.rows.version.max()) if len(window.rows) else 0  # one per window
-        name = self._names.get(version) or self._model[0]
-        report = detect.window_report(
-            source=source.name,
-            window=window,
-            features=features,
-            signals=signals,
-            settings=self.settings,
-            model=(name, version),
-            replica=f"{self.context.streamlet}-{self.context.replica}",
-        )
-        out = [self.reports(report)]
-        if report["drifted"] != was:
-            level = logging.WARNING if report["drifted"] else logging.INFO
-            log.log(
-                level,
-                "%s %s[%d] drift: %s",
-                self.settings.name,
-                source.name,
-                _partition(window),
-                report["message"],
-            )
-            out.append(self.alerts(report))
-        metrics.export(
-            self.context,
-            detector=self.settings.name,
-            source=source.name,
-            partition=_partition(window),
-            drifted=report["drifted"],
-        )
-        return out, bool(report["drifted"])
 
     def _status(self, config: dict[str, Any], state: ModelState, message: str) -> Emit:
         replica = f"{self.context.streamlet}-{self.context.replica}"
@@ -451,11 +402,6 @@ class DriftDetector(Streamlet):
 async def _close_loaded(loaded: loading.Loaded) -> None:
     if loaded.client is not None:
         await loaded.client.aclose()
-
-
-def _partition(window: windows.Window) -> int:
-    """The partition a window's rows came from (a window holds one partition's rows)."""
-    return int(window.rows.partition[0])
 
 
 def _as_prefix(location: str) -> str:
