@@ -37,10 +37,28 @@ from pathlib import Path
 from streamflow.devkit._local import DevkitError
 from streamflow.devkit.cache import cache_dir
 
-__all__ = ["MINIMUM_JAVA", "ClassArchive", "find_java", "java_major", "require_java"]
+__all__ = [
+    "MINIMUM_JAVA",
+    "SERVICE_FLAGS",
+    "ClassArchive",
+    "find_java",
+    "java_major",
+    "require_java",
+]
 
 #: The oldest Java that runs the pinned Kafka (4.x).
 MINIMUM_JAVA = 17
+#: What the devkit's JVM services (the broker, the registry) run with: a test machine
+#: runs several at once on 2 cores, so one GC thread, the quick compiler only (a
+#: service lives minutes, not days), no perf-data file, and IPv4 as the clients use.
+SERVICE_FLAGS = (
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
 _INSTALL = "e.g. `apt-get install openjdk-17-jre-headless`, or `brew install openjdk@17`"
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from streamflow.devkit import _local
 from streamflow.devkit._local import DevkitError
+from streamflow.devkit.java import SERVICE_FLAGS
 
 __all__ = [
     "HOST",
@@ -34,15 +35,6 @@ __all__ = [
 
 HOST = "127.0.0.1"
 NODE_ID = 1
-
-_JVM_FLAGS = (
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-    "-Djava.net.preferIPv4Stack=true",
-)
 
 _LEAN_SETTINGS: Mapping[str, str] = {
     "num.network.threads": "2",
@@ -116,7 +108,7 @@ def jvm_command(*, java: Path, lib: Path, work_dir: Path, heap: str) -> list[str
         str(java),
         f"-Xmx{heap}",
         f"-Xms{heap}",
-        *_JVM_FLAGS,
+        *SERVICE_FLAGS,
         f"-Dlog4j2.configurationFile={_LOG4J2_CONFIG}",
         f"-Dstreamflow.kafka.log.file={work_dir / 'broker.log'}",
         "-cp",

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from streamflow.devkit import _local
-from streamflow.devkit.java import ClassArchive
+from streamflow.devkit.java import SERVICE_FLAGS, ClassArchive
 from streamflow.devkit.kafka import DevkitError, find_java
 
 __all__ = ["SchemaRegistry", "find_registry_app"]
@@ -66,15 +66,6 @@ _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _STOP_GRACE_S = 10.0
 _POLL_INTERVAL_S = 0.1
 _REQUEST_TIMEOUT_S = 5.0
-
-_JVM_FLAGS = (
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-    "-Djava.net.preferIPv4Stack=true",
-)
 
 # Apicurio's own defaults are for a server: a pool of 20 to 100 connections. With a
 # small pool H2 must not drop the in-memory database when its last connection closes.
@@ -218,7 +209,7 @@ class SchemaRegistry(_local.LocalService):
             str(java),
             f"-Xmx{self._heap}",
             f"-Xms{self._heap}",
-            *_JVM_FLAGS,
+            *SERVICE_FLAGS,
             *jvm,
             *properties,
             *self._jvm_options,
