@@ -30,12 +30,14 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up banner quiet
 
-import keras
 import numpy as np
+
+if TYPE_CHECKING:  # imported where a model is built: the names and the data need no Keras
+    import keras
 
 __all__ = [
     "CLASSES",
@@ -134,6 +136,8 @@ def split(frame: WineFrame, *, test_fraction: float = 0.25) -> tuple[WineFrame, 
 
 def train_model(version: int = 1, epochs: int = 60) -> keras.Model:
     """Train one version on the training split: raw features in, class probabilities out."""
+    import keras
+
     spec = VERSIONS[version]
     keras.utils.set_random_seed(spec.seed)
     train, _ = split(load_wine_frame())
