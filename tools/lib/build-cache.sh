@@ -11,6 +11,16 @@
 #
 #   build_cache_restore TOOL HASH DIR   # fill DIR from the cache; 1 if nothing is cached
 #   build_cache_store TOOL HASH DIR     # keep DIR's files for the next clone
+#
+# A Python virtualenv names its own place in its scripts, activators and pyvenv.cfg,
+# so a copy made elsewhere is rewritten to name where it is restored:
+#
+#   build_cache_restore_venv TOOL HASH DIR   # build_cache_restore, then that rewrite
+#   build_cache_store_venv TOOL HASH DIR     # build_cache_store, saying where DIR is
+#
+# The rewrite writes each file anew (the cache, and the checkout that made the copy,
+# keep theirs); an installer run in a restored virtualenv must not write into the files
+# it keeps (./dev uninstalls streamflow before it installs the checkout's).
 
 build_cache_root() {
   echo "${STREAMFLOW_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamflow/builds}"
@@ -46,4 +56,36 @@ build_cache_store() {
   fi
   # older inputs' entries go: one entry per tool is what a machine needs
   find "$root" -mindepth 1 -maxdepth 1 ! -name "$hash" -exec rm -rf {} + 2>/dev/null || true
+}
+
+build_cache_store_venv() {
+  local dir="$3"
+  rm -f "$dir/.made-in" && (cd "$dir" && pwd) >"$dir/.made-in"
+  build_cache_store "$@"
+}
+
+build_cache_restore_venv() {
+  local dir="$3"
+  build_cache_restore "$@" || return 1
+  "$dir/bin/python" - "$dir" <<'PY'
+import os
+import pathlib
+import sys
+
+venv = pathlib.Path(sys.argv[1]).absolute()
+made_in = venv / ".made-in"
+old, new = made_in.read_text().strip().encode(), str(venv).encode()
+for path in [*(venv / "bin").iterdir(), venv / "pyvenv.cfg"]:
+    if path.is_symlink() or not path.is_file():
+        continue
+    data = path.read_bytes()
+    if old == new or b"\0" in data or old not in data:
+        continue
+    fresh = path.with_name(path.name + ".relocated")
+    fresh.write_bytes(data.replace(old, new))
+    fresh.chmod(path.stat().st_mode)
+    os.replace(fresh, path)
+made_in.unlink()
+made_in.write_bytes(new + b"\n")
+PY
 }
