@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common, loadgen, sfapp
+from bench import common, loadgen, sfapp, transactions
 from bench.child import Child
 
 GUARANTEES = (sfapp.AT_LEAST_ONCE, sfapp.EXACTLY_ONCE)
@@ -256,7 +256,14 @@ def run_scenario(bootstrap: str, workdir: Path, settings: Settings) -> dict[str,
     for round_ in range(settings.rounds):
         for competitor, guarantee in pairs if round_ % 2 == 0 else pairs[::-1]:
             runs.append(one_run(bootstrap, workdir, guarantee, settings, round_, competitor))
-    return {"settings": settings.__dict__, "runs": runs, "summary": summarise(runs)}
+    # what one exactly-once transaction costs here, call by call (bench.transactions)
+    transaction = transactions.measure(bootstrap)
+    return {
+        "settings": settings.__dict__,
+        "runs": runs,
+        "summary": summarise(runs),
+        "transaction": transaction,
+    }
 
 
 def _output_rate(ticks: list[dict[str, Any]], warmup_s: float) -> float | None:

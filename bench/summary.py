@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import report, transactions
 
 SF = "sf-batch"
 LINEAGE = "sf-lineage"  # sf-batch as the blueprint's default runs it: lineage headers copied
@@ -276,6 +276,15 @@ def _latency(latency: dict[str, Any]) -> list[str]:
             f"| {'-' if out is None else f'{out:,.0f}'} | {cell(row, 'p50_ms')} "
             f"| {cell(row, 'p95_ms')} | {cell(row, 'p99_ms')} |"
         )
+    if transaction := latency.get("transaction"):
+        lines += [
+            "",
+            "One exactly-once transaction on this broker (`python -m bench.transactions`): "
+            "*settled* waits, after a commit, as long as the commit took, as a batch that is "
+            "not full does.",
+            "",
+            *transactions.lines(transaction),
+        ]
     return lines
 
 

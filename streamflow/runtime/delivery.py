@@ -111,9 +111,9 @@ class CountedOutputs(FailedOutputs):
 class Delivery:
     """The interface the processing loop uses; one implementation per guarantee."""
 
-    # The shortest time between the starts of two batches that are not full: how long
-    # a batch may wait for more records when the previous one began that recently.
-    batch_interval_s = 0.0
+    # Until when (``time.monotonic``) a batch that is not full waits for more records
+    # before it begins: 0, it never waits. Exactly-once moves it after each commit.
+    not_before = 0.0
     # How long full batches may share one transaction (0: each batch is its own, or
     # there are no transactions). See ``Checkpoint.holds``.
     commit_interval_s = 0.0

@@ -67,7 +67,6 @@ class Intake:
         self._assigned_once = False
         self._backoff_until = 0.0
         self._backoff_reason = ""
-        self._last_batch = 0.0  # when the latest batch was taken (time.monotonic)
         self._produced_since_idle = False  # a batch ran since the loop last found no input
         self._revoked: set[tuple[str, int]] = set()  # by a rebalance, during _consume_more
 
@@ -133,14 +132,13 @@ class Intake:
                 return messages
             if size > 1:
                 messages = self._consume_more(messages, size - 1, 0)
-        # A guarantee with a cost per batch (a transaction) spaces batches that are not
-        # full; under load they are full, and after a pause the first one goes at once.
-        interval = self.delivery.batch_interval_s
-        if interval and len(messages) < size:
-            wait = self._last_batch + interval - time.monotonic()
+        # Right after a commit, exactly-once lets a batch that is not full gather records
+        # a moment longer (``ExactlyOnce.not_before``); full ones, and the first after a
+        # pause, go at once.
+        if len(messages) < size:
+            wait = self.delivery.not_before - time.monotonic()
             if wait > 0:
                 messages = self._consume_more(messages, size - len(messages), wait)
-        self._last_batch = time.monotonic()
         return messages
 
     def _consume_more(self, taken: list[Message], more: int, timeout: float) -> list[Message]:

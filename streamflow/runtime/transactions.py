@@ -57,11 +57,20 @@ class TransactionAborted(Exception):
 class ExactlyOnce(Delivery):
     """Transactions: ``begin_batch`` opens one, ``end_batch`` commits it with its offsets.
 
-    A transaction costs the same few broker round trips whatever its size, so at a
-    moderate rate batches are spaced ``batch_interval_s`` apart rather than taken
-    one record at a time; a record that arrives after a pause goes out at once.
-    Under load the processor lets full batches share one transaction for up to
-    ``commit_interval_s``: it calls ``end_batch`` once, with the offsets of all.
+    A transaction costs the same few broker round trips whatever its size (about 5 ms
+    on the devkit broker, ``bench.transactions``). A batch is committed as soon as the
+    loop has nothing more queued, so an idle pipeline waits for no one, and the
+    batches grow by themselves with the rate: what arrives during one commit is the
+    next batch. Under load the processor lets full batches share one transaction for
+    up to ``commit_interval_s``: it calls ``end_batch`` once, with the offsets of all.
+
+    One wait is kept, and measured rather than fixed: the coordinator finishes a
+    committed transaction (writes its markers) after ``commit_transaction`` returns,
+    and a transaction that adds partitions before that is refused
+    (``CONCURRENT_TRANSACTIONS``); librdkafka then tries again 20 ms later, which cost
+    one batch in nine that long at 10% of the maximum rate. So after each commit a
+    batch that is not full gathers records for as long as the commit itself took
+    (``not_before``, a moving average, at most ``settle_max_s``).
 
     When a transaction fails, librdkafka says how bad it is. A *fatal* error (this
     producer was fenced by a newer one with its transactional id) ends the replica
@@ -78,7 +87,8 @@ class ExactlyOnce(Delivery):
     says so, instead of sitting in the commit past its bound.
     """
 
-    batch_interval_s = 0.05
+    # The longest a batch waits after a commit for the coordinator to finish it.
+    settle_max_s = 0.01
     # Under load a transaction spans the full batches of up to this long: its commit
     # costs a few round trips whatever it holds (Kafka Streams commits every 100 ms too).
     commit_interval_s = 0.1
@@ -122,6 +132,8 @@ class ExactlyOnce(Delivery):
         self._aborts = 0  # transactions aborted in a row
         self._given_up = 0  # records of transactions aborted because the replica stopped
         self._kafka_down = kafka_down
+        self._commit_s: float | None = None  # how long a commit takes: a moving average
+        self.clock = time.monotonic  # what ``not_before`` is measured with
         with self.watchdog.bounded("init_transactions", 60):
             producer.init_transactions(60)
 
@@ -162,6 +174,7 @@ class ExactlyOnce(Delivery):
                     ),
                 )
             call = "commit_transaction"
+            began = self.clock()
             self._retrying(
                 call,
                 self.commit_timeout_s,
@@ -173,8 +186,18 @@ class ExactlyOnce(Delivery):
         finally:
             self._open = False
         self._aborts = 0
+        self._settling(began)
         if offsets and self.on_committed is not None:
             self.on_committed(offsets)
+
+    def _settling(self, began: float) -> None:
+        """After a commit that began at ``began``: how long the next batch that is not full
+        gathers records while the coordinator completes this one (the class docstring)."""
+        now = self.clock()
+        took = now - began
+        average = self._commit_s
+        self._commit_s = average = took if average is None else average + (took - average) / 8
+        self.not_before = now + min(average, self.settle_max_s)
 
     def _retrying(
         self,

@@ -2,8 +2,8 @@
 
 A batch is what is queued; only when nothing is does the loop wait, and then for
 one record, so an idle pipeline adds no batching delay (librdkafka's
-``consume(n, timeout)`` waits for all ``n``). Exactly-once spaces batches that are
-not full, since each is a transaction. These fakes stand for the consumer, the
+``consume(n, timeout)`` waits for all ``n``). Right after an exactly-once commit, a
+batch that is not full gathers records a moment longer. These fakes stand for the consumer, the
 producer and the delivery strategy; the broker tests cover the real ones.
 """
 
@@ -53,14 +53,12 @@ class FakeConsumer:
 
 class FakeDelivery:
     commit_interval_s = 0.0
-
-    def __init__(self, interval: float) -> None:
-        self.batch_interval_s = interval
+    not_before = 0.0
 
 
-def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) -> Intake:
+def _taker(consumer: FakeConsumer, *, size: int = 500) -> tuple[Intake, FakeDelivery]:
     """An intake over a fake consumer: only what ``next_batch`` reads."""
-    delivery: Any = FakeDelivery(interval)
+    delivery: Any = FakeDelivery()
     checkpoint = Checkpoint(
         delivery=delivery,
         state=None,
@@ -69,7 +67,7 @@ def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) ->
         told=lambda tally: None,
         retry=lambda messages, aborted, earlier: None,
     )
-    return Intake(
+    intake = Intake(
         streamlet=cast(Streamlet, None),
         bindings=cast(Bindings, None),
         consumer=cast(Consumer, consumer),
@@ -82,39 +80,48 @@ def _taker(consumer: FakeConsumer, *, interval: float = 0.0, size: int = 500) ->
         batch_timeout=0.1,
         clock=time.monotonic,
     )
+    return intake, delivery
 
 
 def test_a_backlog_is_taken_without_waiting() -> None:
     consumer = FakeConsumer(queued=1200)
-    assert len(_taker(consumer).next_batch()) == 500
+    assert len(_taker(consumer)[0].next_batch()) == 500
     assert consumer.calls == [(500, 0)]
 
 
 def test_an_idle_pipeline_waits_for_one_record_then_drains() -> None:
     consumer = FakeConsumer(arrivals=3)
-    assert len(_taker(consumer).next_batch()) == 3
+    assert len(_taker(consumer)[0].next_batch()) == 3
     assert consumer.calls == [(500, 0), (1, 0.1), (499, 0)]
 
 
 def test_nothing_arriving_waits_batch_timeout_once() -> None:
     consumer = FakeConsumer()
-    assert _taker(consumer).next_batch() == []
+    assert _taker(consumer)[0].next_batch() == []
     assert consumer.calls == [(500, 0), (1, 0.1)]
 
 
-def test_exactly_once_spaces_batches_that_are_not_full() -> None:
+def test_exactly_once_right_after_a_commit_gathers_until_not_before() -> None:
     consumer = FakeConsumer(queued=10)
-    taker = _taker(consumer, interval=0.05)
-    taker._last_batch = time.monotonic()  # a batch began just now
+    taker, delivery = _taker(consumer)
+    delivery.not_before = time.monotonic() + 0.004  # a commit that took 4 ms ended just now
     taker.next_batch()
     (_, first), (n, wait) = consumer.calls
-    assert first == 0 and n == 490 and 0 < wait <= 0.05
+    assert first == 0 and n == 490 and 0 < wait <= 0.004
+
+
+def test_a_full_batch_goes_at_once_even_right_after_a_commit() -> None:
+    consumer = FakeConsumer(queued=700)
+    taker, delivery = _taker(consumer)
+    delivery.not_before = time.monotonic() + 0.004
+    assert len(taker.next_batch()) == 500
+    assert consumer.calls == [(500, 0)]
 
 
 def test_exactly_once_after_a_pause_takes_the_first_record_at_once() -> None:
     consumer = FakeConsumer(queued=1)
-    taker = _taker(consumer, interval=0.05)
-    taker._last_batch = time.monotonic() - 1.0
+    taker, delivery = _taker(consumer)
+    delivery.not_before = time.monotonic() - 1.0
     assert len(taker.next_batch()) == 1
     assert consumer.calls == [(500, 0)]
 

@@ -222,6 +222,28 @@ def test_each_batch_is_one_transaction() -> None:
     assert producer.transactions == {"committed": 3, "aborted": 0}
 
 
+def test_after_a_commit_a_batch_gathers_for_as_long_as_commits_take() -> None:
+    delivery, producer, _ = _exactly_once()
+    now = [100.0]
+    delivery.clock = lambda: now[0]
+    commit = producer.commit_transaction
+    took = [0.004]
+
+    def commit_taking(timeout: float | None = None) -> None:
+        now[0] += took[0]
+        commit(timeout)
+
+    producer.commit_transaction = commit_taking  # type: ignore[method-assign]
+    _batch(delivery, outputs=1, next_offset=1)
+    assert delivery.not_before == pytest.approx(now[0] + 0.004)
+    took[0] = 0.012  # one slow commit moves the average an eighth of the way
+    _batch(delivery, outputs=1, next_offset=2)
+    assert delivery.not_before == pytest.approx(now[0] + 0.005)
+    took[0] = 5.0  # a commit that stalled: the wait stays within settle_max_s
+    _batch(delivery, outputs=1, next_offset=3)
+    assert delivery.not_before == pytest.approx(now[0] + delivery.settle_max_s)
+
+
 def test_a_transaction_shows_outputs_and_offsets_together_on_commit() -> None:
     delivery, producer, broker = _exactly_once()
     delivery.begin_batch()
