@@ -165,6 +165,7 @@ class RegistryAvroCodec(_Framed):
         # id -> (writer, reader or None, the writer's bounds), or why records with it
         # cannot be read
         self._writers: dict[int, tuple[Any, Any, RecordBound] | _Unreadable] = {}
+        self._writer_schemas: dict[int, Schema] = {}  # of the ids in _writers that are readable
 
     def prepare(self) -> int:
         schema_id = super().prepare()
@@ -217,6 +218,16 @@ class RegistryAvroCodec(_Framed):
             raise DecodeError(f"{self.schema.name} did not decode to a record")
         return record
 
+    def writer_schema(self, schema_id: int) -> Schema:
+        """The schema that wrote records with this id, looked up and checked as :meth:`decode` does.
+
+        For a columnar codec of the same port: it shares this codec's lookups and
+        cache. Raises :class:`DecodeError` (with the reason :meth:`decode` gives) where
+        records with the id cannot be read, and :class:`RegistryUnavailable` as decode does.
+        """
+        self._writer_for(schema_id, self._writers.get(schema_id))
+        return self._writer_schemas.get(schema_id, self.schema)  # our own id, after prepare()
+
     def _writer_for(
         self, schema_id: int, cached: tuple[Any, Any, RecordBound] | _Unreadable | None
     ) -> tuple[Any, Any, RecordBound]:
@@ -251,8 +262,6 @@ class RegistryAvroCodec(_Framed):
             return _Unreadable(f"schema id {schema_id} is not a usable Avro schema: {exc}")
         except RecursionError:
             return _Unreadable(f"schema id {schema_id} is nested too deeply to read")
-        if same:
-            return self._own
         if problems:
             version, where = self._version_of(schema_id)
             unreadable = UnreadableWriter(
@@ -263,6 +272,9 @@ class RegistryAvroCodec(_Framed):
                 f"{self.schema.name} cannot read: " + "; ".join(problems),
                 writer=unreadable,
             )
+        self._writer_schemas[schema_id] = writer
+        if same:
+            return self._own
         return (fastavro.parse_schema(writer.raw), self.schema.parsed, bound)
 
     def _version_of(self, schema_id: int) -> tuple[int | None, str]:

@@ -10,8 +10,9 @@ checkout's too. What must hold, and what this test would catch:
 - its scripts name its own interpreter, not the place the copy was made in.
 
 Each checkout is a copy of what ``./dev env`` reads (the script, its cache library,
-``pyproject.toml``, the README and the package). The installs come from the package index
-through uv's cache, as ``./dev`` installs; the extras are the smallest set.
+``pyproject.toml``, the wheel's build hook, the README and the package). The installs
+come from the package index through uv's cache, as ``./dev`` installs; the extras are
+the smallest set.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _checkout(tmp_path: Path, name: str) -> Path:
     shutil.copytree(REPO / "streamflow", root / "streamflow", ignore=ignore)
     (root / "tools" / "lib").mkdir(parents=True)
     shutil.copy2(REPO / "tools" / "lib" / "build-cache.sh", root / "tools" / "lib")
-    for name_ in ("dev", "pyproject.toml", "README.md"):
+    for name_ in ("dev", "pyproject.toml", "README.md", "hatch_build.py"):
         shutil.copy2(REPO / name_, root / name_)
     return root
 

@@ -119,6 +119,10 @@ def test_install_the_wheel_init_a_project_run_it_and_test_it(tmp_path: Path) -> 
         env = _user_env(venv, tmp_path, mirror=mirror.url)
         imported = _run([python, "-c", "import streamflow; print(streamflow.__file__)"], work, env)
         assert Path(imported.strip()).is_relative_to(venv)
+        # the wheel carries the native codec, built for this checkout's native/ sources
+        where_native = "import streamflow._native as n; print(n.__file__)"
+        native = _run([python, "-c", where_native], work, env)
+        assert Path(native.strip()).is_relative_to(venv)
 
         _run([str(streamflow), "init", "demo"], work, env)
         project = work / "demo"
