@@ -104,6 +104,8 @@ class StreamletDescriptor:
     cls: type[Streamlet] = field(repr=False, compare=False)
     #: It keeps durable state (``self.state``): one store per partition of each data inlet.
     stateful: bool = False
+    #: The outlet ``process_columns`` writes (its logic is PROCESS_COLUMNS), else "".
+    columns_outlet: str = ""
 
     @property
     def shape(self) -> Shape:
@@ -129,6 +131,7 @@ class StreamletDescriptor:
             "logic": self.logic.value,
             "async": self.is_async,
             "stateful": self.stateful,
+            **({"columns_outlet": self.columns_outlet} if self.columns_outlet else {}),
             "inlets": [p.to_json() for p in self.inlets],
             "control_inlets": [p.to_json() for p in self.control_inlets],
             "outlets": [p.to_json() for p in self.outlets],
@@ -156,6 +159,9 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
             "is stateful but has no data inlet: state is kept per input partition, "
             "so only a streamlet that reads one can keep it"
         )
+    columns_outlet = ""
+    if logic is Logic.PROCESS_COLUMNS:
+        columns_outlet = _columns_outlet(cls, inlets, outlets, stateful, problems)
     if problems or logic is None:  # no logic always comes with a problem that says why
         raise DeclarationError(path, problems)
     doc = cls.description or inspect.getdoc(cls) or ""
@@ -172,6 +178,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
         is_async=is_async,
         cls=cls,
         stateful=stateful,
+        columns_outlet=columns_outlet,
     )
 
 
@@ -246,6 +253,42 @@ def _check_params(
     return tuple(out)
 
 
+def _columns_outlet(
+    cls: type,
+    inlets: tuple[PortDescriptor, ...],
+    outlets: tuple[PortDescriptor, ...],
+    stateful: bool,
+    problems: list[str],
+) -> str:
+    """The outlet process_columns writes: one row out per row of its one inlet, on the
+    outlet ``columns_outlet`` names (default: the only one). Other outlets take what the
+    streamlet writes outside its batches (control reactions, ``between_batches``)."""
+    if len(inlets) != 1:
+        problems.append(
+            "process_columns needs exactly one inlet (it returns one output row per input "
+            "row); use process_batch for other shapes"
+        )
+    if stateful:
+        problems.append("process_columns does not keep state stores: use process_batch")
+    named = getattr(cls, "columns_outlet", "")
+    if not named and len(outlets) != 1:
+        problems.append(
+            "process_columns writes one outlet: name it with columns_outlet = '...' "
+            f"(this streamlet has {len(outlets)})"
+        )
+        return ""
+    outlet = next((p for p in outlets if p.name == named), None) if named else outlets[0]
+    if outlet is None:
+        problems.append(f"columns_outlet {named!r} is not one of the streamlet's outlets")
+        return ""
+    if outlet.keyed:
+        problems.append(
+            f"process_columns keeps each input's key: outlet {outlet.name!r} may not "
+            "set a key function"
+        )
+    return outlet.name
+
+
 def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[Logic | None, bool]:
     if not has_inlets:
         serve = getattr(cls, Logic.SERVE, None)
@@ -259,11 +302,11 @@ def _logic(cls: type, has_inlets: bool, problems: list[str]) -> tuple[Logic | No
             return None, False
         asynchronous = inspect.isasyncgenfunction(source) or inspect.iscoroutinefunction(source)
         return Logic.SOURCE, asynchronous
-    for logic in (Logic.PROCESS_BATCH, Logic.PROCESS):
+    for logic in (Logic.PROCESS_COLUMNS, Logic.PROCESS_BATCH, Logic.PROCESS):
         method = getattr(cls, logic, None)
         if method is not None:
             if not callable(method):
                 problems.append(f"{logic} must be a method")
             return logic, inspect.iscoroutinefunction(method)
-    problems.append("declares inlets but neither process() nor process_batch()")
+    problems.append("declares inlets but none of process(), process_batch() or process_columns()")
     return None, False

@@ -82,6 +82,7 @@ class Logic(enum.StrEnum):
 
     PROCESS = "process"
     PROCESS_BATCH = "process_batch"
+    PROCESS_COLUMNS = "process_columns"  # a batch as columns: streamflow.api.columns
     SOURCE = "source"
     SERVE = "serve"
 

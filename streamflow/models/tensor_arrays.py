@@ -19,7 +19,13 @@ from streamflow.models.tensor_specs import (
     TensorOutput,
 )
 
-__all__ = ["describe_error", "encode_input", "transform_output"]
+__all__ = [
+    "describe_error",
+    "encode_input",
+    "encode_input_columns",
+    "output_column",
+    "transform_output",
+]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -56,6 +62,39 @@ def encode_input(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.n
             f"{list(spec.shape)}"
         )
     return array
+
+
+def encode_input_columns(spec: TensorInput, columns: Mapping[str, Any]) -> np.ndarray | None:
+    """One input tensor straight from a batch's columns, or None when they are not plain
+    numbers of the spec's shape (text, ragged, nulls, a field missing): the caller then
+    goes through the records, which name each one that does not fit."""
+    if spec.dtype in ("string", "bytes") or spec.ragged:
+        return None
+    if spec.stacked:
+        parts = [_numbers(columns.get(field)) for field in spec.fields]
+        if any(part is None or part.ndim != 1 for part in parts):
+            return None
+        array = np.column_stack(parts)  # type: ignore[arg-type]
+    else:
+        found = _numbers(columns.get(spec.field))
+        if found is None or found.shape[1:] != spec.shape:
+            return None
+        array = found
+    try:
+        return _cast(array, spec.dtype, "+".join(spec.fields))
+    except MappingError:
+        return None
+
+
+def _numbers(column: Any) -> np.ndarray | None:
+    """A column of numbers with no nulls, as a plain array; None for anything else."""
+    if isinstance(column, np.ma.MaskedArray):
+        if np.ma.getmaskarray(column).any():
+            return None
+        column = column.data
+    if not isinstance(column, np.ndarray) or column.dtype.kind not in "fiub":
+        return None
+    return column
 
 
 def _cast(array: np.ndarray, dtype: str, field: str) -> np.ndarray:
@@ -159,6 +198,33 @@ def transform_output(spec: TensorOutput, tensor: np.ndarray) -> list[Any]:
     above = flat >= spec.threshold
     decided: list[Any] = above[:, 0].tolist() if flat.shape[1] == 1 else above.tolist()
     return decided
+
+
+def output_column(spec: TensorOutput, tensor: np.ndarray) -> Any:
+    """The output field as a column: :func:`transform_output`'s values, one row each
+    (numbers stay arrays; labels, top-k lists and text are object arrays)."""
+    if spec.transform == "raw":
+        if tensor.dtype == object:
+            return _objects(transform_output(spec, tensor))
+        return tensor if tensor.dtype.kind in "iub" else tensor.astype(np.float64)
+    if spec.transform == "argmax":
+        flat = tensor.reshape(tensor.shape[0], -1)
+        if spec.labels and flat.shape[1] != len(spec.labels):
+            return _objects(transform_output(spec, tensor))  # raises, naming the output
+        best = flat.argmax(axis=1)
+        return np.asarray(spec.labels, dtype=object)[best] if spec.labels else best
+    if spec.transform == "threshold":
+        flat = tensor.reshape(tensor.shape[0], -1).astype(np.float64)
+        above = flat >= spec.threshold
+        return above[:, 0] if flat.shape[1] == 1 else above
+    return _objects(transform_output(spec, tensor))
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    column = np.empty(len(values), dtype=object)
+    for index, value in enumerate(values):
+        column[index] = value  # one at a time: a list value stays one object
+    return column
 
 
 def _text_value(value: Any) -> Any:

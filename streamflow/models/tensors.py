@@ -37,6 +37,8 @@ from streamflow.models import tensor_fit
 from streamflow.models.tensor_arrays import (
     describe_error,
     encode_input,
+    encode_input_columns,
+    output_column,
     transform_output,
 )
 from streamflow.models.tensor_fit import LABEL_NAMES, PROBABILITY_NAMES
@@ -193,7 +195,43 @@ class BoundMapping:
         A ``raw`` output of one value per record written to a field in
         ``scalar_fields`` (a number in the schema) is written as that number.
         """
-        columns: dict[str, list[Any]] = {}
+        columns = {
+            spec.field: transform_output(spec, tensor)
+            for spec, tensor in self._output_tensors(outputs, rows, scalar_fields)
+        }
+        fields = list(columns)
+        return [dict(zip(fields, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+    def encode_columns(self, columns: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """The batch's input tensors straight from its columns (:mod:`streamflow.api.columns`),
+        or None when a column is not plain numbers of the mapping's shape: then
+        :meth:`encode` over the records says which records do not fit."""
+        tensors: dict[str, np.ndarray] = {}
+        for name, spec in self.inputs.items():
+            tensor = encode_input_columns(spec, columns)
+            if tensor is None:
+                return None
+            tensors[name] = tensor
+        return tensors
+
+    def decode_columns(
+        self,
+        outputs: Mapping[str, np.ndarray],
+        rows: int,
+        *,
+        scalar_fields: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
+        """The output fields as columns, one row per record: :meth:`decode`'s values."""
+        return {
+            spec.field: output_column(spec, tensor)
+            for spec, tensor in self._output_tensors(outputs, rows, scalar_fields)
+        }
+
+    def _output_tensors(
+        self, outputs: Mapping[str, np.ndarray], rows: int, scalar_fields: frozenset[str]
+    ) -> list[tuple[TensorOutput, np.ndarray]]:
+        """Each mapped output with its tensor, checked to have a row per record."""
+        found: list[tuple[TensorOutput, np.ndarray]] = []
         unnamed = list(outputs) == [ONLY] and len(self.output_names) == 1
         for name, spec in self.outputs:
             if name == ONLY and len(outputs) == 1:
@@ -217,6 +255,5 @@ class BoundMapping:
                         f"{spec.field!r} holds one number"
                     )
                 tensor = tensor[:, 0]
-            columns[spec.field] = transform_output(spec, tensor)
-        fields = list(columns)
-        return [dict(zip(fields, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+            found.append((spec, tensor))
+        return found

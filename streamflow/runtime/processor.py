@@ -29,29 +29,31 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, Message
 
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Backpressure, Record, Streamlet
+from streamflow.api.streamlet import Backpressure, Logic, Record, Streamlet
 from streamflow.runtime import dlq, shutdown
 from streamflow.runtime.checkpoint import Checkpoint, Tally
 from streamflow.runtime.control import ControlReader
-from streamflow.runtime.delivery import Delivery, Headers, Offsets
+from streamflow.runtime.delivery import Delivery, Offsets
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.intake import Intake
 from streamflow.runtime.invoker import Invoker
-from streamflow.runtime.lineage import carried
 from streamflow.runtime.metrics import Metrics
-from streamflow.runtime.ports import Bindings, OutletBinding
+from streamflow.runtime.ports import Bindings
 from streamflow.runtime.reporting import BatchReport, DeadLetterHook
 from streamflow.runtime.state.manager import StateManager
 from streamflow.runtime.transactions import TransactionAborted
-from streamflow.runtime.writer import HeaderCache, OutputWriter
+from streamflow.runtime.writer import BatchWriter, OutputWriter
 from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
+
+if TYPE_CHECKING:
+    from streamflow.runtime.columnar import ColumnarPath
 
 __all__ = ["Processor"]
 
@@ -133,10 +135,20 @@ class Processor:
             loop=loop,
             state=state,
         )
-        self._fast_outlet = _fast_outlet(descriptor, bindings)
-        self._fast_headers: Headers = (
-            self._writer.schema_headers(self._fast_outlet) if self._fast_outlet else []
-        )
+        # a process_columns streamlet's batches go through the columnar path instead
+        self._columnar: ColumnarPath | None = None
+        if descriptor.logic is Logic.PROCESS_COLUMNS:
+            # imported here: numpy's start-up is only a columnar streamlet's to pay
+            from streamflow.runtime.columnar import ColumnarPath
+
+            self._columnar = ColumnarPath(
+                streamlet=streamlet,
+                descriptor=descriptor,
+                bindings=bindings,
+                loop=loop,
+                lineage=lineage,
+            )
+        self._results = BatchWriter(self._writer, descriptor, bindings, delivery, lineage=lineage)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -195,6 +207,9 @@ class Processor:
     # -- one batch -----------------------------------------------------------
 
     def process_batch(self, messages: list[Message]) -> None:
+        if self._columnar is not None:
+            self._process_columns(self._columnar, messages)
+            return
         started = time.perf_counter()
         offsets: Offsets = {}
         starts: Offsets = {}  # each partition's first offset in the batch
@@ -274,11 +289,27 @@ class Processor:
         finally:
             if state is not None:
                 state.writing(False)
+        self._write_and_end(
+            messages,
+            (starts, offsets, counts, dead, started),
+            lambda: self._results.write(decoded, records, results, dead),
+        )
+
+    def _write_and_end(
+        self,
+        messages: list[Message],
+        batch: tuple[Offsets, Offsets, dict[str, int], list[_Dead], float],
+        produce: Callable[[], dict[str, int]],
+    ) -> None:
+        """Write a batch's outputs (``produce``: how many went to each outlet) and its dead
+        letters, then end it (:mod:`.checkpoint`). ``batch``: each partition's first and
+        next offsets, the counts per inlet, the dead letters and when the batch began."""
+        starts, offsets, counts, dead, started = batch
         checkpoint = self._checkpoint
         try:
             self.health.doing("writing the batch's outputs and committing it")
             checkpoint.begin()
-            produced = self._produce_results(decoded, records, results, dead)
+            produced = produce()
             for msg, _, failure, _ in dead:
                 value, key, headers = dlq.dead_letter(msg, failure)
                 self.delivery.produce(self.bindings.dlq_topic, value, key, headers)
@@ -291,6 +322,28 @@ class Processor:
             starts,
             offsets,
             lambda: Tally(counts, produced, time.perf_counter() - started, n, dead),
+        )
+
+    def _process_columns(self, columnar: ColumnarPath, messages: list[Message]) -> None:
+        """One batch of a ``process_columns`` streamlet (:mod:`.columnar`), written and
+        ended as a record batch is."""
+        started = time.perf_counter()
+        try:
+            read = columnar.read(messages)
+        except (RegistryUnavailable, RegistryRefused) as exc:
+            # never a dead letter: the records are fine, the registry (or access to it) is not
+            self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
+            return
+        try:
+            self.health.doing(self._logic_step)
+            outputs = columnar.run(read)
+        except Backpressure as exc:
+            self._back_off(messages, exc)
+            return
+        self._write_and_end(
+            messages,
+            (read.starts, read.offsets, read.counts, read.dead, started),
+            lambda: columnar.produce(self.delivery, outputs),
         )
 
     def _read_again(
@@ -316,73 +369,6 @@ class Processor:
         self.intake.back_off(messages, exc.retry_after, str(exc), earlier)
         self.metrics.port(self.metrics.errors, "*", kind=kind).inc()
         log.warning("backing off %.1fs, the batch will be retried: %s", exc.retry_after, exc)
-
-    def _produce_results(
-        self,
-        messages: list[Message],
-        records: list[Record],
-        results: Sequence[Any],
-        dead: list[_Dead],
-    ) -> dict[str, int]:
-        produced: dict[str, int] = {}
-        produce = self.delivery.produce
-        records_of = self._writer.records
-        cache = HeaderCache()
-        fast = self._fast_outlet
-        fast_count = 0
-        # Reading a consumed record's headers costs up to a microsecond (librdkafka parses
-        # them, the client builds Python objects): done only where lineage is carried.
-        lineage_on = self.lineage
-        if fast is not None:
-            fast_encode, fast_topic = fast.codec.encode, fast.topic
-            fast_headers = self._fast_headers
-            # the producer's own produce, without the delivery's wrapper call per record
-            direct = self.delivery.direct_produce()
-        for msg, record, result in zip(messages, records, results, strict=True):
-            if fast is not None and type(result) is dict:
-                # The common case: one record for the only outlet, the input's key kept.
-                try:
-                    data = fast_encode(result)
-                except Exception as exc:
-                    dead.append((msg, record.inlet, exc, "encode"))
-                    continue
-                fast_count += 1
-                if fast_topic is not None:
-                    # a scored record's run and row go with its output (runtime/lineage.py);
-                    # they are two headers, so a record with fewer has none to carry
-                    consumed_headers = msg.headers() if lineage_on else None
-                    lineage = (
-                        carried(consumed_headers)
-                        if consumed_headers is not None and len(consumed_headers) > 1
-                        else None
-                    )
-                    headers = fast_headers if lineage is None else fast_headers + lineage
-                    try:
-                        direct(fast_topic, data, msg.key(), headers=headers)
-                    except BufferError:  # the queue is full: the delivery waits for room
-                        produce(fast_topic, data, msg.key(), headers)
-                continue
-            if isinstance(result, BaseException):
-                dead.append((msg, record.inlet, result, "logic"))
-                continue
-            try:
-                written = records_of(
-                    result,
-                    input_key=record.key,
-                    lineage=_lineage_of(msg) if lineage_on else None,
-                    cache=cache,
-                )
-            except Exception as exc:
-                dead.append((msg, record.inlet, exc, "encode"))
-                continue
-            for out in written:
-                produced[out.outlet] = produced.get(out.outlet, 0) + 1
-                if out.topic is not None:
-                    produce(out.topic, out.value, out.key, out.headers)
-        if fast_count:
-            assert fast is not None
-            produced[fast.outlet] = produced.get(fast.outlet, 0) + fast_count
-        return produced
 
     @property
     def backing_off(self) -> str | None:
@@ -419,19 +405,3 @@ class Processor:
         value, key, headers = dlq.dead_letter(msg, error)
         self._checkpoint.settle()
         self.delivery.produce_unbatched(self.bindings.dlq_topic, value, key, headers)
-
-
-def _lineage_of(msg: Message) -> Callable[[], Headers | None]:
-    """The input's lineage headers, read only when the writer has an output to give them."""
-    return lambda: carried(msg.headers())
-
-
-def _fast_outlet(descriptor: StreamletDescriptor, bindings: Bindings) -> OutletBinding | None:
-    """The outlet a plain dict result goes to unchanged, when there is exactly one and
-    it has no key function (so the input's key bytes are kept as they are)."""
-    if len(descriptor.outlets) != 1:
-        return None
-    port = descriptor.outlets[0]
-    if port.keyed:
-        return None
-    return bindings.outlets[port.name]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from streamflow.api import params
+from streamflow.api.columns import ColumnBatch, ColumnResult
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
 from streamflow.models import tensors
@@ -53,6 +54,8 @@ class ModelServing(ModelFollower):
 
     inp = Inlet("in", description="records with the model's input features")
     out = Outlet("out", description="the input's fields plus the prediction and model version")
+
+    columns_outlet = "out"  # process_columns writes here; `status` is the swaps' own
 
     output_field = params.Str(
         default="probabilities", description="shorthand: the field for the only output's row"
@@ -121,7 +124,63 @@ class ModelServing(ModelFollower):
             for r, prediction in zip(records, decoded, strict=True)
         ]
 
-    # -- the batch ---------------------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Hooks written per record: the batch goes as records to them (process_batch).
+        if cls.preprocess is not ModelServing.preprocess or (
+            cls.postprocess is not ModelServing.postprocess
+        ):
+            cls.process_columns = None  # type: ignore[assignment]
+
+    # -- the batch, as columns (the default: no dict per record) ------------------------
+
+    async def process_columns(self, batch: ColumnBatch) -> ColumnResult:
+        """The batch straight from its columns to the model and back (see
+        :mod:`streamflow.api.columns`); a subclass with its own :meth:`preprocess` or
+        :meth:`postprocess` is served through :meth:`process_batch` instead."""
+        await self.close_retired()
+        active = self.current
+        n = batch.n
+        if active is None:
+            failed = NoModelError("no model is loaded yet (on_no_model: dlq)")
+            return ColumnResult({}, errors=dict.fromkeys(range(n), failed))
+        mapping = active.mapping
+        errors: dict[int, BaseException] = {}
+        served = list(range(n))
+        inputs = mapping.encode_columns(batch)
+        if inputs is None:  # not plain numbers: the records say which ones do not fit
+            values = batch.records()
+            try:
+                inputs = mapping.encode(values)
+            except tensors.RecordErrors as exc:
+                errors = {
+                    i: PreprocessError(f"preprocessing failed: {why}")
+                    for i, why in exc.errors.items()
+                }
+                served = [i for i in served if i not in errors]
+                if not served:
+                    return ColumnResult({}, errors=errors)
+                inputs = mapping.encode([values[i] for i in served])
+        started = time.perf_counter()
+        outputs = await active.predictor.infer(inputs)
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        columns = mapping.decode_columns(outputs, len(served), scalar_fields=self._scalar_fields)
+        if errors:  # back to a row per input: the failed ones' rows are never written
+            columns = {k: _spread(column, served, n) for k, column in columns.items()}
+        fields = self._output_fields
+        for name in fields:
+            if name not in columns and name in batch:
+                columns[name] = batch[name]  # the input's fields the output also has
+        for name, value in (
+            ("model", active.name),
+            ("model_version", active.version),
+            ("latency_ms", latency_ms),
+        ):
+            if name in fields:
+                columns[name] = np.full(n, value, dtype=object if isinstance(value, str) else None)
+        return ColumnResult(columns, errors=errors, headers={"streamflow-model": active.tag})
+
+    # -- the batch, as records ------------------------------------------------------------
 
     async def process_batch(self, records: list[Record]) -> list[Any]:
         await self.close_retired()
@@ -185,3 +244,11 @@ class ModelServing(ModelFollower):
             prediction.update(model_fields)
             out.append(self.out(prediction, headers=headers))
         return out
+
+
+def _spread(column: Any, rows: list[int], n: int) -> np.ndarray:
+    """``column``'s values at ``rows`` of a column of ``n`` (the other rows left empty)."""
+    values = np.asarray(column)
+    spread = np.zeros((n, *values.shape[1:]), dtype=values.dtype)
+    spread[rows] = values
+    return spread

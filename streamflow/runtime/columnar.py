@@ -1,0 +1,275 @@
+"""The batch of a streamlet with ``process_columns``: columns in, columns out.
+
+Where the inlet's topic has a column codec (Avro: single-object or registry, see
+:mod:`streamflow.schema.columns`), the batch's values are decoded in one native call
+into columns, and the logic's columns are encoded back in one call: no dict per record
+on the way. A topic without one (JSON, a test's strict outlet) goes record by record
+through its codec into the same columns, so the logic sees one form whatever the format.
+
+Every failure stays its record's, with the reason a per-record streamlet would give:
+a record that does not decode is a dead letter before the logic; a row the logic fails
+(``ColumnResult.errors``) or whose values do not fit the outlet's schema is one after.
+When the logic raises, the batch is run again one row at a time, so that only the rows
+that raise alone are dead letters. ``Backpressure`` and an unreachable registry leave
+here for the processor, as on the record path.
+
+Each output row keeps its input's key, and the lineage headers its input carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Message
+
+from streamflow.api.columns import ColumnBatch, ColumnResult
+from streamflow.api.descriptor import StreamletDescriptor
+from streamflow.api.streamlet import Backpressure, Streamlet
+from streamflow.runtime.delivery import Delivery, Headers, Offsets
+from streamflow.runtime.lineage import carried
+from streamflow.runtime.ports import Bindings, OutletBinding
+from streamflow.schema.codecs import Codec, DecodeError, EncodeError, error_line
+from streamflow.schema.columns import ColumnCodec, Columns, records_of
+from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
+
+__all__ = ["ColumnarBatch", "ColumnarPath"]
+
+log = logging.getLogger("streamflow.runtime")
+
+_Dead = tuple[Message, str, BaseException, str]
+_TOMBSTONE = "record has no value (a tombstone)"
+
+
+@dataclass
+class ColumnarBatch:
+    """One batch read: where it ends per partition, what it counts, and its columns."""
+
+    offsets: Offsets = field(default_factory=dict)
+    starts: Offsets = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    dead: list[_Dead] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)  # the decoded rows' messages
+    batch: ColumnBatch | None = None
+
+
+class ColumnarPath:
+    """Reads, runs and writes the batches of one ``process_columns`` streamlet."""
+
+    def __init__(
+        self,
+        *,
+        streamlet: Streamlet,
+        descriptor: StreamletDescriptor,
+        bindings: Bindings,
+        loop: asyncio.AbstractEventLoop,
+        lineage: bool,
+    ) -> None:
+        self._logic = streamlet.process_columns  # type: ignore[attr-defined]
+        self._loop = loop
+        self._lineage = lineage
+        self._decoders = {
+            topic: (inlet, _Decoder(codec))
+            for topic, (inlet, codec) in bindings.inlets_by_topic.items()
+        }
+        self._outlet: OutletBinding = bindings.outlets[descriptor.columns_outlet]
+        self._encoder = _Encoder(self._outlet.codec)
+        self._schema_headers: Headers = [("streamflow-schema", self._outlet.schema_header)]
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, messages: list[Message]) -> ColumnarBatch:
+        """The batch's positions and its decoded columns (records that do not decode are
+        dead letters already)."""
+        read = ColumnarBatch()
+        values: list[bytes] = []
+        kept: list[Message] = []
+        topic, partition, last = "", -1, None
+        inlet, decoder = "", None
+        for msg in messages:
+            if msg.error() is not None:
+                log.warning("consumer error: %s", msg.error().str())  # type: ignore[union-attr]
+                continue
+            this_topic: str = msg.topic()  # type: ignore[assignment]
+            this_partition: int = msg.partition()  # type: ignore[assignment]
+            if this_partition != partition or this_topic != topic:
+                if last is not None:
+                    read.offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
+                topic, partition = this_topic, this_partition
+                inlet, decoder = self._decoders[topic]
+                read.starts.setdefault((topic, partition), msg.offset())  # type: ignore[arg-type]
+            last = msg
+            read.counts[inlet] = read.counts.get(inlet, 0) + 1
+            raw = msg.value()
+            if raw is None:
+                read.dead.append(
+                    (msg, inlet, DecodeError("record has no value (a tombstone)"), "decode")
+                )
+                continue
+            values.append(raw)
+            kept.append(msg)
+        if last is not None:
+            read.offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
+        if decoder is None:
+            return read
+        columns = decoder.decode(values)  # may raise RegistryUnavailable: the batch backs off
+        for index, reason in columns.errors:
+            read.dead.append((kept[index], inlet, DecodeError(reason), "decode"))
+        read.messages = [kept[i] for i in columns.rows.tolist()]
+        read.batch = ColumnBatch(inlet, columns.columns, columns.n, columns.to_records)
+        return read
+
+    # -- the logic, and its outputs ----------------------------------------------
+
+    def run(self, read: ColumnarBatch) -> list[tuple[Message, bytes, Headers]]:
+        """The batch's outputs, each with its input's message and its headers; rows that
+        fail are added to ``read.dead``. Raises only ``Backpressure``."""
+        batch = read.batch
+        if batch is None or not batch.n:
+            return []
+        try:
+            return self._written(read, batch, list(range(batch.n)), self._call(batch))
+        except Backpressure:
+            raise
+        except Exception as exc:
+            log.warning(
+                "process_columns raised on a batch of %d (%s); running it row by row to "
+                "find the rows that fail",
+                batch.n,
+                error_line(exc),
+            )
+        out: list[tuple[Message, bytes, Headers]] = []
+        for row in range(batch.n):
+            try:
+                result = self._call(batch.take([row]))
+            except Backpressure:
+                raise
+            except Exception as exc:
+                read.dead.append((read.messages[row], batch.inlet, exc, "logic"))
+                continue
+            out += self._written(read, batch, [row], result)
+        return out
+
+    def _call(self, batch: ColumnBatch) -> ColumnResult:
+        result = self._logic(batch)
+        if asyncio.iscoroutine(result):
+            result = self._loop.run_until_complete(result)
+        if isinstance(result, ColumnResult):
+            return result
+        if isinstance(result, Mapping):
+            return ColumnResult(result)
+        raise TypeError(
+            f"process_columns returned a {type(result).__name__}; return a mapping of "
+            "columns or a ColumnResult"
+        )
+
+    def _written(
+        self, read: ColumnarBatch, batch: ColumnBatch, rows: list[int], result: ColumnResult
+    ) -> list[tuple[Message, bytes, Headers]]:
+        n = len(rows)
+        for name, column in result.columns.items():
+            if len(column) != n:
+                raise ValueError(
+                    f"process_columns returned column {name!r} with {len(column)} rows "
+                    f"for a batch of {n}"
+                )
+        failed = dict(result.errors)
+        encoded, errors = self._encoder.encode(result.columns, n)
+        for index, reason in errors:
+            failed.setdefault(index, EncodeError(reason))
+        headers = self._schema_headers + [
+            (k, v.encode() if isinstance(v, str) else v) for k, v in result.headers.items()
+        ]
+        out: list[tuple[Message, bytes, Headers]] = []
+        messages = read.messages
+        for index, data in enumerate(encoded):
+            msg = messages[rows[index]]
+            problem = failed.get(index)
+            if problem is not None or data is None:
+                stage = "encode" if isinstance(problem, EncodeError) else "logic"
+                read.dead.append((msg, batch.inlet, problem or EncodeError("not encoded"), stage))
+                continue
+            out.append((msg, data, self._with_lineage(headers, msg)))
+        return out
+
+    def _with_lineage(self, headers: Headers, msg: Message) -> Headers:
+        if not self._lineage:
+            return headers
+        consumed = msg.headers()
+        lineage = carried(consumed) if consumed is not None and len(consumed) > 1 else None
+        return headers if lineage is None else headers + lineage
+
+    def produce(
+        self, delivery: Delivery, outputs: list[tuple[Message, bytes, Headers]]
+    ) -> dict[str, int]:
+        """Write the outputs to the outlet's topic; how many went to the outlet."""
+        produced = {self._outlet.outlet: len(outputs)} if outputs else {}
+        topic = self._outlet.topic
+        if topic is None:  # an unconnected outlet: counted, not written
+            return produced
+        direct = delivery.direct_produce()
+        for msg, data, headers in outputs:
+            try:
+                direct(topic, data, msg.key(), headers=headers)
+            except BufferError:  # the queue is full: the delivery waits for room
+                delivery.produce(topic, data, msg.key(), headers)
+        return produced
+
+
+class _Decoder:
+    """A topic's values into columns: natively, or through its codec record by record."""
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+        self._columns = ColumnCodec.for_codec(codec)
+
+    def decode(self, values: list[bytes]) -> Columns:
+        if self._columns is not None:
+            return self._columns.decode(values)
+        records: list[dict[str, Any]] = []
+        rows: list[int] = []
+        errors: list[tuple[int, str]] = []
+        for index, data in enumerate(values):
+            try:
+                records.append(self._codec.decode(data))
+            except DecodeError as exc:
+                errors.append((index, str(exc)))
+                continue
+            except (RegistryUnavailable, RegistryRefused):
+                raise  # never a dead letter: the batch backs off (see the processor)
+            except Exception as exc:  # a codec's own failure on these bytes: still this record's
+                errors.append((index, f"cannot decode: {error_line(exc)}"))
+                continue
+            rows.append(index)
+        return Columns.from_records(
+            self._codec.schema, records, rows=np.asarray(rows, dtype=np.int64), errors=errors
+        )
+
+
+class _Encoder:
+    """Columns into the outlet's bytes: natively, or through its codec record by record."""
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+        self._columns = ColumnCodec.for_codec(codec)
+
+    def encode(
+        self, columns: Mapping[str, Any], n: int
+    ) -> tuple[list[bytes | None], list[tuple[int, str]]]:
+        if self._columns is not None:
+            return self._columns.encode(columns, n)
+        encoded: list[bytes | None] = []
+        errors: list[tuple[int, str]] = []
+        for index, value in enumerate(records_of(self._codec.schema, columns, n)):
+            try:
+                encoded.append(self._codec.encode(value))
+            except Exception as exc:
+                encoded.append(None)
+                errors.append(
+                    (index, error_line(exc) if not isinstance(exc, EncodeError) else str(exc))
+                )
+        return encoded, errors
