@@ -1,6 +1,6 @@
 """Columns against records: the wine classifier and a passthrough, paired by round.
 
-``python -m bench.columnar [--records 50000] [--rounds 3]`` runs, on one broker, each
+``python -m bench.columnar [--records 150000] [--rounds 3]`` runs, on one broker, each
 round in alternating order, one replica (batches of 500, at-least-once) of:
 
 * ``columns``: the wine classifier as it ships (``ModelServing.process_columns``: the
@@ -113,7 +113,7 @@ def _say(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--records", type=int, default=150_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bootstrap", default=os.environ.get("STREAMFLOW_KAFKA_BOOTSTRAP"))
     args = parser.parse_args(argv)

@@ -279,9 +279,8 @@ def _latency(latency: dict[str, Any]) -> list[str]:
     if transaction := latency.get("transaction"):
         lines += [
             "",
-            "One exactly-once transaction on this broker (`python -m bench.transactions`): "
-            "*settled* waits, after a commit, as long as the commit took, as a batch that is "
-            "not full does.",
+            "One exactly-once transaction on this broker (`python -m bench.transactions`), "
+            "by the wait between a commit and the next transaction's first record.",
             "",
             *transactions.lines(transaction),
         ]

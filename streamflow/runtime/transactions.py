@@ -64,13 +64,16 @@ class ExactlyOnce(Delivery):
     next batch. Under load the processor lets full batches share one transaction for
     up to ``commit_interval_s``: it calls ``end_batch`` once, with the offsets of all.
 
-    One wait is kept, and measured rather than fixed: the coordinator finishes a
-    committed transaction (writes its markers) after ``commit_transaction`` returns,
-    and a transaction that adds partitions before that is refused
+    One wait is kept, and tuned by what it prevents rather than fixed: the coordinator
+    finishes a committed transaction (writes its markers) after ``commit_transaction``
+    returns, and a transaction that adds partitions before that is refused
     (``CONCURRENT_TRANSACTIONS``); librdkafka then tries again 20 ms later, which cost
     one batch in nine that long at 10% of the maximum rate. So after each commit a
-    batch that is not full gathers records for as long as the commit itself took
-    (``not_before``, a moving average, at most ``settle_max_s``).
+    batch that is not full gathers records a moment (``not_before``). The moment
+    doubles when a transaction's records took ``RETRIED_S`` or more to be acknowledged
+    (the sign of that retry), and shrinks by a hundredth after each that did not, so it
+    settles just above what the coordinator needs here (a few ms on the devkit broker;
+    at most ``settle_max_s``).
 
     When a transaction fails, librdkafka says how bad it is. A *fatal* error (this
     producer was fenced by a newer one with its transactional id) ends the replica
@@ -89,6 +92,9 @@ class ExactlyOnce(Delivery):
 
     # The longest a batch waits after a commit for the coordinator to finish it.
     settle_max_s = 0.01
+    # Records of a transaction acknowledged this late met the coordinator's refusal:
+    # librdkafka retries a refused partition after 20 ms.
+    RETRIED_S = 0.02
     # Under load a transaction spans the full batches of up to this long: its commit
     # costs a few round trips whatever it holds (Kafka Streams commits every 100 ms too).
     commit_interval_s = 0.1
@@ -132,7 +138,7 @@ class ExactlyOnce(Delivery):
         self._aborts = 0  # transactions aborted in a row
         self._given_up = 0  # records of transactions aborted because the replica stopped
         self._kafka_down = kafka_down
-        self._commit_s: float | None = None  # how long a commit takes: a moving average
+        self._settle_s = 0.002  # how long a batch gathers after a commit (see above)
         self.clock = time.monotonic  # what ``not_before`` is measured with
         with self.watchdog.bounded("init_transactions", 60):
             producer.init_transactions(60)
@@ -147,7 +153,9 @@ class ExactlyOnce(Delivery):
     def end_batch(self, offsets: Offsets) -> None:
         # The records are waited for here, in slices a stop is heard between: inside
         # commit_transaction the wait could not be cut short, nor the transaction aborted.
+        flushing = self.clock()
         held = self.stopping.flush(self.producer, self.commit_timeout_s)
+        retried = self.clock() - flushing >= self.RETRIED_S
         if held:
             if self.stopping.requested:
                 self._given_up += held
@@ -174,7 +182,6 @@ class ExactlyOnce(Delivery):
                     ),
                 )
             call = "commit_transaction"
-            began = self.clock()
             self._retrying(
                 call,
                 self.commit_timeout_s,
@@ -186,18 +193,19 @@ class ExactlyOnce(Delivery):
         finally:
             self._open = False
         self._aborts = 0
-        self._settling(began)
+        self._settling(retried)
         if offsets and self.on_committed is not None:
             self.on_committed(offsets)
 
-    def _settling(self, began: float) -> None:
-        """After a commit that began at ``began``: how long the next batch that is not full
-        gathers records while the coordinator completes this one (the class docstring)."""
-        now = self.clock()
-        took = now - began
-        average = self._commit_s
-        self._commit_s = average = took if average is None else average + (took - average) / 8
-        self.not_before = now + min(average, self.settle_max_s)
+    def _settling(self, retried: bool) -> None:
+        """After a commit: how long the next batch that is not full gathers records while
+        the coordinator completes this one (the class docstring). ``retried``: this
+        transaction's records met the refusal, so the last wait was too short."""
+        if retried:
+            self._settle_s = min(self._settle_s * 2, self.settle_max_s)
+        else:
+            self._settle_s = max(self._settle_s * 0.998, 0.0005)
+        self.not_before = self.clock() + self._settle_s
 
     def _retrying(
         self,

@@ -222,26 +222,27 @@ def test_each_batch_is_one_transaction() -> None:
     assert producer.transactions == {"committed": 3, "aborted": 0}
 
 
-def test_after_a_commit_a_batch_gathers_for_as_long_as_commits_take() -> None:
+def test_the_wait_after_a_commit_doubles_when_a_transaction_met_the_refusal() -> None:
     delivery, producer, _ = _exactly_once()
     now = [100.0]
     delivery.clock = lambda: now[0]
-    commit = producer.commit_transaction
-    took = [0.004]
+    flush = producer.flush
+    acknowledged_in = [0.001]
 
-    def commit_taking(timeout: float | None = None) -> None:
-        now[0] += took[0]
-        commit(timeout)
+    def flush_taking(timeout: float | None = None) -> int:
+        now[0] += acknowledged_in[0]
+        return flush(timeout)
 
-    producer.commit_transaction = commit_taking  # type: ignore[method-assign]
+    producer.flush = flush_taking  # type: ignore[method-assign]
     _batch(delivery, outputs=1, next_offset=1)
-    assert delivery.not_before == pytest.approx(now[0] + 0.004)
-    took[0] = 0.012  # one slow commit moves the average an eighth of the way
+    first = delivery.not_before - now[0]
+    assert 0 < first < 0.002  # a transaction acknowledged at once: the wait shrinks
+    acknowledged_in[0] = 1.5 * delivery.RETRIED_S  # librdkafka retried after the refusal
     _batch(delivery, outputs=1, next_offset=2)
-    assert delivery.not_before == pytest.approx(now[0] + 0.005)
-    took[0] = 5.0  # a commit that stalled: the wait stays within settle_max_s
-    _batch(delivery, outputs=1, next_offset=3)
-    assert delivery.not_before == pytest.approx(now[0] + delivery.settle_max_s)
+    assert delivery.not_before - now[0] == pytest.approx(2 * first)
+    for offset in range(3, 12):  # refused again and again: never past settle_max_s
+        _batch(delivery, outputs=1, next_offset=offset)
+    assert delivery.not_before - now[0] == pytest.approx(delivery.settle_max_s)
 
 
 def test_a_transaction_shows_outputs_and_offsets_together_on_commit() -> None:
