@@ -42,8 +42,12 @@ def encode_input(spec: TensorInput, values: Sequence[Mapping[str, Any]]) -> np.n
             missing = next(f for v in values for f in spec.fields if v[f] is None)
             raise MappingError(f"field {missing!r} is null")
         return _cast(np.asarray(rows), spec.dtype, "+".join(spec.fields))
+    return _encode_column(spec, [value[spec.field] for value in values])
+
+
+def _encode_column(spec: TensorInput, column: list[Any]) -> np.ndarray:
+    """One field's values (one per record) as the input tensor (raises on a bad one)."""
     field = spec.field
-    column = [value[field] for value in values]
     if any(x is None for x in column):
         raise MappingError(f"field {field!r} is null")
     if spec.dtype in ("string", "bytes"):
@@ -68,16 +72,23 @@ def encode_input_columns(spec: TensorInput, columns: Mapping[str, Any]) -> np.nd
     """One input tensor straight from a batch's columns, or None when they are not plain
     numbers of the spec's shape (text, ragged, nulls, a field missing): the caller then
     goes through the records, which name each one that does not fit."""
-    if spec.dtype in ("string", "bytes") or spec.ragged:
-        return None
     if spec.stacked:
         parts = [_numbers(columns.get(field)) for field in spec.fields]
         if any(part is None or part.ndim != 1 for part in parts):
             return None
         array = np.column_stack(parts)  # type: ignore[arg-type]
     else:
-        found = _numbers(columns.get(spec.field))
-        if found is None or found.shape[1:] != spec.shape:
+        column = columns.get(spec.field)
+        found = _numbers(column)
+        if found is None or spec.dtype in ("string", "bytes") or spec.ragged:
+            # text, raw-bytes tensors, sequences: the per-record values, as on records
+            if not isinstance(column, np.ndarray) or column.dtype != object:
+                return None
+            try:
+                return _encode_column(spec, list(column))
+            except (MappingError, ValueError, TypeError, OverflowError):
+                return None
+        if found.shape[1:] != spec.shape:
             return None
         array = found
     try:

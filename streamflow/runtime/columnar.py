@@ -42,7 +42,7 @@ __all__ = ["ColumnarBatch", "ColumnarPath"]
 log = logging.getLogger("streamflow.runtime")
 
 _Dead = tuple[Message, str, BaseException, str]
-_TOMBSTONE = "record has no value (a tombstone)"
+_TOMBSTONE = "record has no value (a tombstone)"  # as the record path says it
 
 
 @dataclass
@@ -106,9 +106,7 @@ class ColumnarPath:
             read.counts[inlet] = read.counts.get(inlet, 0) + 1
             raw = msg.value()
             if raw is None:
-                read.dead.append(
-                    (msg, inlet, DecodeError("record has no value (a tombstone)"), "decode")
-                )
+                read.dead.append((msg, inlet, DecodeError(_TOMBSTONE), "decode"))
                 continue
             values.append(raw)
             kept.append(msg)

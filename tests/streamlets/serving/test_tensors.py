@@ -112,6 +112,60 @@ def test_each_input_kind_becomes_one_batch_tensor() -> None:
     np.testing.assert_array_equal(arrays["flag"], [True, False])
 
 
+def _objects(*values: Any) -> np.ndarray:
+    column = np.empty(len(values), dtype=object)
+    for index, value in enumerate(values):
+        column[index] = value
+    return column
+
+
+def test_columns_become_the_same_tensors_as_records() -> None:
+    bound = _bound(
+        {
+            "image": {"field": "pixels", "dtype": "float32", "shape": [2, 2, 1]},
+            "raw": {"field": "blob", "dtype": "float32", "shape": [2]},
+            "text": {"field": "review", "dtype": "string"},
+            "stacked": {"fields": ["a", "b"], "dtype": "float64"},
+        }
+    )
+    columns = {
+        "pixels": np.arange(8, dtype=np.float32).reshape(2, 2, 2, 1),
+        "blob": _objects(struct.pack("<2f", 1.5, -2.0), struct.pack("<2f", 0.0, 9.0)),
+        "review": _objects("good", "bad"),
+        "a": np.array([1, 3], dtype=np.int32),
+        "b": np.ma.MaskedArray([2.5, 4.0], mask=[False, False]),
+    }
+    arrays = bound.encode_columns(columns)
+    assert arrays is not None
+    records = [
+        {
+            "pixels": columns["pixels"][i].tolist(),
+            "blob": columns["blob"][i],
+            "review": columns["review"][i],
+            "a": int(columns["a"][i]),
+            "b": float(columns["b"][i]),
+        }
+        for i in range(2)
+    ]
+    expected = bound.encode(records)
+    for name, tensor in expected.items():
+        assert arrays[name].dtype == tensor.dtype
+        np.testing.assert_array_equal(arrays[name], tensor)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        np.ma.MaskedArray([1.0, 2.0], mask=[False, True]),  # a null: the records say which
+        np.array([[1.0, 2.0], [3.0, 4.0]]),  # not the mapping's shape
+        _objects("a", "b"),  # text for a number
+    ],
+)
+def test_columns_that_do_not_fit_go_through_the_records(column: Any) -> None:
+    bound = _bound({"x": {"field": "x", "dtype": "float32"}})
+    assert bound.encode_columns({"x": column}) is None
+
+
 def test_ragged_without_max_len_pads_to_the_longest_in_the_batch() -> None:
     bound = _bound({"ids": {"field": "ids", "dtype": "int32", "shape": [-1], "pad": -1}})
     arrays = bound.encode([{"ids": [1, 2]}, {"ids": [3, 4, 5, 6]}])
