@@ -14,6 +14,11 @@ that raise alone are dead letters. ``Backpressure`` and an unreachable registry 
 here for the processor, as on the record path.
 
 Each output row keeps its input's key, and the lineage headers its input carries.
+
+A columnar batch is not cut at ``max_batch_bytes`` as a record batch is: its numbers
+take 8 bytes a value instead of a Python object each, and every record is still
+refused past ``max_record_bytes`` before it is decoded, so a batch holds at most
+``batch_size`` records of that size.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ The processor decodes and sorts; the other jobs are each a module's:
   isolating poison records;
 - :mod:`~streamflow.runtime.writer`: outputs as records (topic, value, key,
   headers);
+- :mod:`~streamflow.runtime.columnar`: the batch of a ``process_columns`` streamlet,
+  columns in and out;
 - :mod:`~streamflow.runtime.checkpoint`: when a batch is final, in what order its
   outputs, state and offsets are written, and the exactly-once transaction full
   batches share. Offsets advance only there, after the outputs are safe;
