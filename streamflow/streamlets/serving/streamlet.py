@@ -168,9 +168,9 @@ class ModelServing(ModelFollower):
         if errors:  # back to a row per input: the failed ones' rows are never written
             columns = {k: _spread(column, served, n) for k, column in columns.items()}
         fields = self._output_fields
-        for name in fields:
-            if name not in columns and name in batch:
-                columns[name] = batch[name]  # the input's fields the output also has
+        for path in batch:  # the input's fields the output also has (a nested record whole)
+            if path.split(".", 1)[0] in fields and path.split(".", 1)[0] not in columns:
+                columns[path] = batch[path]
         for name, value in (
             ("model", active.name),
             ("model_version", active.version),
