@@ -143,6 +143,12 @@ COMPETITORS = {
             "sf-record", "streamflow streamlet run, process passthrough", _streamflow("PassRecord")
         ),
         Competitor(
+            "sf-columns",
+            "streamflow streamlet run, process_columns passthrough (the native codec; lineage: "
+            "false)",
+            _streamflow("PassColumns"),
+        ),
+        Competitor(
             BASELINE,
             "hand-written confluent-kafka + fastavro loop (json: the json module + fastavro's "
             "validation)",

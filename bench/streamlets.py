@@ -1,8 +1,9 @@
-"""The two passthrough streamlets the benchmark runs through the real runtime.
+"""The passthrough streamlets the benchmark runs through the real runtime.
 
-Both return the decoded value unchanged, so everything measured is the runtime's
+Each returns the decoded value unchanged, so everything measured is the runtime's
 own work: consume, decode, route, encode, produce, delivery tracking and offsets.
-The two variants show what the per-record ``process`` path costs over ``process_batch``.
+The variants show what the per-record ``process`` path costs over ``process_batch``,
+and what columns (``process_columns``, the native codec) save over both.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamflow import Inlet, Outlet, Record, Streamlet
+from streamflow.api.columns import ColumnBatch
 
 SCHEMA = "bench.PassRecord"
 
@@ -32,6 +34,16 @@ class PassRecord(Streamlet):
 
     def process(self, record: Record) -> dict[str, Any]:
         return record.value
+
+
+class PassColumns(Streamlet):
+    """Passthrough through ``process_columns``: the batch's columns back as they came."""
+
+    inp = Inlet("in", SCHEMA)
+    out = Outlet("out", SCHEMA)
+
+    def process_columns(self, batch: ColumnBatch) -> ColumnBatch:
+        return batch
 
 
 class PassTimed(Streamlet):
