@@ -1,8 +1,10 @@
 //! The builders that fill a batch's columns, and the Python objects they become.
 //!
 //! A builder takes each decoded record's value for its column (already of the
-//! reader's type) without the GIL; ``finish`` then makes the numpy array, the
-//! mask, or the list of Python values, with the GIL held again.
+//! reader's type) without the GIL, or, for an n-d column, the numbers that
+//! nd.rs read straight into it and then the record's shape; ``finish`` then
+//! makes the numpy array, the mask, or the list of Python values, with the GIL
+//! held again.
 
 use crate::columns::{ColKind, ColSpec, Num};
 use crate::value::{ToPy, Value};
@@ -10,7 +12,7 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PySlice, PyTuple};
 
-enum Data {
+pub enum Data {
     Bool(Vec<bool>),
     I32(Vec<i32>),
     I64(Vec<i64>),
@@ -23,8 +25,10 @@ pub struct Builder {
     kind: ColKind,
     data: Data,
     mask: Vec<bool>,
-    /// per record of an n-d column: its shape, or None where its arrays are ragged
-    shapes: Vec<Option<Vec<usize>>>,
+    /// per record of an n-d column: its shape (``depth`` numbers; zeros where it is ragged)
+    shapes: Vec<usize>,
+    /// per record of an n-d column: whether its arrays are a rectangle (else it is in ``ragged``)
+    whole: Vec<bool>,
     ragged: Vec<Value>,
 }
 
@@ -46,8 +50,43 @@ impl Builder {
             data,
             mask: Vec::new(),
             shapes: Vec::new(),
+            whole: Vec::new(),
             ragged: Vec::new(),
         }
+    }
+
+    /// How many numbers an n-d column holds so far (to drop a failed record's with ``truncate``).
+    pub fn filled(&self) -> usize {
+        match &self.data {
+            Data::Bool(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::Obj(v) => v.len(),
+        }
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        match &mut self.data {
+            Data::Bool(v) => v.truncate(len),
+            Data::I32(v) => v.truncate(len),
+            Data::I64(v) => v.truncate(len),
+            Data::F32(v) => v.truncate(len),
+            Data::F64(v) => v.truncate(len),
+            Data::Obj(v) => v.truncate(len),
+        }
+    }
+
+    /// The flat numbers of an n-d column, for a record read straight into them.
+    pub fn data(&mut self) -> &mut Data {
+        &mut self.data
+    }
+
+    /// Close a record whose numbers were read straight into ``data``: its shape.
+    pub fn push_shape(&mut self, dims: &[usize]) {
+        self.shapes.extend_from_slice(dims);
+        self.whole.push(true);
     }
 
     /// Add one record's value (already of the reader's type: the program promoted it).
@@ -62,9 +101,10 @@ impl Builder {
                 let mut shape = Vec::with_capacity(depth);
                 if rectangular(&v, depth, &mut shape) {
                     flatten(&v, &mut self.data);
-                    self.shapes.push(Some(shape));
+                    self.push_shape(&shape);
                 } else {
-                    self.shapes.push(None);
+                    self.shapes.resize(self.shapes.len() + depth, 0);
+                    self.whole.push(false);
                     self.ragged.push(v);
                 }
             }
@@ -142,16 +182,18 @@ impl Builder {
 
     fn finish_nd<'py>(self, conv: &ToPy<'_, 'py>, depth: usize) -> PyResult<Bound<'py, PyTuple>> {
         let py = conv.py;
-        let first = self
-            .shapes
-            .first()
-            .cloned()
-            .flatten()
-            .unwrap_or_else(|| vec![0; depth]);
-        let same = self.shapes.iter().all(|s| s.as_ref() == Some(&first));
+        let first = match (self.whole.first(), self.shapes.get(..depth)) {
+            (Some(true), Some(dims)) => dims.to_vec(),
+            _ => vec![0; depth],
+        };
+        let same = self.whole.iter().all(|w| *w)
+            && self
+                .shapes
+                .chunks_exact(depth)
+                .all(|s| s == first.as_slice());
         let flat = array(py, self.data);
         if same {
-            let mut dims = vec![self.shapes.len()];
+            let mut dims = vec![self.whole.len()];
             dims.extend(&first);
             let shaped = flat.call_method1("reshape", (PyTuple::new(py, dims)?,))?;
             return PyTuple::new(
@@ -167,18 +209,17 @@ impl Builder {
         // shapes differ: one numpy array per record (a nested list where a record is ragged)
         let list = PyList::empty(py);
         let (mut at, mut ragged) = (0usize, self.ragged.iter());
-        for shape in &self.shapes {
-            match shape {
-                Some(dims) => {
-                    let size: usize = dims.iter().product();
-                    let part = flat.call_method1(
-                        "__getitem__",
-                        (PySlice::new(py, at as isize, (at + size) as isize, 1),),
-                    )?;
-                    list.append(part.call_method1("reshape", (PyTuple::new(py, dims)?,))?)?;
-                    at += size;
-                }
-                None => list.append(conv.object(ragged.next().unwrap_or(&Value::Null))?)?,
+        for (whole, dims) in self.whole.iter().zip(self.shapes.chunks_exact(depth)) {
+            if *whole {
+                let size: usize = dims.iter().product();
+                let part = flat.call_method1(
+                    "__getitem__",
+                    (PySlice::new(py, at as isize, (at + size) as isize, 1),),
+                )?;
+                list.append(part.call_method1("reshape", (PyTuple::new(py, dims)?,))?)?;
+                at += size;
+            } else {
+                list.append(conv.object(ragged.next().unwrap_or(&Value::Null))?)?;
             }
         }
         PyTuple::new(

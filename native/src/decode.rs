@@ -36,7 +36,16 @@ impl<'a> Cursor<'a> {
         self.data.len() - self.pos
     }
 
+    #[inline]
     pub fn long(&mut self) -> R<i64> {
+        // most numbers (block counts, small ints) are one byte
+        if let Some(&byte) = self.data.get(self.pos) {
+            if byte < 0x80 {
+                self.pos += 1;
+                let value = byte as u64;
+                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            }
+        }
         let mut value: u64 = 0;
         for i in 0..10 {
             let Some(&byte) = self.data.get(self.pos) else {
@@ -51,12 +60,12 @@ impl<'a> Cursor<'a> {
         Err(Error::Invalid("a number longer than 10 bytes".into()))
     }
 
-    fn int(&mut self) -> R<i32> {
+    pub fn int(&mut self) -> R<i32> {
         let v = self.long()?;
         i32::try_from(v).map_err(|_| Error::Invalid(format!("int {v} out of range")))
     }
 
-    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+    pub fn take(&mut self, n: usize) -> R<&'a [u8]> {
         if n > self.remaining() {
             return Err(Error::Truncated);
         }
@@ -93,7 +102,7 @@ pub struct Decoder<'p> {
     pub max_items: u64,
 }
 
-fn items_error(what: &str, max: u64) -> Error {
+pub fn items_error(what: &str, max: u64) -> Error {
     Error::Limit(format!(
         "an {what} declares more than {} items (decode_limits.max_items)", // bounds.py's words
         thousands(max)
@@ -113,13 +122,10 @@ pub fn thousands(n: u64) -> String {
 }
 
 impl Decoder<'_> {
-    pub fn record(&self, cur: &mut Cursor<'_>) -> R<Value> {
-        self.value(self.program.root, cur, 0)
-    }
-
     /// The count of the next block of an array or map (0 at the end), checked
     /// against ``max_items`` with the items already read.
-    fn block(&self, cur: &mut Cursor<'_>, total: &mut u64, what: &str) -> R<usize> {
+    #[inline]
+    pub fn block(&self, cur: &mut Cursor<'_>, total: &mut u64, what: &str) -> R<usize> {
         let count = cur.long()?;
         if count == 0 {
             return Ok(0);
@@ -137,7 +143,7 @@ impl Decoder<'_> {
         Ok(count as usize)
     }
 
-    fn value(&self, op: OpId, cur: &mut Cursor<'_>, depth: usize) -> R<Value> {
+    pub fn value(&self, op: OpId, cur: &mut Cursor<'_>, depth: usize) -> R<Value> {
         if depth > MAX_DEPTH {
             return Err(Error::Invalid("the value nests too deeply".into()));
         }
@@ -245,7 +251,7 @@ impl Decoder<'_> {
     }
 
     /// Step over a value the reader does not keep, by the writer's schema.
-    fn skip(&self, node: Id, cur: &mut Cursor<'_>, depth: usize) -> R<()> {
+    pub fn skip(&self, node: Id, cur: &mut Cursor<'_>, depth: usize) -> R<()> {
         if depth > MAX_DEPTH {
             return Err(Error::Invalid("the value nests too deeply".into()));
         }

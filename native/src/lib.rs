@@ -11,13 +11,15 @@ mod builders;
 mod columns;
 mod decode;
 mod encode;
+mod fill;
+mod nd;
 mod resolve;
 mod schema;
 mod value;
 mod wire;
 
 use builders::Builder;
-use columns::{Layout, Slot};
+use columns::Layout;
 use decode::{Cursor, Decoder};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -26,7 +28,7 @@ use resolve::{Convs, Program};
 use schema::Schema;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use value::{ToPy, Value};
+use value::ToPy;
 use wire::Wire;
 
 /// A compiled writer: its schema, its program against the reader, and its size check.
@@ -290,6 +292,7 @@ impl Codec {
     /// The decode loop, without the GIL: rows that decoded, errors, and the columns.
     fn run(&self, jobs: Vec<Job<'_>>) -> (Vec<i64>, Vec<(usize, String)>, Vec<Builder>) {
         let mut builders: Vec<Builder> = self.layout.cols.iter().map(Builder::new).collect();
+        let mut sink = fill::Sink::new(&mut builders);
         let mut rows = Vec::with_capacity(jobs.len());
         let mut errors = Vec::new();
         for job in jobs {
@@ -312,13 +315,16 @@ impl Codec {
                 max_items: self.max_items,
             };
             let mut cur = Cursor { data, pos: start };
-            let outcome = catch_unwind(AssertUnwindSafe(|| decoder.record(&mut cur)));
+            let (root, slots, cols) = (writer.program.root, &self.layout.slots, &self.layout.cols);
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                decoder.fill(root, slots, cols, &mut cur, 0, &mut sink)
+            }));
             let reason = match outcome {
-                Ok(Ok(_)) if cur.pos != data.len() => {
+                Ok(Ok(())) if cur.pos != data.len() => {
                     self.wire.trailing(&self.name, key, data.len() - cur.pos)
                 }
-                Ok(Ok(record)) => {
-                    scatter(&self.layout.slots, record, &mut builders);
+                Ok(Ok(())) => {
+                    sink.commit();
                     rows.push(index as i64);
                     continue;
                 }
@@ -331,22 +337,11 @@ impl Codec {
                     self.name
                 ),
             };
+            sink.rollback();
             errors.push((index, reason));
         }
+        drop(sink);
         (rows, errors, builders)
-    }
-}
-
-/// Put a decoded record's fields into their columns (flattened records field by field).
-fn scatter(slots: &[Slot], record: Value, builders: &mut [Builder]) {
-    let Value::Record(_, fields) = record else {
-        return;
-    };
-    for (slot, v) in slots.iter().zip(fields) {
-        match slot {
-            Slot::Leaf(c) => builders[*c].push(v),
-            Slot::Nested(inner) => scatter(inner, v, builders),
-        }
     }
 }
 
