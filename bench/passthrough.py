@@ -106,7 +106,7 @@ def _streamflow(class_name: str, *, lineage: bool = False) -> Callable[[Run], li
 
 
 def _plain(
-    module: str, *, formats: bool = False, guarantees: bool = False
+    module: str, *, formats: bool = False, guarantees: bool = False, extra: tuple[str, ...] = ()
 ) -> Callable[[Run], list[str]]:
     """The command line of a child that takes the topics and group (format, guarantee) directly."""
 
@@ -118,6 +118,7 @@ def _plain(
             *("--records", str(run.records), "--batch-size", str(run.batch_size)),
             *(["--format", run.format, *registry] if formats else []),
             *(["--guarantee", run.guarantee] if guarantees else []),
+            *extra,
         ]
 
     return command
@@ -153,6 +154,12 @@ COMPETITORS = {
             "hand-written confluent-kafka + fastavro loop (json: the json module + fastavro's "
             "validation)",
             _plain("bench.handwritten", formats=True, guarantees=True),
+        ),
+        Competitor(
+            "bytes",
+            "the hand-written loop forwarding each value's bytes, neither decoded nor encoded: "
+            "librdkafka's own consume-and-produce with a Python call a record, the limit here",
+            _plain("bench.handwritten", formats=True, guarantees=True, extra=("--bytes-only",)),
         ),
         Competitor(
             "quix",
