@@ -36,7 +36,7 @@ from rich.progress import (
 )
 
 from streamflow.blueprint.model import Application
-from streamflow.cli import apps, output, registry_opts, run_cmds
+from streamflow.cli import apps, output, registry_opts
 from streamflow.cli import overrides as overrides_mod
 from streamflow.cli import progress as progress_mod
 from streamflow.score import engine, inputs, job
@@ -197,6 +197,8 @@ def _application(
     if verified.application is None:
         output.print_problems(verified.problems, to=output.error_console())
         raise typer.Exit(output.EXIT_INVALID)
+    from streamflow.cli import run_cmds  # the supervisor and devkit: only to start the app
+
     run_cmds.refuse_deployed(verified.application)
     with run_cmds.running(
         verified.application, bootstrap_servers, on_line=lambda _replica, _line: None

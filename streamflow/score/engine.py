@@ -34,8 +34,11 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from streamflow.runtime import lineage
 from streamflow.runtime.clients import watermarks
-from streamflow.schema.codecs import Codec, DecodeError, EncodeError
-from streamflow.score.inputs import InputRow
+from streamflow.schema.codecs import Codec, DecodeError
+from streamflow.schema.columns import ColumnCodec
+from streamflow.score.collected import Results
+from streamflow.score.feed import Encoded, Feed
+from streamflow.score.inputs import InputBatch
 
 __all__ = [
     "DeadRow",
@@ -52,6 +55,7 @@ __all__ = [
 _ERROR, _ERROR_TYPE = "streamflow-error", "streamflow-error-type"
 _SAVE_EVERY_S = 1.0
 _COLLECT_BATCH = 1000
+_SEND_BETWEEN_TURNS = 1000
 _SAVE_FLUSH_S = 10.0
 
 
@@ -130,7 +134,7 @@ class Progress:
 class Outcome:
     """What a run collected: the first result of each row, and the rows that did not make it."""
 
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    results: Results = field(default_factory=Results)
     dead: dict[int, DeadRow] = field(default_factory=dict)
     #: results beyond the first for a row (a streamlet that writes several, or a replay)
     extra_results: int = 0
@@ -185,14 +189,14 @@ class Scorer:
     ) -> None:
         """``convert`` checks and coerces a row the encoder refused (see ``InputRow.checked``)."""
         self.producer, self.failures, self.consumer = producer, failures, consumer
-        self.input_topic, self.input_codec = input_topic, input_codec
+        self.input_topic, self.feed = input_topic, Feed(input_codec, convert)
         self.output_topic, self.output_codec = output_topic, output_codec
+        self.output_columns = ColumnCodec.for_codec(output_codec)
         self.stage_of = {topic: streamlet for streamlet, topic in dead_letter_topics.items()}
         self.run_id, self._run_bytes = run_id, run_id.encode()
         self.max_in_flight = max(1, max_in_flight)
         self.stall_timeout_s = stall_timeout_s
         self.clock = clock
-        self.convert = convert
         self._schema_header = input_schema.encode()
         self.outcome = Outcome()
         self._accounted: set[int] = set()  # rows with a result or a dead letter
@@ -202,7 +206,7 @@ class Scorer:
 
     def run(
         self,
-        rows: Iterable[InputRow],
+        batches: Iterable[InputBatch],
         state: RunState,
         *,
         state_path: Path | None = None,
@@ -220,8 +224,9 @@ class Scorer:
                 for p, offset in partitions.items()
             ]
         )
-        rows_iter = iter(rows)
+        batch_iter = iter(batches)
         reading, read = True, 0
+        pending, at = Encoded([], []), 0  # the encoded batch being sent, and how far
 
         def turn(wait: float) -> None:
             nonlocal last_save, last_move
@@ -248,23 +253,32 @@ class Scorer:
         try:
             while reading or progress.accounted < progress.total:
                 if reading and progress.in_flight < self.max_in_flight:
-                    row = next(rows_iter, None)
-                    if row is None:
-                        reading = False
-                        progress.total = read  # what the file holds now, whatever was counted
-                        self.producer.flush(30)
-                        continue
-                    read += 1
-                    data = self._encoded(row)
-                    if data is None:
-                        progress.rejected += 1
-                    else:
-                        if row.row >= resumed:  # before: on the topic from the run resumed
-                            self._produce(row, data)
-                        progress.sent += 1
-                    self._passed = max(self._passed, row.row + 1)
-                    if read % 500 == 0:
-                        turn(0)
+                    if at == len(pending.values):
+                        batch = next(batch_iter, None)
+                        if batch is None:
+                            reading = False
+                            progress.total = read  # what the file holds now, whatever was counted
+                            self.producer.flush(30)
+                            continue
+                        read += len(batch)
+                        pending, at = self.feed.encode(batch), 0
+                        for row, doc, problem in pending.refused:
+                            self._reject(row, doc, problem)
+                    room = min(self.max_in_flight - progress.in_flight, _SEND_BETWEEN_TURNS)
+                    end = min(len(pending.values), at + room)
+                    numbers, values = pending.rows, pending.values
+                    for i in range(at, end):
+                        data, row = values[i], numbers[i]
+                        if data is None:
+                            progress.rejected += 1
+                        else:
+                            if row >= resumed:  # before: on the topic from the run resumed
+                                self._produce(row, data)
+                            progress.sent += 1
+                    if end > at:
+                        self._passed = max(self._passed, numbers[end - 1] + 1)
+                    at = end
+                    turn(0)
                     continue
                 turn(0.2)
         finally:
@@ -276,28 +290,11 @@ class Scorer:
 
     # -- feeding -------------------------------------------------------------------
 
-    def _encoded(self, row: InputRow) -> bytes | None:
-        """The row as the input topic's bytes, or None: refused, and recorded as such."""
-        if row.value is None:
-            self._reject(row)
-            return None
-        try:
-            return self.input_codec.encode(row.value)
-        except EncodeError as exc:
-            if row.checked or self.convert is None:
-                self._reject(row, str(exc))
-                return None
-        try:  # coerced by the schema, or refused with every reason
-            return self.input_codec.encode(self.convert(row.doc))
-        except (DecodeError, EncodeError) as exc:
-            self._reject(row, str(exc))
-            return None
-
-    def _produce(self, row: InputRow, data: bytes) -> None:
+    def _produce(self, row: int, data: bytes) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
             ("streamflow-schema", self._schema_header),
             (lineage.RUN, self._run_bytes),
-            (lineage.ROW, str(row.row).encode()),
+            (lineage.ROW, str(row).encode()),
         ]
         while True:
             try:
@@ -306,50 +303,80 @@ class Scorer:
             except BufferError:  # librdkafka's queue is full: let it drain
                 self.producer.poll(0.05)
 
-    def _reject(self, row: InputRow, problem: str = "") -> None:
-        self.outcome.dead[row.row] = DeadRow(
-            row.row, "input", problem or row.problem, "InvalidRow", doc=row.doc
-        )
+    def _reject(self, row: int, doc: Any, problem: str) -> None:
+        self.outcome.dead[row] = DeadRow(row, "input", problem, "InvalidRow", doc=doc)
 
     # -- collecting ----------------------------------------------------------------
 
     def _collect(self, wait: float) -> None:
-        for msg in self.consumer.consume(_COLLECT_BATCH, wait):
-            if msg.error() is not None:
+        rows: list[int] = []
+        values: list[bytes] = []
+        run, run_name, row_name = self._run_bytes, lineage.RUN, lineage.ROW  # a call a result
+        output_topic, stage_of = self.output_topic, self.stage_of
+        for msg in self._arrived(wait):
+            listed = cast(list[tuple[str, Any]] | None, msg.headers())
+            if not listed or msg.error() is not None:
                 continue
-            headers = cast(list[tuple[str, Any]] | None, msg.headers())
-            if not headers:
+            headers = dict(listed)  # a name given twice counts as its last value
+            if headers.get(run_name) != run:
                 continue
-            mine, row = False, -1
-            for name, value in headers:
-                if name == lineage.RUN:
-                    mine = value == self._run_bytes
-                elif name == lineage.ROW and value is not None:
-                    try:
-                        row = int(value)
-                    except ValueError:
-                        row = -1
-            if not mine or row < 0:
+            try:
+                row = int(headers[row_name])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if row < 0:
                 continue
             topic = msg.topic()
-            if topic == self.output_topic:
-                self._result(row, msg)
-            elif topic in self.stage_of:
-                self._dead_letter(row, self.stage_of[topic], dict(headers))
+            if topic == output_topic:
+                rows.append(row)
+                values.append(msg.value() or b"")
+            elif topic in stage_of:
+                self._dead_letter(row, stage_of[topic], headers)
+        if rows:
+            self._results(rows, values)
 
-    def _result(self, row: int, msg: Message) -> None:
-        if row in self.outcome.results:
-            self.outcome.extra_results += 1
+    def _arrived(self, wait: float) -> list[Message]:
+        """What has arrived; if nothing, the first to arrive within ``wait`` and what came
+        with it (a batch consume waits until the batch is full: results that trickle in
+        would each wait for it)."""
+        messages = self.consumer.consume(_COLLECT_BATCH, 0)
+        if messages or wait <= 0:
+            return messages
+        messages = self.consumer.consume(1, wait)
+        if messages:
+            messages.extend(self.consumer.consume(_COLLECT_BATCH, 0))
+        return messages
+
+    def _results(self, rows: list[int], values: list[bytes]) -> None:
+        """Keep the first result of each row: decoded as one batch of columns where the
+        output's codec has a column form, else one by one."""
+        results, seen = self.outcome.results, set()
+        fresh: list[int] = []  # places in ``rows`` of rows seen for the first time
+        for i, row in enumerate(rows):
+            if row in results or row in seen:
+                self.outcome.extra_results += 1
+            else:
+                seen.add(row)
+                fresh.append(i)
+        if self.output_columns is not None:
+            columns = self.output_columns.decode([values[i] for i in fresh])
+            for place, why in columns.errors:
+                self._undecodable(rows[fresh[place]], why)
+            kept = [rows[fresh[place]] for place in columns.rows.tolist()]
+            results.add_columns(kept, columns)
+            self._accounted.update(kept)
             return
-        try:
-            value = self.output_codec.decode(msg.value() or b"")
-        except DecodeError as exc:
-            self._dead_letter(
-                row, "collect", {_ERROR: str(exc).encode(), _ERROR_TYPE: b"DecodeError"}
-            )
-            return
-        self.outcome.results[row] = value
-        self._accounted.add(row)
+        for i in fresh:
+            try:
+                value = self.output_codec.decode(values[i])
+            except DecodeError as exc:
+                self._undecodable(rows[i], str(exc))
+                continue
+            results.add(rows[i], value)
+            self._accounted.add(rows[i])
+
+    def _undecodable(self, row: int, why: str) -> None:
+        self._dead_letter(row, "collect", {_ERROR: why.encode(), _ERROR_TYPE: b"DecodeError"})
 
     def _dead_letter(self, row: int, stage: str, headers: dict[str, Any]) -> None:
         if row not in self.outcome.dead:

@@ -1,10 +1,14 @@
-"""Reading the data set to score: Parquet, CSV or JSON lines, row by row.
+"""Reading the data set to score: Parquet, CSV or JSON lines, in batches of rows.
 
 Every row becomes a record of the input schema, or a reason it cannot: a CSV or
 JSON line that does not parse, a value the schema refuses. A bad row is never
 dropped quietly: it is reported with the row's number and goes to the
 dead-letters file, so the rows written, the rows dead-lettered and the rows
 rejected always add up to the rows read.
+
+Parquet comes in Arrow tables, a batch of rows each, typed by the file and not
+yet checked: :mod:`streamflow.score.feed` encodes them as columns. CSV and JSON
+lines come as rows already converted to records of the schema.
 
 Rows are numbered from 0 in file order (blank JSON lines do not count); that
 number is the ``row`` column of the results, and the ``streamflow-row`` header
@@ -15,9 +19,12 @@ from __future__ import annotations
 
 import csv
 import importlib
-from collections.abc import Callable, Iterator
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from streamflow.schema.codecs import DecodeError
@@ -27,11 +34,15 @@ from streamflow.streamlets.io import documents, reading
 
 __all__ = [
     "FORMATS",
+    "InputBatch",
     "InputError",
     "InputRow",
+    "Prefetch",
+    "batched",
     "converter",
     "count_rows",
     "data_format",
+    "read_batches",
     "read_rows",
 ]
 
@@ -55,6 +66,104 @@ class InputRow:
     #: checked against the schema; the encoder checks it, and ``converter`` explains
     #: why it fails or coerces it (an int in a string field, say)
     checked: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class InputBatch:
+    """Rows in file order: records (``rows``), or an Arrow table of the rows numbered
+    ``first`` on, as read from Parquet and not yet checked against the schema."""
+
+    first: int
+    rows: Sequence[InputRow] = ()
+    table: Any = None
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.table is None else int(self.table.num_rows)
+
+    def row(self, offset: int) -> InputRow:
+        """One row of the batch as a record (of a table: as read, unchecked)."""
+        if self.table is None:
+            return self.rows[offset]
+        (doc,) = self.table.slice(offset, 1).to_pylist()
+        return InputRow(self.first + offset, doc, doc, checked=False)
+
+
+def batched(rows: Iterable[InputRow], size: int = 1000) -> Iterator[InputBatch]:
+    """Rows, in batches of ``size`` (the last one shorter)."""
+    batch: list[InputRow] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield InputBatch(batch[0].row, batch)
+            batch = []
+    if batch:
+        yield InputBatch(batch[0].row, batch)
+
+
+class Prefetch:
+    """Batches read on a thread of their own, a few ahead of the one being sent.
+
+    Reading Parquet is mostly waiting: for the reader's child process to start, and
+    for each batch to come down its pipe. On a thread, that waiting overlaps the
+    run's own setup and sending. An error reading is raised where the batch it
+    stopped would have been. Closing (leaving the ``with``) stops the thread and
+    closes the source, which stops a child still reading.
+    """
+
+    _END = object()
+
+    def __init__(self, batches: Iterator[InputBatch], *, ahead: int = 2) -> None:
+        self._source = batches
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="score-input", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for batch in self._source:
+                if not self._put(batch):
+                    return
+            self._put(self._END)
+        except BaseException as exc:  # handed over, raised where the batch would have been
+            self._put(exc)
+        finally:
+            close = getattr(self._source, "close", None)
+            if close is not None:
+                close()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[InputBatch]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)  # a daemon: it cannot keep the process up
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def data_format(path: Path, declared: str | None = None) -> str:
@@ -102,6 +211,20 @@ def read_rows(path: Path, fmt: str, schema: Schema) -> Iterator[InputRow]:
                 yield InputRow(number, convert(doc), doc)
             except DecodeError as exc:
                 yield InputRow(number, None, doc, str(exc))
+
+
+def read_batches(path: Path, fmt: str, schema: Schema) -> Iterator[InputBatch]:
+    """Every row of the data set, in batches: Parquet's as Arrow tables (rows it could
+    not read as rows with their problem), CSV's and JSON's as :func:`read_rows` gives."""
+    if fmt != "parquet":
+        yield from batched(read_rows(path, fmt, schema))
+        return
+    _parquet_file(path)  # a file that is not Parquet is said plainly, here
+    for number, table, problem in parquet_reader.read_tables(path):
+        if table is None:
+            yield InputBatch(number, [InputRow(number, None, None, problem)])
+        elif table.num_rows:
+            yield InputBatch(number, table=table)
 
 
 def converter(schema: Schema) -> Callable[[Any], dict[str, Any]]:

@@ -120,6 +120,9 @@ def score(
     failures = engine.FailedRows()
     producer = clients.producer(client_id="streamflow-score", **failures.producer_config())
     consumer = clients.reader(client_id="streamflow-score")
+    schema = store.get(chosen.input_schema)
+    # reading begins now, on a thread: the reader starts while the run sets up
+    batches = inputs.Prefetch(inputs.read_batches(request.input_path, request.fmt, schema))
     try:
         topics = [chosen.output_topic.name, *chosen.dead_letter_topics.values()]
         state = run_state(
@@ -142,12 +145,12 @@ def score(
             run_id=state.run,
             max_in_flight=request.max_in_flight,
             stall_timeout_s=request.stall_timeout,
-            convert=inputs.converter(store.get(chosen.input_schema)),
+            convert=inputs.converter(schema),
         )
         on_start(state)
         try:
             outcome = scorer.run(
-                inputs.read_rows(request.input_path, request.fmt, store.get(chosen.input_schema)),
+                batches,
                 state,
                 state_path=request.state_path,
                 on_progress=on_progress,
@@ -169,6 +172,7 @@ def score(
                 "dead letter",
             ) from None
     finally:
+        batches.close()
         consumer.close()
     written = results.write_results(request.output_path, outcome)
     dead_path = results.dead_letters_path(request.output_path)

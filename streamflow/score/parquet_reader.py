@@ -38,7 +38,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["MAX_READ_BYTES", "read"]
+__all__ = ["MAX_READ_BYTES", "read", "read_tables"]
 
 #: What reading one batch of rows may take, above what the reader needs to start.
 MAX_READ_BYTES = 1 << 30
@@ -46,11 +46,25 @@ _MAX_BATCH_ROWS = 8192
 _PYTHON_PER_VALUE = 32  # what a value costs once a Python object in a list, about
 
 Row = tuple[int, Any, str]  # (row number, the row as read or None, why it was not read)
+Batch = tuple[int, Any, str]  # (first row number, an Arrow table or None, why it was not read)
 
 
 def read(path: Path, *, budget: int = MAX_READ_BYTES) -> Iterator[Row]:
     """Every row of the file in order: ``(number, row, "")``, or, for rows refused,
     ``(first number, None, why)``. A file pyarrow cannot open raises what it raises."""
+    for number, table, why in read_tables(path, budget=budget):
+        if table is None:
+            yield number, None, why
+        else:
+            for offset, doc in enumerate(table.to_pylist()):
+                yield number + offset, doc, ""
+
+
+def read_tables(path: Path, *, budget: int = MAX_READ_BYTES) -> Iterator[Batch]:
+    """The file in batches, in order: ``(first number, Arrow table, "")``, or, for rows
+    refused, ``(first number, None, why)``. A batch's ``to_pylist`` fitted within the cap
+    in the child, so the parent's, of the whole batch or of any of its rows, fits too.
+    A file pyarrow cannot open raises what it raises."""
     footer = _parquet().ParquetFile(path).metadata
     sizes = [footer.row_group(g).num_rows for g in range(footer.num_row_groups)]
     starts = [0, *itertools.accumulate(sizes)][:-1]
@@ -61,8 +75,8 @@ def read(path: Path, *, budget: int = MAX_READ_BYTES) -> Iterator[Row]:
 
 def _one_reader(
     path: Path, first: int, budget: int, starts: list[int], sizes: list[int]
-) -> Generator[Row, None, int]:
-    """The rows one child sends, from row group ``first`` on; returns where the next
+) -> Generator[Batch, None, int]:
+    """The batches one child sends, from row group ``first`` on; returns where the next
     child starts (past the last group when this one got to the end)."""
     with tempfile.TemporaryFile() as errors:
         child = subprocess.Popen(
@@ -81,13 +95,12 @@ def _one_reader(
                     number = starts[group]
                 elif kind == b"R":
                     try:
-                        docs = _loads(payload)
+                        table = _loads(payload)
                     except Exception as exc:  # not what our reader sends: stop believing it
                         broken = f"a batch it sent could not be read back ({exc})"
                         break
-                    for doc in docs:
-                        yield number, doc, ""
-                        number += 1
+                    yield number, table, ""
+                    number += table.num_rows
                 elif kind == b"P":
                     refused = json.loads(payload)
                     yield number, None, _not_read(number, refused["rows"], group, refused["why"])
@@ -160,13 +173,10 @@ def _exit(code: int) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
-def _loads(payload: bytes) -> list[Any]:
-    """The rows of one batch, from the Arrow IPC stream the child wrote."""
+def _loads(payload: bytes) -> Any:
+    """One batch as an Arrow table, from the IPC stream the child wrote."""
     ipc = importlib.import_module("pyarrow.ipc")
-    rows = ipc.open_stream(payload).read_all().to_pylist()
-    if not isinstance(rows, list):
-        raise ValueError("the reader sent something other than rows")
-    return rows
+    return ipc.open_stream(payload).read_all()
 
 
 # -- the child --------------------------------------------------------------------------

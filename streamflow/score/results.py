@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from streamflow.score.collected import Results
 from streamflow.score.engine import DeadRow, Outcome
 from streamflow.score.inputs import InputError, data_format
 from streamflow.streamlets.io import documents
@@ -40,11 +41,13 @@ def dead_letters_path(results: Path) -> Path:
 def write_results(path: Path, outcome: Outcome, *, fmt: str | None = None) -> int:
     """Write the results in row order; returns how many rows were written."""
     fmt = data_format(path, fmt)
-    rows = [{ROW: row, **outcome.results[row]} for row in sorted(outcome.results)]
     partial = path.with_name(path.name + ".partial")
     if fmt == "parquet":
-        _parquet(partial, rows)
-    elif fmt == "csv":
+        _parquet(partial, outcome.results)
+        os.replace(partial, path)
+        return len(outcome.results)
+    rows = [{ROW: row, **record} for row, record in outcome.results.items()]
+    if fmt == "csv":
         _csv(partial, rows)
     else:
         with open(partial, "w", encoding="utf-8", errors=_UNENCODABLE) as out:
@@ -78,13 +81,16 @@ def _dead_doc(letter: DeadRow) -> dict[str, Any]:
     return doc
 
 
-def _parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+def _parquet(path: Path, results: Results) -> None:
     try:
         pyarrow = importlib.import_module("pyarrow")
         parquet = importlib.import_module("pyarrow.parquet")
     except ImportError:
         raise InputError("writing Parquet needs pyarrow: pip install pyarrow") from None
-    table = pyarrow.Table.from_pylist(rows) if rows else pyarrow.table({ROW: []})
+    table = results.arrow_table(ROW)  # straight from the columns, where they are columns
+    if table is None:
+        rows = [{ROW: row, **record} for row, record in results.items()]
+        table = pyarrow.Table.from_pylist(rows) if rows else pyarrow.table({ROW: []})
     parquet.write_table(table, path)
 
 

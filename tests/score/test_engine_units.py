@@ -25,7 +25,7 @@ from streamflow.runtime import lineage
 from streamflow.runtime.inmemory import MemoryConsumer, MemoryProducer
 from streamflow.schema.codecs import DecodeError
 from streamflow.score import engine
-from streamflow.score.inputs import InputRow
+from streamflow.score.inputs import InputBatch, InputRow, batched
 from tests.runtime import memory_support
 from tests.runtime.memory_support import DLQ, IN, OUT, Copy, JsonCodec
 
@@ -46,6 +46,11 @@ def _rows(n: int, *, poison: tuple[int, ...] = (), invalid: tuple[int, ...] = ()
         else:
             rows.append(InputRow(i, doc, doc))
     return rows
+
+
+def _fed(rows: list[InputRow]) -> list[InputBatch]:
+    """The rows in batches of 7: a batch ends between the rows the tests look at."""
+    return list(batched(rows, 7))
 
 
 class _Clock:
@@ -87,7 +92,7 @@ def test_every_row_comes_back_as_a_result_or_a_dead_letter(
     rig = memory_support.rig(Copy(), loop)
     scorer = _scorer(rig)
     rows = _rows(40, poison=(3, 17), invalid=(8,))
-    outcome = scorer.run(rows, _state(scorer, 40), tick=rig.processor.turn)
+    outcome = scorer.run(_fed(rows), _state(scorer, 40), tick=rig.processor.turn)
     assert sorted(outcome.results) == [i for i in range(40) if i not in (3, 8, 17)]
     assert outcome.results[5] == {"id": "r5"}
     assert {row: (d.stage, d.error_type) for row, d in outcome.dead.items()} == {
@@ -109,7 +114,7 @@ def test_live_traffic_and_an_earlier_run_on_the_same_topics_are_not_collected(
     state = _state(scorer, 10)
     rig.broker.append(OUT, json.dumps({"id": "other"}).encode(), None, earlier)
     rig.write(*({"id": f"live{i}", "seq": i, "value": 0.0} for i in range(25)))
-    outcome = scorer.run(_rows(10), state, tick=rig.processor.turn)
+    outcome = scorer.run(_fed(_rows(10)), state, tick=rig.processor.turn)
     assert [v["id"] for _, v in sorted(outcome.results.items())] == [f"r{i}" for i in range(10)]
     assert outcome.extra_results == 0
 
@@ -117,7 +122,7 @@ def test_live_traffic_and_an_earlier_run_on_the_same_topics_are_not_collected(
 def test_lineage_headers_reach_outputs_and_dead_letters(loop: asyncio.AbstractEventLoop) -> None:
     rig = memory_support.rig(Copy(), loop)
     scorer = _scorer(rig, run="r-42")
-    scorer.run(_rows(3, poison=(1,)), _state(scorer, 3, "r-42"), tick=rig.processor.turn)
+    scorer.run(_fed(_rows(3, poison=(1,))), _state(scorer, 3, "r-42"), tick=rig.processor.turn)
     out = [dict(cast(list[tuple[str, bytes]], m.headers())) for m in rig.broker.records(OUT)]
     assert [(h[lineage.RUN], h[lineage.ROW]) for h in out] == [(b"r-42", b"0"), (b"r-42", b"2")]
     dead = memory_support.headers_of(rig.broker.records(DLQ)[0])
@@ -178,7 +183,7 @@ def test_the_feed_never_runs_more_than_max_in_flight_ahead(
         seen.append(sent - done)
         rig.processor.turn()
 
-    outcome = scorer.run(_rows(50), _state(scorer, 50), tick=app_turn)
+    outcome = scorer.run(_fed(_rows(50)), _state(scorer, 50), tick=app_turn)
     assert len(outcome.results) == 50
     assert max(seen) <= 7
     assert max(seen) == 7  # and it does fill the window
@@ -205,14 +210,14 @@ def test_an_interrupted_run_resumes_and_sends_only_what_kafka_did_not_have(
     bad = {"id": "r2", "seq": 2, "value": 2.0, "bogus": 1}
     rows[2] = InputRow(2, bad, bad, checked=False)
     with pytest.raises(KeyboardInterrupt):
-        first.run(rows, state, state_path=path, tick=interrupted)
+        first.run(_fed(rows), state, state_path=path, tick=interrupted)
     saved = engine.RunState.load(path)  # saved on the way out
     acknowledged = saved.acknowledged
     assert 0 < acknowledged < 30
     sent_before = len(rig.broker.records(IN))
 
     second = _scorer(rig, max_in_flight=8)
-    outcome = second.run(rows, saved, state_path=path, tick=rig.processor.turn)
+    outcome = second.run(_fed(rows), saved, state_path=path, tick=rig.processor.turn)
     assert sorted(outcome.results) == [r for r in range(30) if r != 2]
     assert outcome.dead[2].stage == "input"  # refused again, not waited for
     resent = len(rig.broker.records(IN)) - sent_before
@@ -227,7 +232,7 @@ def test_an_application_that_returns_nothing_is_reported_not_waited_on(
     rig = memory_support.rig(Copy(), loop)
     scorer = _scorer(rig, stall_timeout_s=5.0)
     with pytest.raises(engine.ScoreStalled, match=r"5 of 5 rows went into 'in'.*--run-id"):
-        scorer.run(_rows(5), _state(scorer, 5), tick=lambda: None)  # no replica running
+        scorer.run(_fed(_rows(5)), _state(scorer, 5), tick=lambda: None)  # no replica running
 
 
 def test_a_row_kafka_refuses_stops_the_run_with_its_number(
@@ -237,7 +242,7 @@ def test_a_row_kafka_refuses_stops_the_run_with_its_number(
     scorer = _scorer(rig)
     cast(MemoryProducer, scorer.producer).fail_next(reason="Broker: Message size too large")
     with pytest.raises(engine.ScoreError, match=r"row 0: .*Message size too large"):
-        scorer.run(_rows(3), _state(scorer, 3), tick=rig.processor.turn)
+        scorer.run(_fed(_rows(3)), _state(scorer, 3), tick=rig.processor.turn)
 
 
 def test_an_unchecked_row_the_encoder_refuses_is_coerced_or_refused_with_the_reason(
@@ -257,7 +262,7 @@ def test_an_unchecked_row_the_encoder_refuses_is_coerced_or_refused_with_the_rea
     fixable = {"id": "r1", "seq": 1, "value": 1.0, "bogus": 1}  # the codec refuses unknown fields
     broken = {"id": "r2", "seq": "two", "value": 2.0, "bogus": 1}
     rows = [InputRow(i, doc, doc, checked=False) for i, doc in enumerate((fine, fixable, broken))]
-    outcome = scorer.run(rows, _state(scorer, 3), tick=rig.processor.turn)
+    outcome = scorer.run(_fed(rows), _state(scorer, 3), tick=rig.processor.turn)
     assert converted == [fixable, broken]  # the row the encoder took was not converted
     assert sorted(outcome.results) == [0, 1]
     assert outcome.dead[2].stage == "input" and "expected a long" in outcome.dead[2].error

@@ -9,6 +9,7 @@ import pytest
 
 from streamflow.schema.store import SchemaStore
 from streamflow.score import inputs, results
+from streamflow.score.collected import Results
 from streamflow.score.engine import DeadRow, Outcome
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -79,7 +80,7 @@ def test_results_are_written_in_row_order_and_dead_letters_apart(
     tmp_path: Path, suffix: str
 ) -> None:
     outcome = Outcome(
-        results={2: {"id": "c", "p": [0.5, 0.5]}, 0: {"id": "a", "p": [1.0, 0.0]}},
+        results=Results.of({2: {"id": "c", "p": [0.5, 0.5]}, 0: {"id": "a", "p": [1.0, 0.0]}}),
         dead={1: DeadRow(1, "input", "seq: expected a long", "InvalidRow", doc={"id": "b"})},
     )
     out = tmp_path / f"scores{suffix}"
