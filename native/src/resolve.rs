@@ -113,25 +113,6 @@ fn short(name: &str) -> &str {
     name.rsplit('.').next().unwrap_or(name)
 }
 
-fn kind_name(kind: &Kind) -> &'static str {
-    match kind {
-        Kind::Null => "null",
-        Kind::Boolean => "boolean",
-        Kind::Int => "int",
-        Kind::Long => "long",
-        Kind::Float => "float",
-        Kind::Double => "double",
-        Kind::Bytes => "bytes",
-        Kind::String => "string",
-        Kind::Fixed(_) => "fixed",
-        Kind::Enum { .. } => "enum",
-        Kind::Array(_) => "array",
-        Kind::Map(_) => "map",
-        Kind::Record(_) => "record",
-        Kind::Union(_) => "union",
-    }
-}
-
 impl Compiler<'_> {
     fn push(&mut self, op: Op) -> OpId {
         self.ops.push(op);
@@ -191,7 +172,7 @@ impl Compiler<'_> {
                 Some(b) => self.resolve(w, b),
                 None => Ok(self.push(Op::Fail(format!(
                     "the reader's union has no branch for the writer's {}",
-                    kind_name(&wn.kind)
+                    wn.kind.name()
                 )))),
             };
         }
@@ -229,7 +210,7 @@ impl Compiler<'_> {
         if !readable {
             return Ok(Err(format!(
                 "the writer's {} branch is not in the reader's schema",
-                kind_name(&self.w.get(w).kind)
+                self.w.get(w).kind.name()
             )));
         }
         self.resolve(w, r).map(Ok)
@@ -285,8 +266,8 @@ impl Compiler<'_> {
             }
             _ => fail(format!(
                 "the reader expects {}, the writer writes {}",
-                kind_name(rk),
-                kind_name(wk)
+                rk.name(),
+                wk.name()
             )),
         }?;
         Ok(self.push(op))
@@ -361,7 +342,7 @@ impl Compiler<'_> {
 
 fn display(key: &str, kind: &Kind) -> String {
     if key.is_empty() {
-        kind_name(kind).to_string()
+        kind.name().to_string()
     } else {
         key.to_string()
     }

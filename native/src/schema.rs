@@ -43,6 +43,28 @@ pub enum Kind {
     Union(Vec<Id>),
 }
 
+impl Kind {
+    /// The Avro type's name, as the errors say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Null => "null",
+            Kind::Boolean => "boolean",
+            Kind::Int => "int",
+            Kind::Long => "long",
+            Kind::Float => "float",
+            Kind::Double => "double",
+            Kind::Bytes => "bytes",
+            Kind::String => "string",
+            Kind::Fixed(_) => "fixed",
+            Kind::Enum { .. } => "enum",
+            Kind::Array(_) => "array",
+            Kind::Map(_) => "map",
+            Kind::Record(_) => "record",
+            Kind::Union(_) => "union",
+        }
+    }
+}
+
 pub struct Field {
     pub name: String,
     pub ty: Id,

@@ -162,19 +162,7 @@ pub fn from_default(schema: &Schema, id: Id, d: &Bound<'_, PyAny>) -> Result<Val
 
 pub fn kind_label(kind: &Kind) -> &'static str {
     match kind {
-        Kind::Null => "null",
-        Kind::Boolean => "boolean",
-        Kind::Int => "int",
-        Kind::Long => "long",
-        Kind::Float => "float",
-        Kind::Double => "double",
-        Kind::Bytes => "bytes",
-        Kind::String => "string",
-        Kind::Fixed(_) => "fixed",
         Kind::Enum { .. } => "enum symbol",
-        Kind::Array(_) => "array",
-        Kind::Map(_) => "map",
-        Kind::Record(_) => "record",
-        Kind::Union(_) => "union",
+        other => other.name(),
     }
 }

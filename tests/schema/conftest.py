@@ -1,4 +1,5 @@
-"""Fixtures for the schema tests: schema directories written per test."""
+"""Fixtures for the schema tests: schema directories written per test, inline schemas,
+and the column codec's two paths."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from streamflow.schema import Schema, SchemaStore
+from streamflow.schema import Schema, SchemaStore, columns
 
 
 @pytest.fixture
@@ -38,3 +39,12 @@ def make_schema() -> Callable[[dict[str, Any]], Schema]:
         return store.get(names[-1])
 
     return make
+
+
+@pytest.fixture(params=[True, False], ids=["native", "fallback"])
+def native(request: pytest.FixtureRequest) -> bool:
+    """Each column codec test runs twice: the native module (where it is built), and the
+    fastavro fallback, which must give the same answers."""
+    if request.param and columns._native is None:
+        pytest.skip("streamflow._native is not built")
+    return bool(request.param)

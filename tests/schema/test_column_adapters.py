@@ -15,90 +15,26 @@ import fastavro
 import numpy as np
 import pytest
 
-from streamflow.schema import JsonCodec, SchemaStore, SingleObjectCodec, columns
+from streamflow.schema import JsonCodec, SchemaStore, SingleObjectCodec
 from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.codecs import DecodeError, EncodeError, JsonTopicCodec
 from streamflow.schema.columns import ColumnCodec, Columns, records_of
 from streamflow.schema.registry import (
-    RegistrySchema,
     RegistryUnavailable,
-    SchemaNotRegistered,
-    UnknownSchemaId,
     registry_text,
 )
 from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
+from tests.schema.test_registry_codecs import (
+    READING_CLASHING,
+    READING_V1,
+    READING_V2,
+    SUBJECT,
+    MemoryRegistry,
+    framed,
+)
 
-SUBJECT = "readings-value"
-READING_V1 = {
-    "type": "record",
-    "name": "Reading",
-    "namespace": "tests.columns",
-    "fields": [{"name": "id", "type": "string"}, {"name": "value", "type": "double"}],
-}
-READING_V2 = {  # v1 plus a field with a default: v2 reads v1
-    **READING_V1,
-    "fields": [*READING_V1["fields"], {"name": "unit", "type": "string", "default": "C"}],
-}
-READING_CLASHING = {  # `value` a string: v2 cannot read it
-    **READING_V1,
-    "fields": [{"name": "id", "type": "string"}, {"name": "value", "type": "string"}],
-}
 LIMITS = DecodeLimits(max_items=10, max_record_bytes=4096, max_batch_bytes=8192)
 UTC = dt.UTC
-
-
-@pytest.fixture(params=[True, False], ids=["native", "fallback"])
-def native(request: pytest.FixtureRequest) -> bool:
-    if request.param and columns._native is None:
-        pytest.skip("streamflow._native is not built")
-    return bool(request.param)
-
-
-class FakeRegistry:
-    """What the registry codecs ask of a registry, in memory, counting schema lookups."""
-
-    url = "memory://registry"
-
-    def __init__(self) -> None:
-        self.by_id: dict[int, RegistrySchema] = {}
-        self.subjects: dict[str, list[int]] = {}
-        self.lookups = 0
-        self.down = False
-
-    def add(self, doc: dict[str, Any], schema_id: int, subject: str = SUBJECT) -> int:
-        versions = self.subjects.setdefault(subject, [])
-        versions.append(schema_id)
-        text = fastavro_text(doc)
-        self.by_id[schema_id] = RegistrySchema(schema_id, "AVRO", text, version=len(versions))
-        return schema_id
-
-    def schema_by_id(self, schema_id: int) -> RegistrySchema:
-        self._reachable()
-        self.lookups += 1
-        if schema_id not in self.by_id:
-            raise UnknownSchemaId(f"schema id {schema_id}: not found")
-        return self.by_id[schema_id]
-
-    def id_for(self, subject: str, schema_type: str, text: str, *, register: bool) -> int:
-        self._reachable()
-        for schema_id in self.subjects.get(subject, []):
-            if self.by_id[schema_id].text == text:
-                return schema_id
-        if not register:
-            raise SchemaNotRegistered(f"not registered under {subject}")
-        versions = self.subjects.setdefault(subject, [])
-        schema_id = 100 + len(self.by_id)
-        versions.append(schema_id)
-        self.by_id[schema_id] = RegistrySchema(schema_id, schema_type, text, version=len(versions))
-        return schema_id
-
-    def versions(self, subject: str) -> list[RegistrySchema]:
-        self._reachable()
-        return [self.by_id[i] for i in self.subjects.get(subject, [])]
-
-    def _reachable(self) -> None:
-        if self.down:
-            raise RegistryUnavailable("schema registry: connection refused")
 
 
 def fastavro_text(doc: dict[str, Any]) -> str:
@@ -110,10 +46,6 @@ def body(doc: dict[str, Any], record: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, fastavro.parse_schema(doc), record)
     return buf.getvalue()
-
-
-def framed(schema_id: int, data: bytes) -> bytes:
-    return b"\x00" + schema_id.to_bytes(4, "big") + data
 
 
 def per_record(codec: Any, values: list[bytes]) -> tuple[list[Any], list[tuple[int, str]]]:
@@ -136,7 +68,7 @@ def test_a_single_object_codec_gives_its_schema_store_and_limits(
     store = SchemaStore(include_builtin=False)
     store.add_schema(READING_V2)
     store.add_version(READING_V1)  # found by the codec's store alone
-    schema = store.get("tests.columns.Reading")
+    schema = store.get("tests.registry.Reading")
     codec = SingleObjectCodec(schema, store=store, limits=LIMITS)
 
     column = ColumnCodec.for_codec(codec, native=native)
@@ -156,7 +88,7 @@ def test_a_single_object_codec_gives_its_schema_store_and_limits(
 
 def test_json_codecs_have_no_column_form(make_schema: Any) -> None:
     schema = make_schema(READING_V1)
-    registry = FakeRegistry()
+    registry = MemoryRegistry()
     for codec in (
         JsonCodec(schema),
         JsonTopicCodec(schema),
@@ -166,8 +98,11 @@ def test_json_codecs_have_no_column_form(make_schema: Any) -> None:
 
 
 def test_a_registry_codec_shares_its_lookups_and_reasons(make_schema: Any, native: bool) -> None:
-    registry = FakeRegistry()
-    v1, clashing = registry.add(READING_V1, 7), registry.add(READING_CLASHING, 8)
+    registry = MemoryRegistry()
+    v1, clashing = (
+        registry.add(SUBJECT, "AVRO", fastavro_text(READING_V1), schema_id=7),
+        registry.add(SUBJECT, "AVRO", fastavro_text(READING_CLASHING), schema_id=8),
+    )
     reader = make_schema(READING_V2)
     codec = RegistryAvroCodec(reader, registry, subject=SUBJECT, register=False, limits=LIMITS)
 
@@ -197,7 +132,7 @@ def test_a_registry_codec_shares_its_lookups_and_reasons(make_schema: Any, nativ
 def test_a_registry_column_codec_takes_the_id_once_the_codec_has_it(
     make_schema: Any, native: bool
 ) -> None:
-    registry = FakeRegistry()
+    registry = MemoryRegistry()
     schema = make_schema(READING_V1)
     codec = RegistryAvroCodec(schema, registry, subject=SUBJECT, register=True)
     column = ColumnCodec.for_codec(codec, native=native)
@@ -217,8 +152,8 @@ def test_a_registry_column_codec_takes_the_id_once_the_codec_has_it(
 def test_a_registry_that_cannot_be_reached_holds_the_batch_back(
     make_schema: Any, native: bool
 ) -> None:
-    registry = FakeRegistry()
-    v1 = registry.add(READING_V1, 7)
+    registry = MemoryRegistry()
+    v1 = registry.add(SUBJECT, "AVRO", fastavro_text(READING_V1), schema_id=7)
     codec = RegistryAvroCodec(make_schema(READING_V1), registry, subject=SUBJECT, register=False)
     column = ColumnCodec.for_codec(codec, native=native)
     assert column is not None

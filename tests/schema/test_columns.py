@@ -20,16 +20,10 @@ import pytest
 
 from streamflow.schema import Schema, SchemaStore, SingleObjectCodec, columns
 from streamflow.schema.columns import ColumnCodec
+from tests.schema.avro_support import bare
 
 SCHEMAS = Path(__file__).parents[2] / "schemas"
 UTC = dt.UTC
-
-
-@pytest.fixture(params=[True, False], ids=["native", "fallback"])
-def native(request: pytest.FixtureRequest) -> bool:
-    if request.param and columns._native is None:
-        pytest.skip("streamflow._native is not built")
-    return bool(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +114,7 @@ def test_an_8x8_image_and_ragged_arrays(make_schema: Any, native: bool) -> None:
         for i in range(3)
     ]
     codec = ColumnCodec(schema, wire="bare", native=native)
-    values = [_bare(schema, r) for r in records]
+    values = [bare(schema, r) for r in records]
 
     got = codec.decode(values)
 
@@ -129,12 +123,6 @@ def test_an_8x8_image_and_ragged_arrays(make_schema: Any, native: bool) -> None:
     assert sizes.dtype == object and [s.tolist() for s in sizes] == [[], [1], [1, 1]]
     assert got.to_records() == records
     assert codec.encode(got.columns, 3) == (values, [])
-
-
-def _bare(schema: Any, record: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, schema.parsed, record)
-    return buf.getvalue()
 
 
 LOGICAL = {
@@ -334,7 +322,7 @@ def test_registry_wire_with_a_writer_lookup(native: bool) -> None:
     reader = store.get("t.Reading")
     writer = _version(store)
     record = {"n": 3, "label": "x", "x": 2.5, "gone": [], "level": "LO", "maybe": 4}
-    body = _bare(writer, record)
+    body = bare(writer, record)
     codec = ColumnCodec(
         reader, wire="registry", schema_id=1, native=native, writer_lookup={7: writer}.get
     )
@@ -367,7 +355,7 @@ def test_encode_fails_a_record_alone_and_names_the_field(make_schema: Any, nativ
     )
     codec = ColumnCodec(schema, wire="bare", native=native)
     values, errors = codec.encode({"a": np.array([1, 2**40, 3]), "b": ["x", "y", None]}, 3)
-    assert values[0] == _bare(schema, {"a": 1, "b": "x"}) and values[1:] == [None, None]
+    assert values[0] == bare(schema, {"a": 1, "b": "x"}) and values[1:] == [None, None]
     assert [i for i, _ in errors] == [1, 2]
     assert all(why.startswith("value does not match P") for _, why in errors)
     assert "a" in errors[0][1] and "b" in errors[1][1]

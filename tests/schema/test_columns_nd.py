@@ -20,6 +20,7 @@ import pytest
 from streamflow.schema import Schema, SchemaStore, SingleObjectCodec, columns
 from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.columns import ColumnCodec
+from tests.schema.avro_support import bare
 
 GRID = {
     "type": "record",
@@ -39,13 +40,6 @@ GRID = {
 }
 
 
-@pytest.fixture(params=[True, False], ids=["native", "fallback"])
-def native(request: pytest.FixtureRequest) -> bool:
-    if request.param and columns._native is None:
-        pytest.skip("streamflow._native is not built")
-    return bool(request.param)
-
-
 @pytest.fixture
 def grid(make_schema: Any) -> Schema:
     return make_schema(GRID)  # type: ignore[no-any-return]
@@ -59,17 +53,11 @@ def _record(i: int, rows: int = 2, cols: int = 3) -> dict[str, Any]:
     }
 
 
-def _bare(schema: Schema, record: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, schema.parsed, record)
-    return buf.getvalue()
-
-
 def test_one_shape_in_the_batch_is_one_array(grid: Schema, native: bool) -> None:
     records = [_record(i) for i in range(5)]
     codec = ColumnCodec(grid, wire="bare", native=native)
 
-    got = codec.decode([_bare(grid, r) for r in records])
+    got = codec.decode([bare(grid, r) for r in records])
 
     assert got.column("grid").dtype == np.float32 and got.column("grid").shape == (5, 2, 3)
     assert got.column("cube").dtype == np.int64 and got.column("cube").shape == (5, 2, 3, 2)
@@ -84,7 +72,7 @@ def test_other_shapes_ragged_and_empty_records_among_same_shape_ones(
     records = [_record(0), _record(1, rows=3, cols=1), ragged, _record(2), empty, _record(3)]
     codec = ColumnCodec(grid, wire="bare", native=native)
 
-    got = codec.decode([_bare(grid, r) for r in records])
+    got = codec.decode([bare(grid, r) for r in records])
 
     assert got.errors == [] and got.to_records() == records
     shapes = [np.shape(v) if isinstance(v, np.ndarray) else None for v in got.column("grid")]
@@ -98,7 +86,7 @@ def test_other_shapes_ragged_and_empty_records_among_same_shape_ones(
 def test_a_record_failing_inside_an_array_leaves_nothing_in_the_column(grid: Schema) -> None:
     if columns._native is None:
         pytest.skip("streamflow._native is not built")
-    good = [_bare(grid, _record(i)) for i in range(4)]
+    good = [bare(grid, _record(i)) for i in range(4)]
     cut = good[1][: len(good[1]) - 5]  # ends inside the last innermost array of cube
     grown = good[2] + b"\x00"  # a trailing byte after a whole record
     batch = [good[0], cut, grown, good[3], good[1][:9]]  # and one ending inside grid
@@ -126,7 +114,7 @@ def test_a_huge_inner_block_is_refused_before_it_is_read(grid: Schema) -> None:
     body = b"\x02" + b"\x02" + _zigzag(2**31) + b"\x00" * 4
     codec = ColumnCodec(grid, wire="bare", limits=DecodeLimits(max_items=1000))
 
-    got = codec.decode([_bare(grid, _record(0)), body])
+    got = codec.decode([bare(grid, _record(0)), body])
 
     assert got.rows.tolist() == [0] and got.column("grid").shape == (1, 2, 3)
     assert got.errors == [

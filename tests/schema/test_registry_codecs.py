@@ -59,12 +59,17 @@ class MemoryRegistry:
         self.lookups = 0
         self._next_id = FIRST_ID
 
-    def add(self, subject: str, schema_type: str, text: str) -> int:
-        for schema_id in self.subjects.get(subject, []):
-            if self.by_id[schema_id].text == text:
-                return schema_id
-        schema_id = self._next_id
-        self._next_id += 1
+    def add(
+        self, subject: str, schema_type: str, text: str, *, schema_id: int | None = None
+    ) -> int:
+        """``text`` under ``subject`` (its id if it is there already); ``schema_id`` picks
+        the id of a new one."""
+        for known in self.subjects.get(subject, []):
+            if self.by_id[known].text == text:
+                return known
+        if schema_id is None:
+            schema_id = self._next_id
+            self._next_id += 1
         versions = self.subjects.setdefault(subject, [])
         versions.append(schema_id)
         self.by_id[schema_id] = RegistrySchema(schema_id, schema_type, text, version=len(versions))
