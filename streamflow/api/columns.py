@@ -23,6 +23,22 @@ A record that does not decode is a dead letter before the batch is made; a row n
 the rest of the batch is written. Raising fails the whole call: the batch is then run
 again one row at a time, so only the rows that raise alone become dead letters.
 ``Backpressure`` hands the batch back, as for any logic.
+
+A streamlet that needs more than one inlet, keys or state keeps ``process_batch`` and
+can still read an inlet as columns: name it in ``column_inlets``, and the runtime
+decodes that inlet's records of each batch in one call, into columns and into the
+records' values alike. :func:`columns_of` gives the columns of any run of those
+records, in their order::
+
+    class Watch(Streamlet):
+        inp = Inlet("in", "examples.Reading")
+        labels = Inlet("labels", "examples.Label")
+        column_inlets = ("in",)
+
+        def process_batch(self, records):
+            readings = [r for r in records if r.inlet == "in"]
+            batch = columns_of(readings)  # None for records built by hand
+            values = batch["value"] if batch is not None else [r.value["value"] for r in readings]
 """
 
 from __future__ import annotations
@@ -32,13 +48,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ColumnBatch", "ColumnResult", "take"]
+from streamflow.api.ports import Inlet
+from streamflow.api.streamlet import Record
+
+__all__ = [
+    "ColumnBatch",
+    "ColumnRecord",
+    "ColumnResult",
+    "columns_of",
+    "read_as_columns",
+    "take",
+]
 
 
 class ColumnBatch(Mapping[str, Any]):
     """One batch of an inlet's records as columns, by field name (nested: ``"a.b"``)."""
 
-    __slots__ = ("_columns", "_records", "inlet", "n")
+    __slots__ = ("_columns", "_made", "_records", "inlet", "n")
 
     def __init__(
         self,
@@ -51,6 +77,7 @@ class ColumnBatch(Mapping[str, Any]):
         self.n = n
         self._columns = columns
         self._records = records
+        self._made: list[dict[str, Any]] | None = None
 
     def __getitem__(self, name: str) -> Any:
         return self._columns[name]
@@ -63,16 +90,26 @@ class ColumnBatch(Mapping[str, Any]):
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as record values (dicts), as ``process_batch`` would see them: for
-        the parts of a streamlet that are easier to write per record."""
-        return self._records()
+        the parts of a streamlet that are easier to write per record. They are made
+        once, when first asked for."""
+        return list(self._rows())
+
+    def record(self, row: int) -> dict[str, Any]:
+        """One row as a record value (the batch's rows are all made then)."""
+        return self._rows()[row]
+
+    def _rows(self) -> list[dict[str, Any]]:
+        if self._made is None:
+            self._made = self._records()
+        return self._made
 
     def take(self, rows: Sequence[int]) -> ColumnBatch:
         """The batch of only these rows, in this order."""
         index = np.asarray(rows, dtype=np.int64)
         columns = {name: take(column, index) for name, column in self._columns.items()}
-        everything = self._records
+        made = self._rows
         return ColumnBatch(
-            self.inlet, columns, len(index), lambda: [everything()[i] for i in index.tolist()]
+            self.inlet, columns, len(index), lambda: [made()[i] for i in index.tolist()]
         )
 
     def __repr__(self) -> str:
@@ -110,3 +147,83 @@ def take(column: Any, index: np.ndarray) -> Any:
     for place, row in enumerate(index.tolist()):
         out[place] = values[row]  # one at a time: a list value must stay one object
     return out
+
+
+def columns_of(records: Sequence[Record]) -> ColumnBatch | None:
+    """The columns of these records, in their order, where the runtime decoded them as
+    columns (their inlet is in the streamlet's ``column_inlets``) in one batch: the
+    batch itself when they are all of it, in order, else its rows of them. None for an
+    empty list, records of another inlet or batch, or records not read from Kafka."""
+    if not records:
+        return None
+    batch: ColumnBatch | None = None
+    rows: list[int] = []
+    for record in records:
+        found = getattr(record, "_column_row", None)
+        if found is None or (batch is not None and found[0] is not batch):
+            return None
+        batch = found[0]
+        rows.append(found[1])
+    assert batch is not None
+    if len(rows) == batch.n and rows == list(range(batch.n)):
+        return batch
+    return batch.take(rows)
+
+
+def read_as_columns(cls: type, *names: str) -> None:
+    """For a base streamlet whose subclasses bind its inlets: set ``cls.column_inlets`` to
+    those of ``names`` that ``cls`` binds as data inlets (call it from
+    ``__init_subclass__``). A class that sets ``column_inlets`` itself keeps its own."""
+    if "column_inlets" in vars(cls):
+        return
+    bound = {
+        port.name
+        for klass in cls.__mro__
+        for port in vars(klass).values()
+        if isinstance(port, Inlet)
+    }
+    cls.column_inlets = tuple(n for n in names if n in bound)  # type: ignore[attr-defined]
+
+
+_VALUE: Any = Record.__dict__["value"]  # the slot a record's value is kept in
+
+
+class ColumnRecord(Record):
+    """A record of a column inlet (see ``column_inlets``): its row of the batch's columns,
+    whose ``value`` is made a dict only when first read. Logic that reads the columns
+    (:func:`columns_of`) and never the values pays for no dict at all."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of_row(
+        cls,
+        message: Any,
+        batch: ColumnBatch,
+        row: int,
+        *,
+        topic: str,
+        partition: int,
+    ) -> ColumnRecord:
+        record = cls.__new__(cls)
+        record.inlet = batch.inlet
+        record.topic = topic
+        record.partition = partition
+        record._message = message
+        record._column_row = (batch, row)
+        return record
+
+    @property  # the slot, filled when first read
+    def value(self) -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = _VALUE.__get__(self, Record)
+            return found
+        except AttributeError:
+            batch, row = self._column_row
+            made: dict[str, Any] = batch.record(row)
+            _VALUE.__set__(self, made)
+            return made
+
+    @value.setter
+    def value(self, value: dict[str, Any]) -> None:
+        _VALUE.__set__(self, value)

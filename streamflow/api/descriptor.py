@@ -106,6 +106,8 @@ class StreamletDescriptor:
     stateful: bool = False
     #: The outlet ``process_columns`` writes (its logic is PROCESS_COLUMNS), else "".
     columns_outlet: str = ""
+    #: Data inlets whose batches the runtime decodes as columns too (``columns_of``).
+    column_inlets: tuple[str, ...] = ()
 
     @property
     def shape(self) -> Shape:
@@ -132,6 +134,7 @@ class StreamletDescriptor:
             "async": self.is_async,
             "stateful": self.stateful,
             **({"columns_outlet": self.columns_outlet} if self.columns_outlet else {}),
+            **({"column_inlets": list(self.column_inlets)} if self.column_inlets else {}),
             "inlets": [p.to_json() for p in self.inlets],
             "control_inlets": [p.to_json() for p in self.control_inlets],
             "outlets": [p.to_json() for p in self.outlets],
@@ -162,6 +165,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
     columns_outlet = ""
     if logic is Logic.PROCESS_COLUMNS:
         columns_outlet = _columns_outlet(cls, inlets, outlets, stateful, problems)
+    column_inlets = _column_inlets(cls, inlets, logic, problems)
     if problems or logic is None:  # no logic always comes with a problem that says why
         raise DeclarationError(path, problems)
     doc = cls.description or inspect.getdoc(cls) or ""
@@ -179,6 +183,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
         cls=cls,
         stateful=stateful,
         columns_outlet=columns_outlet,
+        column_inlets=column_inlets,
     )
 
 
@@ -251,6 +256,30 @@ def _check_params(
             )
         )
     return tuple(out)
+
+
+def _column_inlets(
+    cls: type[Streamlet],
+    inlets: tuple[PortDescriptor, ...],
+    logic: Logic | None,
+    problems: list[str],
+) -> tuple[str, ...]:
+    """The data inlets ``column_inlets`` names (:func:`streamflow.api.columns.columns_of`)."""
+    named = getattr(cls, "column_inlets", ())
+    if isinstance(named, str) or not all(isinstance(n, str) for n in named):
+        problems.append("column_inlets must be a tuple of inlet names, e.g. ('in',)")
+        return ()
+    if named and logic is Logic.PROCESS_COLUMNS:
+        problems.append("column_inlets is for process_batch: process_columns reads columns")
+        return ()
+    data = {p.name for p in inlets}
+    for name in named:
+        if name not in data:
+            problems.append(
+                f"column_inlets names {name!r}, which is not one of the streamlet's data "
+                f"inlets ({', '.join(sorted(data)) or 'it has none'})"
+            )
+    return tuple(dict.fromkeys(named))
 
 
 def _columns_outlet(

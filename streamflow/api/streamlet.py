@@ -138,6 +138,7 @@ class Record:
     """
 
     __slots__ = (
+        "_column_row",
         "_headers",
         "_key",
         "_message",
@@ -154,6 +155,8 @@ class Record:
     topic: str
     partition: int
     _message: ConsumedMessage | None
+    #: (the ColumnBatch, the row) of a column inlet's record (set by the runtime only)
+    _column_row: tuple[Any, int]
 
     def __init__(
         self,
@@ -389,6 +392,9 @@ class Streamlet:
     description: ClassVar[str] = ""
     #: True: the streamlet keeps durable state in ``self.state`` (see :mod:`streamflow.api.state`).
     stateful: ClassVar[bool] = False
+    #: Data inlets whose records each batch decodes as columns too: ``columns_of(records)``
+    #: gives them (see :mod:`streamflow.api.columns`).
+    column_inlets: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def check_config(

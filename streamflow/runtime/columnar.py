@@ -1,4 +1,6 @@
-"""The batch of a streamlet with ``process_columns``: columns in, columns out.
+"""The batch of a streamlet with ``process_columns``: columns in, columns out; and the
+``column_inlets`` of a ``process_batch`` streamlet, decoded as columns
+(:class:`ColumnInlets`).
 
 Where the inlet's topic has a column codec (Avro: single-object or registry, see
 :mod:`streamflow.schema.columns`), the batch's values are decoded in one native call
@@ -32,9 +34,9 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Message
 
-from streamflow.api.columns import ColumnBatch, ColumnResult
+from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Backpressure, Streamlet
+from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.ports import Bindings, OutletBinding
@@ -42,7 +44,7 @@ from streamflow.schema.codecs import Codec, DecodeError, EncodeError, error_line
 from streamflow.schema.columns import ColumnCodec, Columns, records_of
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
-__all__ = ["ColumnarBatch", "ColumnarPath"]
+__all__ = ["ColumnInlets", "ColumnarBatch", "ColumnarPath"]
 
 log = logging.getLogger("streamflow.runtime")
 
@@ -221,6 +223,55 @@ class ColumnarPath:
             except BufferError:  # the queue is full: the delivery waits for room
                 delivery.produce(topic, data, msg.key(), headers)
         return produced
+
+
+class ColumnInlets:
+    """The ``column_inlets`` of a record-path streamlet: each batch's records of those
+    inlets are decoded together, in one call per inlet, into columns, and their records'
+    values are the rows of those columns (``columns_of`` finds the columns again).
+
+    The processor keeps a place for each such record while it reads the batch, so the
+    batch keeps its order across inlets, and :meth:`fill` puts them in. A record that
+    does not decode is a dead letter with the reason the record path gives. Like a
+    ``process_columns`` batch, these records are not counted against
+    ``max_batch_bytes``: each was refused past ``max_record_bytes`` before decoding.
+    """
+
+    def __init__(self, bindings: Bindings, inlets: tuple[str, ...]) -> None:
+        self.topics = {
+            topic: (inlet, _Decoder(codec))
+            for topic, (inlet, codec) in bindings.inlets_by_topic.items()
+            if inlet in inlets
+        }
+
+    def fill(
+        self,
+        records: list[Record | None],
+        messages: list[Message],
+        places: list[int],
+        dead: list[_Dead],
+    ) -> tuple[list[Record], list[Message]]:
+        """``records`` with each of ``places`` (a place held for a column inlet's record,
+        whose message is ``messages`` at that place) filled, or dropped as a dead letter;
+        and their messages. Raises RegistryUnavailable: the batch backs off."""
+        by_topic: dict[str, list[int]] = {}
+        for place in places:
+            topic: str = messages[place].topic()  # type: ignore[assignment]
+            by_topic.setdefault(topic, []).append(place)
+        for topic, at in by_topic.items():
+            inlet, decoder = self.topics[topic]
+            columns = decoder.decode([messages[i].value() or b"" for i in at])
+            for index, reason in columns.errors:
+                dead.append((messages[at[index]], inlet, DecodeError(reason), "decode"))
+            batch = ColumnBatch(inlet, columns.columns, columns.n, columns.to_records)
+            for row, index in enumerate(columns.rows.tolist()):
+                msg = messages[at[index]]
+                partition: int = msg.partition()
+                records[at[index]] = ColumnRecord.of_row(
+                    msg, batch, row, topic=topic, partition=partition
+                )
+        kept = [i for i, record in enumerate(records) if record is not None]
+        return [r for r in records if r is not None], [messages[i] for i in kept]
 
 
 class _Decoder:

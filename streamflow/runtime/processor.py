@@ -12,6 +12,8 @@ The processor decodes and sorts; the other jobs are each a module's:
 
 - :mod:`~streamflow.runtime.intake`: the consumer group, taking batches, the
   gate that holds data back, rewinds;
+- :mod:`~streamflow.runtime.reading`: a batch's messages decoded into records,
+  cut at its size bound;
 - :mod:`~streamflow.runtime.invoker`: calling the logic in its four shapes,
   isolating poison records;
 - :mod:`~streamflow.runtime.writer`: outputs as records (topic, value, key,
@@ -47,15 +49,15 @@ from streamflow.runtime.intake import Intake
 from streamflow.runtime.invoker import Invoker
 from streamflow.runtime.metrics import Metrics
 from streamflow.runtime.ports import Bindings
+from streamflow.runtime.reading import read_records
 from streamflow.runtime.reporting import BatchReport, DeadLetterHook
 from streamflow.runtime.state.manager import StateManager
 from streamflow.runtime.transactions import TransactionAborted
 from streamflow.runtime.writer import BatchWriter, OutputWriter
-from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 if TYPE_CHECKING:
-    from streamflow.runtime.columnar import ColumnarPath
+    from streamflow.runtime.columnar import ColumnarPath, ColumnInlets
 
 __all__ = ["Processor"]
 
@@ -151,6 +153,11 @@ class Processor:
                 lineage=lineage,
             )
         self._results = BatchWriter(self._writer, descriptor, bindings, delivery, lineage=lineage)
+        self._column_inlets: ColumnInlets | None = None
+        if descriptor.column_inlets:
+            from streamflow.runtime.columnar import ColumnInlets
+
+            self._column_inlets = ColumnInlets(bindings, descriptor.column_inlets)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -212,72 +219,18 @@ class Processor:
         if self._columnar is not None:
             self._process_columns(self._columnar, messages)
             return
-        started = time.perf_counter()
-        offsets: Offsets = {}
-        starts: Offsets = {}  # each partition's first offset in the batch
-        dead: list[_Dead] = []
-        # the records that decoded, and their messages (two lists: no tuple per record)
-        records: list[Record] = []
-        decoded: list[Message] = []
-        keep, keep_message = records.append, decoded.append
-        consumed = Record.consumed
-        counts: dict[str, int] = {}
-        inlets = self.bindings.inlets_by_topic
         if not messages:
             return
-        # Records come in runs from one partition: what is per partition (its inlet, its
-        # next offset, the count) is looked up and stored once per run, not per record;
-        # the run's last message gives the offset (a record reads its own lazily).
-        topic, partition, run, last = "", -1, 0, messages[0]
-        inlet, codec = "", None
-        # what the batch holds decoded, against its limit (schema.bounds: each record's is
-        # known before it is decoded, so this is the most one batch can cost)
-        held, budget = 0, self.bindings.max_batch_bytes
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                log.warning("consumer error: %s", error.str())
-                continue
-            # Without an error, librdkafka always sets topic, partition and offset
-            # (the stubs say Optional; a cast per field would cost on the hot path).
-            this_topic: str = msg.topic()  # type: ignore[assignment]
-            this_partition: int = msg.partition()  # type: ignore[assignment]
-            if this_partition != partition or this_topic != topic:
-                if run:
-                    offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
-                    counts[inlet] = counts.get(inlet, 0) + run
-                topic, partition, run = this_topic, this_partition, 0
-                inlet, codec = inlets[topic]
-                starts.setdefault((topic, partition), msg.offset())  # type: ignore[arg-type]
-            last = msg
-            run += 1
-            raw = msg.value()
-            try:
-                if raw is None:
-                    raise DecodeError("record has no value (a tombstone)")
-                value = codec.decode(raw)  # type: ignore[union-attr]
-            except DecodeError as exc:
-                dead.append((msg, inlet, exc, "decode"))
-                continue
-            except (RegistryUnavailable, RegistryRefused) as exc:
-                # never a dead letter: the record is fine, the registry (or access to it) is not
-                self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
-                return
-            except Exception as exc:  # a codec's own failure on these bytes: still this record's
-                dead.append(
-                    (msg, inlet, DecodeError(f"cannot decode: {error_line(exc)}"), "decode")
-                )
-                continue
-            held += codec.last_size  # type: ignore[union-attr]
-            if held > budget and records:
-                # the rest waits for the next batch, this record with it
-                messages, run, last = self.intake.cut(messages, msg, run, starts)
-                break
-            keep(consumed(msg, value, inlet, topic, partition))
-            keep_message(msg)
-        if run:
-            offsets[(topic, partition)] = last.offset() + 1  # type: ignore[operator]
-            counts[inlet] = counts.get(inlet, 0) + run
+        started = time.perf_counter()
+        try:
+            read = read_records(
+                messages, self.bindings, cut=self.intake.cut, column_inlets=self._column_inlets
+            )
+        except (RegistryUnavailable, RegistryRefused) as exc:
+            # never a dead letter: the record is fine, the registry (or access to it) is not
+            self._back_off(messages, Backpressure(str(exc), retry_after=_REGISTRY_RETRY_S))
+            return
+        records, dead = read.records, read.dead
         state = self.state
         try:
             if state is not None:
@@ -286,15 +239,15 @@ class Processor:
             self.health.doing(self._logic_step)
             results = self._logic(records.copy()) if records else []
         except Backpressure as exc:
-            self._back_off(messages, exc)
+            self._back_off(read.messages, exc)
             return
         finally:
             if state is not None:
                 state.writing(False)
         self._write_and_end(
-            messages,
-            (starts, offsets, counts, dead, started),
-            lambda: self._results.write(decoded, records, results, dead),
+            read.messages,
+            (read.starts, read.offsets, read.counts, dead, started),
+            lambda: self._results.write(read.decoded, records, results, dead),
         )
 
     def _write_and_end(

@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.api.columns import ColumnBatch
 from streamflow.api.streamlet import ConfigProblem
 from streamflow.models import tensors as tensormap
+from streamflow.schema.column_values import python_values
 from streamflow.streamlets.drift import text
 
-__all__ = ["Layout", "TensorColumns", "config_problems", "layout", "read"]
+__all__ = ["Layout", "TensorColumns", "config_problems", "layout", "read", "read_columns"]
 
 TEXT_DTYPES = ("string", "bytes")
 
@@ -129,15 +131,53 @@ def read(
     numeric = np.full((n, len(shape.numeric)), np.nan)
     for column, name in enumerate(shape.scalars):
         numeric[:, column] = [_number(v.get(name)) for v in values]
+    mapping = shape.mapping
+    good, arrays = _encode(mapping, values) if mapping is not None and n else _NONE
+    return _finish(numeric, values, shape, good, arrays)
+
+
+def read_columns(
+    batch: ColumnBatch, shape: Layout
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`read`'s answer for a batch decoded as columns: numbers and tensors straight
+    from its arrays (a tensor's records one by one only where a column is not plain
+    numbers of its shape, as :func:`read` would find them)."""
+    n = batch.n
+    numeric = np.full((n, len(shape.numeric)), np.nan)
+    for column, name in enumerate(shape.scalars):
+        if name in batch:
+            numeric[:, column] = _numbers(batch[name])
+    mapping = shape.mapping
+    good, arrays = _NONE
+    if mapping is not None and n:
+        tensors = mapping.encode_columns(batch)
+        if tensors is not None:
+            good, arrays = np.arange(n), tensors
+        else:
+            good, arrays = _encode(mapping, batch.records())
+    needs_values = bool(shape.categorical) or bool(shape.texts)
+    return _finish(numeric, batch.records() if needs_values else [{}] * n, shape, good, arrays)
+
+
+_NONE: tuple[np.ndarray, dict[str, np.ndarray]] = (np.zeros(0, dtype=np.int64), {})
+
+
+def _finish(
+    numeric: np.ndarray,
+    values: Sequence[Mapping[str, Any]],
+    shape: Layout,
+    good: np.ndarray,
+    arrays: Mapping[str, Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The tensors' element columns into ``numeric``, the categories and the texts."""
+    n = len(values)
     categorical = np.array(
         [[str(v.get(f)) for f in shape.categorical] for v in values], dtype=object
     ).reshape(n, len(shape.categorical))
     texts = np.empty((n, len(shape.texts)), dtype=object)
     texts.fill(())
-    mapping = shape.mapping
-    if mapping is None or not n:
+    if shape.mapping is None or not n:
         return numeric, categorical, texts, 0
-    good, arrays = _encode(mapping, values)
     for tensor in shape.tensors:
         if good.size:
             flat = np.asarray(arrays[tensor.name], dtype=np.float64).reshape(good.size, -1)
@@ -172,6 +212,20 @@ def _encode(
         return np.array(good, dtype=np.int64), mapping.encode(chosen)
     except tensormap.MappingError:  # records that fit alone but not together: give up on them
         return np.zeros(0, dtype=np.int64), {}
+
+
+def _numbers(column: Any) -> np.ndarray:
+    """A column as :func:`_number` reads each value: NaN for a null, a boolean, a time or
+    anything that is no number."""
+    data = np.asarray(np.ma.getdata(column))
+    if data.dtype.kind in "iuf" and data.ndim == 1:
+        out = data.astype(np.float64)
+        if np.ma.isMaskedArray(column):
+            out[np.ma.getmaskarray(column)] = np.nan
+        return out
+    if data.dtype.kind in "bM":
+        return np.full(len(data), np.nan)
+    return np.array([_number(v) for v in python_values(column, None)], dtype=np.float64)
 
 
 def _number(value: Any) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from streamflow.api.columns import columns_of
 from streamflow.api.streamlet import Record
 from streamflow.streamlets.drift import detect, inputs, versions, windows
 from streamflow.streamlets.drift.settings import DriftSettings
@@ -181,8 +182,14 @@ def output_layout(class_field: str) -> inputs.Layout:
 
 
 def input_rows(records: Sequence[Record], source: Source) -> tuple[windows.Rows, int]:
-    """(the input records' watched features as columns, how many the mapping refused)."""
-    numeric, categorical, text, refused = inputs.read([r.value for r in records], source.layout)
+    """(the input records' watched features as columns, how many the mapping refused):
+    from the columns they were decoded into, where the runtime did (``column_inlets``)."""
+    batch = columns_of(records)
+    if batch is not None:
+        numeric, categorical, text, refused = inputs.read_columns(batch, source.layout)
+    else:
+        values = [r.value for r in records]
+        numeric, categorical, text, refused = inputs.read(values, source.layout)
     rows = _rows(records, numeric, categorical, np.zeros(len(records), dtype=np.int64), text)
     return rows, refused
 

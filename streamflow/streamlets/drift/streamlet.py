@@ -31,9 +31,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from streamflow.api import params
+from streamflow.api.columns import read_as_columns
 from streamflow.api.descriptor import describe
 from streamflow.api.ports import ControlInlet, Emit, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
@@ -76,6 +77,14 @@ class DriftDetector(Streamlet):
 
     # windows, first-N references and verdicts survive a restart (see .durable)
     stateful = True
+    # the model's inputs arrive as columns too: the windows read numbers and tensors from
+    # them, with no record-by-record pass (set for subclasses that bind `in`, below)
+    column_inlets: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        read_as_columns(cls, INPUTS)
+
     control = ControlInlet("control", "streamflow.ml.DriftConfig")
     model = ControlInlet("model", "streamflow.ml.ModelDescriptor")
     reports = Outlet("reports", _REPORT, key=_report_key)

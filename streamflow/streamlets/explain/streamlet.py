@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from streamflow.api import params
+from streamflow.api.columns import columns_of, read_as_columns
 from streamflow.api.ports import Emit, Outlet
 from streamflow.api.streamlet import Backpressure, Context, Record
 from streamflow.models import remote, tensors
@@ -104,6 +105,10 @@ class ModelExplainer(ModelFollower):
     samples = params.Int(default=256, min=8, description="SHAP samples per record")
     explainer_url = params.Str(default="", description="remote: a KServe V1 explainer's server")
     explainer_model = params.Str(default="", description="remote: its model name (default: ours)")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        read_as_columns(cls, "in")  # a batch's tensors are read straight from its columns
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -305,7 +310,12 @@ class ModelExplainer(ModelFollower):
     def _encode(
         self, active: ActiveModel, records: list[Record]
     ) -> tuple[list[int], dict[str, np.ndarray]]:
-        """The batch's input tensors, and which records they are (those the mapping fits)."""
+        """The batch's input tensors, and which records they are (those the mapping fits):
+        straight from the columns the batch was decoded into where it can be, else (a
+        column not of the mapping's shape, records built by hand) record by record."""
+        batch = columns_of(records)
+        if batch is not None and (tensors_ := active.mapping.encode_columns(batch)) is not None:
+            return list(range(len(records))), tensors_
         values = [r.value for r in records]
         try:
             return list(range(len(records))), active.mapping.encode(values)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from streamflow import Backpressure, Record
+from streamflow.models import tensors
 from streamflow.testkit import StreamletHarness
 from tests.model_fixtures import WineModels
 from tests.streamlets.drift.hosted import Hosted
@@ -313,3 +314,55 @@ def test_a_background_half_taken_survives_a_restart(tmp_path: Path) -> None:
     assert explained == list(range(49, 80))
     assert again.context.skipped["no-background-yet"] == 19
     again.teardown()
+
+
+_TIMED = ("time", "latency_ms")  # the clock's, not the inputs'
+
+
+class _ByRecord(e.PointExplainer):
+    column_inlets = ()
+
+
+def test_inputs_read_as_columns_explain_the_same_as_record_by_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's tensors come straight from its columns (``column_inlets``); the records
+    explained, and every number in their explanations, are what the record path gives."""
+    rows = e.points(160, seed=9)
+    straight: list[bool] = []
+    encode_columns = tensors.BoundMapping.encode_columns
+
+    def spied(self: tensors.BoundMapping, columns: Any) -> Any:
+        found = encode_columns(self, columns)
+        straight.append(found is not None)
+        return found
+
+    monkeypatch.setattr(tensors.BoundMapping, "encode_columns", spied)
+    model = e.linear_model(tmp_path / "linear.keras")
+    runs = []
+    for cls in (e.PointExplainer, _ByRecord):
+        h = StreamletHarness(
+            cls,
+            config={
+                "input_fields": e.FEATURES,
+                "cache_dir": str(tmp_path / f"cache-{cls.__name__}"),
+                "sample_rate": 0.5,
+                "background_size": 50,
+                "budget": "10m",
+            },
+            schema_paths=[e.SCHEMAS],
+            name="explain",
+        )
+        h.control("model", e.descriptor(1, model))
+        assert e.settle(h, 1)["state"] == "serving"
+        h.feed("in", rows, keys=[r["id"] for r in rows])
+        h.run()
+        runs.append(
+            (
+                [(k, {f: v[f] for f in v if f not in _TIMED}) for k, v in h.outputs("out")],
+                dict(h.context.skipped),
+            )
+        )
+        h.teardown()
+    assert runs[0] == runs[1] and runs[0][0]
+    assert straight and all(straight)  # the columns path read every batch's tensors
