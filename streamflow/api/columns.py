@@ -43,6 +43,7 @@ records, in their order::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -191,7 +192,8 @@ _VALUE: Any = Record.__dict__["value"]  # the slot a record's value is kept in
 class ColumnRecord(Record):
     """A record of a column inlet (see ``column_inlets``): its row of the batch's columns,
     whose ``value`` is made a dict only when first read. Logic that reads the columns
-    (:func:`columns_of`) and never the values pays for no dict at all."""
+    (:func:`columns_of`) and never the values pays for no dict at all. Setting ``value``
+    parts the record from its columns; changing the dict in place does not."""
 
     __slots__ = ()
 
@@ -226,4 +228,7 @@ class ColumnRecord(Record):
 
     @value.setter
     def value(self, value: dict[str, Any]) -> None:
+        """A value set by the logic is the record's from then on: it has no columns."""
         _VALUE.__set__(self, value)
+        with contextlib.suppress(AttributeError):  # parted already
+            del self._column_row

@@ -266,7 +266,7 @@ def _column_inlets(
 ) -> tuple[str, ...]:
     """The data inlets ``column_inlets`` names (:func:`streamflow.api.columns.columns_of`)."""
     named = getattr(cls, "column_inlets", ())
-    if isinstance(named, str) or not all(isinstance(n, str) for n in named):
+    if not isinstance(named, tuple | list) or not all(isinstance(n, str) for n in named):
         problems.append("column_inlets must be a tuple of inlet names, e.g. ('in',)")
         return ()
     if named and logic is Logic.PROCESS_COLUMNS:

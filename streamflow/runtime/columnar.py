@@ -38,6 +38,7 @@ from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
+from streamflow.runtime.dlq import TOMBSTONE, Dead
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import Codec, DecodeError, EncodeError, error_line
@@ -48,9 +49,6 @@ __all__ = ["ColumnInlets", "ColumnarBatch", "ColumnarPath"]
 
 log = logging.getLogger("streamflow.runtime")
 
-_Dead = tuple[Message, str, BaseException, str]
-_TOMBSTONE = "record has no value (a tombstone)"  # as the record path says it
-
 
 @dataclass
 class ColumnarBatch:
@@ -59,7 +57,7 @@ class ColumnarBatch:
     offsets: Offsets = field(default_factory=dict)
     starts: Offsets = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    dead: list[_Dead] = field(default_factory=list)
+    dead: list[Dead] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)  # the decoded rows' messages
     batch: ColumnBatch | None = None
 
@@ -113,7 +111,7 @@ class ColumnarPath:
             read.counts[inlet] = read.counts.get(inlet, 0) + 1
             raw = msg.value()
             if raw is None:
-                read.dead.append((msg, inlet, DecodeError(_TOMBSTONE), "decode"))
+                read.dead.append((msg, inlet, DecodeError(TOMBSTONE), "decode"))
                 continue
             values.append(raw)
             kept.append(msg)
@@ -231,25 +229,27 @@ class ColumnInlets:
     values are the rows of those columns (``columns_of`` finds the columns again).
 
     The processor keeps a place for each such record while it reads the batch, so the
-    batch keeps its order across inlets, and :meth:`fill` puts them in. A record that
+    batch keeps its order across inlets, and :meth:`fill` puts them in. Only a topic
+    with a column form (Avro) is read so: a JSON topic's records keep its codec's own
+    values, and ``columns_of`` gives None for them. A record that
     does not decode is a dead letter with the reason the record path gives. Like a
     ``process_columns`` batch, these records are not counted against
     ``max_batch_bytes``: each was refused past ``max_record_bytes`` before decoding.
     """
 
     def __init__(self, bindings: Bindings, inlets: tuple[str, ...]) -> None:
-        self.topics = {
-            topic: (inlet, _Decoder(codec))
-            for topic, (inlet, codec) in bindings.inlets_by_topic.items()
-            if inlet in inlets
-        }
+        self.topics: dict[str, tuple[str, _Decoder]] = {}
+        for topic, (inlet, codec) in bindings.inlets_by_topic.items():
+            decoder = _Decoder(codec)
+            if inlet in inlets and decoder.columnar:
+                self.topics[topic] = (inlet, decoder)
 
     def fill(
         self,
         records: list[Record | None],
         messages: list[Message],
         places: list[int],
-        dead: list[_Dead],
+        dead: list[Dead],
     ) -> tuple[list[Record], list[Message]]:
         """``records`` with each of ``places`` (a place held for a column inlet's record,
         whose message is ``messages`` at that place) filled, or dropped as a dead letter;
@@ -280,6 +280,11 @@ class _Decoder:
     def __init__(self, codec: Codec) -> None:
         self._codec = codec
         self._columns = ColumnCodec.for_codec(codec)
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the topic has a column form (Avro), rather than records made columns."""
+        return self._columns is not None
 
     def decode(self, values: list[bytes]) -> Columns:
         if self._columns is not None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from confluent_kafka import Message
 
-__all__ = ["dead_letter", "describe"]
+__all__ = ["TOMBSTONE", "Dead", "dead_letter", "describe"]
+
+#: a dead letter on its way: (the message, its inlet, the error, the stage: "decode"...)
+Dead = tuple[Message, str, BaseException, str]
+#: why a record with no value is one, on every path
+TOMBSTONE = "record has no value (a tombstone)"
 
 _MAX_ERROR = 2000
 

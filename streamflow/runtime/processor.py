@@ -44,6 +44,7 @@ from streamflow.runtime import dlq, shutdown
 from streamflow.runtime.checkpoint import Checkpoint, Tally
 from streamflow.runtime.control import ControlReader
 from streamflow.runtime.delivery import Delivery, Offsets
+from streamflow.runtime.dlq import Dead
 from streamflow.runtime.health import HealthState
 from streamflow.runtime.intake import Intake
 from streamflow.runtime.invoker import Invoker
@@ -64,7 +65,6 @@ __all__ = ["Processor"]
 log = logging.getLogger("streamflow.runtime")
 
 _REGISTRY_RETRY_S = 2.0  # how long a batch waits for an unreachable schema registry
-_Dead = tuple[Message, str, BaseException, str]
 
 
 class Processor:
@@ -253,7 +253,7 @@ class Processor:
     def _write_and_end(
         self,
         messages: list[Message],
-        batch: tuple[Offsets, Offsets, dict[str, int], list[_Dead], float],
+        batch: tuple[Offsets, Offsets, dict[str, int], list[Dead], float],
         produce: Callable[[], dict[str, int]],
     ) -> None:
         """Write a batch's outputs (``produce``: how many went to each outlet) and its dead

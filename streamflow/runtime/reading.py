@@ -23,6 +23,7 @@ from confluent_kafka import Message
 
 from streamflow.api.streamlet import Record
 from streamflow.runtime.delivery import Offsets
+from streamflow.runtime.dlq import TOMBSTONE, Dead
 from streamflow.runtime.ports import Bindings
 from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
@@ -34,7 +35,6 @@ __all__ = ["RecordBatch", "read_records"]
 
 log = logging.getLogger("streamflow.runtime")
 
-_Dead = tuple[Message, str, BaseException, str]
 Cut = Callable[[list[Message], Message, int, Offsets], tuple[list[Message], int, Message]]
 
 
@@ -46,7 +46,7 @@ class RecordBatch:
     messages: list[Message]
     records: list[Record] = field(default_factory=list)
     decoded: list[Message] = field(default_factory=list)
-    dead: list[_Dead] = field(default_factory=list)
+    dead: list[Dead] = field(default_factory=list)
     offsets: Offsets = field(default_factory=dict)
     starts: Offsets = field(default_factory=dict)  # each partition's first offset in it
     counts: dict[str, int] = field(default_factory=dict)
@@ -102,7 +102,7 @@ def read_records(
             continue
         try:
             if raw is None:
-                raise DecodeError("record has no value (a tombstone)")
+                raise DecodeError(TOMBSTONE)
             value = codec.decode(raw)  # type: ignore[union-attr]
         except DecodeError as exc:
             dead.append((msg, inlet, exc, "decode"))

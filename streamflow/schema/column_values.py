@@ -160,6 +160,12 @@ class Columns:
     def column(self, name: str) -> Any:
         return self.columns[name]
 
+    def take(self, places: Sequence[int] | np.ndarray) -> Columns:
+        """Only the decoded rows at ``places`` (0 to n-1), in that order; no errors."""
+        index = np.asarray(places, dtype=np.int64)
+        columns = {name: column[index] for name, column in self.columns.items()}
+        return Columns(self._layout, self.rows[index], [], columns)
+
     def to_records(self) -> list[dict[str, Any]]:
         """The records, exactly as fastavro's ``schemaless_reader`` returns them."""
         return to_records(self._layout, self.columns, self.n)

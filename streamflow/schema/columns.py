@@ -48,7 +48,12 @@ from streamflow.schema.codecs import (
     error_line,
 )
 from streamflow.schema.column_values import Columns, records_of
-from streamflow.schema.registry import UNKNOWN_ID_RECHECK_S, RegistryUnavailable, read_header
+from streamflow.schema.registry import (
+    UNKNOWN_ID_RECHECK_S,
+    RegistryRefused,
+    RegistryUnavailable,
+    read_header,
+)
 from streamflow.schema.registry_codecs import RegistryAvroCodec
 from streamflow.schema.store import Schema, SchemaStore
 
@@ -245,7 +250,7 @@ class ColumnCodec:
         """The writer schema of a registry id, or why its records cannot be read."""
         try:
             writer = self._lookup(schema_id) if self._lookup else None
-        except RegistryUnavailable:
+        except (RegistryUnavailable, RegistryRefused):
             raise  # backpressure, as with the per-record codec: the batch waits and is retried
         except DecodeError as exc:  # a registry codec's own words for an id it cannot read
             return str(exc)

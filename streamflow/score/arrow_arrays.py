@@ -53,13 +53,15 @@ def from_numpy(column: np.ndarray) -> Any:
     """A 1-D numpy column as an Arrow array, typed as ``Table.from_pylist`` types the
     same values in Python: integers int64, floats float64, times in microseconds (UTC),
     dates date32, text string, bytes binary; None where it is something else (an object
-    column of other values, an n-d array)."""
+    column of other values, an n-d array, a column of nulls only)."""
     arrow = _arrow()
     mask = np.ma.getmaskarray(column) if np.ma.isMaskedArray(column) else None
     data = np.asarray(np.ma.getdata(column))
     if data.ndim != 1:
         return None
     n = len(data)
+    if mask is not None and n and mask.all():
+        return None  # all null: pyarrow's null type, as from_pylist gives
     validity = None if mask is None or not mask.any() else _packed(~mask)
     kind = data.dtype.kind
     if kind in "iu":
@@ -85,6 +87,8 @@ def _text(values: np.ndarray, mask: np.ndarray | None) -> Any:
     if mask is not None:
         null |= mask
     present = values[~null].tolist()
+    if not present:
+        return None  # all null: pyarrow's null type, as from_pylist gives
     try:
         if all(isinstance(v, str) for v in present):
             kind, encoded = arrow.string(), [v.encode("utf-8") for v in present]

@@ -22,23 +22,29 @@ first result of a row it sees twice.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streamflow.runtime import lineage
 from streamflow.runtime.clients import watermarks
 from streamflow.schema.codecs import Codec, DecodeError
 from streamflow.schema.columns import ColumnCodec
-from streamflow.score.collected import Results
 from streamflow.score.feed import Encoded, Feed
 from streamflow.score.inputs import InputBatch
+from streamflow.score.outcome import (
+    DeadRow,
+    FailedRows,
+    Outcome,
+    Progress,
+    RunState,
+    ScoreError,
+    ScoreStalled,
+    text,
+)
 
 __all__ = [
     "DeadRow",
@@ -57,113 +63,6 @@ _SAVE_EVERY_S = 1.0
 _COLLECT_BATCH = 1000
 _SEND_BETWEEN_TURNS = 1000
 _SAVE_FLUSH_S = 10.0
-
-
-class ScoreError(RuntimeError):
-    """The run cannot go on (a row that Kafka would not take, say)."""
-
-
-class ScoreStalled(ScoreError):
-    """Rows are out and nothing has come back for a long time."""
-
-
-class FailedRows:
-    """The scorer's producer's ``on_delivery``: librdkafka reports only failures.
-
-    A report per row would cost a Python call per row; success is learnt in bulk
-    instead, from a flush when the state is saved.
-    """
-
-    def __init__(self) -> None:
-        self.first: str | None = None
-
-    def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and self.first is None:
-            headers = dict(cast(list[tuple[str, Any]], msg.headers() or []))
-            row = _text(headers.get(lineage.ROW)) or "?"
-            self.first = f"Kafka did not take row {row}: {err.str()}"
-
-    def producer_config(self) -> dict[str, Any]:
-        """What the scorer's producer must be created with."""
-        return {"delivery.report.only.error": True, "on_delivery": self}
-
-
-@dataclass(frozen=True)
-class DeadRow:
-    """A row that came out as a dead letter, or that never went in."""
-
-    row: int
-    stage: str  # the streamlet that dead-lettered it, or "input" for a refused row
-    error: str
-    error_type: str
-    doc: Any = None  # the row as read, for a refused row
-
-
-@dataclass
-class Progress:
-    total: int
-    sent: int = 0
-    results: int = 0
-    dead: int = 0
-    rejected: int = 0
-    elapsed_s: float = 0.0
-
-    @property
-    def accounted(self) -> int:
-        return self.results + self.dead + self.rejected
-
-    @property
-    def in_flight(self) -> int:
-        return self.sent - self.results - self.dead
-
-    def to_json(self) -> dict[str, Any]:
-        rate = self.accounted / self.elapsed_s if self.elapsed_s > 0 else 0.0
-        return {
-            "event": "progress",
-            "total": self.total,
-            "sent": self.sent,
-            "results": self.results,
-            "dead_letters": self.dead,
-            "rejected": self.rejected,
-            "records_per_s": round(rate, 1),
-            "elapsed_s": round(self.elapsed_s, 1),
-        }
-
-
-@dataclass
-class Outcome:
-    """What a run collected: the first result of each row, and the rows that did not make it."""
-
-    results: Results = field(default_factory=Results)
-    dead: dict[int, DeadRow] = field(default_factory=dict)
-    #: results beyond the first for a row (a streamlet that writes several, or a replay)
-    extra_results: int = 0
-
-
-@dataclass
-class RunState:
-    """What a resumed run needs; saved as JSON next to the results file."""
-
-    run: str
-    input: dict[str, Any]
-    total: int
-    #: where collection started: topic -> partition (as text, for JSON) -> offset
-    offsets: dict[str, dict[str, int]]
-    #: rows 0..acknowledged-1 (in file order) are on the input topic
-    acknowledged: int = 0
-
-    def save(self, path: Path) -> None:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(self.__dict__, indent=2) + "\n", encoding="utf-8")
-        os.replace(partial, path)
-
-    @classmethod
-    def load(cls, path: Path) -> RunState:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(**data)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ScoreError(f"{path} is not a scoring run's state ({exc}): delete it") from None
 
 
 class Scorer:
@@ -348,22 +247,18 @@ class Scorer:
         return messages
 
     def _results(self, rows: list[int], values: list[bytes]) -> None:
-        """Keep the first result of each row: decoded as one batch of columns where the
-        output's codec has a column form, else one by one."""
-        results, seen = self.outcome.results, set()
-        fresh: list[int] = []  # places in ``rows`` of rows seen for the first time
-        for i, row in enumerate(rows):
-            if row in results or row in seen:
-                self.outcome.extra_results += 1
-            else:
-                seen.add(row)
-                fresh.append(i)
+        """Keep the first result of each row that decodes: a batch of columns where the
+        output's codec has a column form, else one by one. A copy that does not decode
+        is a dead letter of the collection, kept unless a copy that decodes comes too."""
+        results = self.outcome.results
+        fresh = [i for i, row in enumerate(rows) if row not in results]
+        self.outcome.extra_results += len(rows) - len(fresh)
         if self.output_columns is not None:
             columns = self.output_columns.decode([values[i] for i in fresh])
             for place, why in columns.errors:
                 self._undecodable(rows[fresh[place]], why)
-            kept = [rows[fresh[place]] for place in columns.rows.tolist()]
-            results.add_columns(kept, columns)
+            kept, places = self._first_of_each([rows[fresh[p]] for p in columns.rows.tolist()])
+            results.add_columns(kept, columns if len(kept) == columns.n else columns.take(places))
             self._accounted.update(kept)
             return
         for i in fresh:
@@ -372,8 +267,23 @@ class Scorer:
             except DecodeError as exc:
                 self._undecodable(rows[i], str(exc))
                 continue
+            if rows[i] in results:
+                self.outcome.extra_results += 1
+                continue
             results.add(rows[i], value)
             self._accounted.add(rows[i])
+
+    def _first_of_each(self, decoded: list[int]) -> tuple[list[int], list[int]]:
+        """(each row's first in ``decoded``, and its place there); the copies are extra."""
+        seen: set[int] = set()
+        places: list[int] = []
+        for place, row in enumerate(decoded):
+            if row in seen:
+                self.outcome.extra_results += 1
+            else:
+                seen.add(row)
+                places.append(place)
+        return [decoded[p] for p in places], places
 
     def _undecodable(self, row: int, why: str) -> None:
         self._dead_letter(row, "collect", {_ERROR: why.encode(), _ERROR_TYPE: b"DecodeError"})
@@ -381,7 +291,7 @@ class Scorer:
     def _dead_letter(self, row: int, stage: str, headers: dict[str, Any]) -> None:
         if row not in self.outcome.dead:
             self.outcome.dead[row] = DeadRow(
-                row, stage, _text(headers.get(_ERROR)), _text(headers.get(_ERROR_TYPE))
+                row, stage, text(headers.get(_ERROR)), text(headers.get(_ERROR_TYPE))
             )
         self._accounted.add(row)
 
@@ -434,9 +344,3 @@ def end_offsets(
     if topics[0] not in offsets:
         raise ScoreError(f"the output topic {topics[0]!r} does not exist")
     return offsets
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else str(value)

@@ -16,6 +16,7 @@ no column form (JSON), are encoded one by one.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,15 @@ class Feed:
                 for offset, _why in errors:  # the record's own way says why, or mends it
                     out.values[offset] = self._one(batch.row(offset), out)
                 return out
-        out.values = [self._one(batch.row(offset), out) for offset in range(len(batch))]
+        rows = (
+            batch.rows
+            if batch.table is None
+            else [
+                InputRow(batch.first + i, doc, doc, checked=False)
+                for i, doc in enumerate(batch.table.to_pylist())
+            ]
+        )
+        out.values = [self._one(row, out) for row in rows]
         return out
 
     def _one(self, row: InputRow, out: Encoded) -> bytes | None:
@@ -91,17 +100,36 @@ def arrow_columns(table: Any, schema: dict[str, Any]) -> dict[str, Any] | None:
     for spec in schema["fields"]:
         name = spec["name"]
         if name in names:
-            out[name] = _column(table.column(name))
+            out[name] = _column(table.column(name), _logical(spec["type"]))
         else:
             out[name] = [spec.get("default")] * n
     return out
 
 
-def _column(column: Any) -> Any:
-    """numpy for fixed-width numbers, times and dates; the Python values for the rest."""
+def _column(column: Any, logical: str | None) -> Any:
+    """numpy for fixed-width numbers, and for times and dates going into a field of their
+    own kind; the Python values for the rest. A timestamp without a time zone is left to
+    fastavro, which reads it in the machine's local time, as the rows always were."""
+    types = importlib.import_module("pyarrow").types
+    kind = column.type
+    if types.is_timestamp(kind) and (kind.tz is None or logical not in _TIMESTAMPS):
+        return column.to_pylist()
+    if types.is_date32(kind) and logical != "date":
+        return column.to_pylist()
     chunks = column.chunks
     if chunks:
         values = to_numpy(chunks[0] if len(chunks) == 1 else column.combine_chunks())
         if values is not None:
             return values
     return column.to_pylist()
+
+
+_TIMESTAMPS = ("timestamp-millis", "timestamp-micros")
+
+
+def _logical(kind: Any) -> str | None:
+    """The logical type of a field's type, through a union with null."""
+    if isinstance(kind, list):
+        branches = [b for b in kind if b != "null"]
+        kind = branches[0] if len(branches) == 1 else None
+    return kind.get("logicalType") if isinstance(kind, dict) else None

@@ -20,6 +20,7 @@ from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.codecs import DecodeError, EncodeError, JsonTopicCodec
 from streamflow.schema.columns import ColumnCodec, Columns, records_of
 from streamflow.schema.registry import (
+    RegistryRefused,
     RegistryUnavailable,
     registry_text,
 )
@@ -149,20 +150,23 @@ def test_a_registry_column_codec_takes_the_id_once_the_codec_has_it(
     assert registry.lookups == 0  # our own id is known: no lookup, here or in the codec
 
 
+@pytest.mark.parametrize("failure", [RegistryUnavailable, RegistryRefused])
 def test_a_registry_that_cannot_be_reached_holds_the_batch_back(
-    make_schema: Any, native: bool
+    make_schema: Any, native: bool, failure: type[Exception]
 ) -> None:
+    """Down, or refusing us (401, 403): the records are fine, so none is a dead letter."""
     registry = MemoryRegistry()
     v1 = registry.add(SUBJECT, "AVRO", fastavro_text(READING_V1), schema_id=7)
     codec = RegistryAvroCodec(make_schema(READING_V1), registry, subject=SUBJECT, register=False)
     column = ColumnCodec.for_codec(codec, native=native)
     assert column is not None
     values = [framed(v1, body(READING_V1, {"id": "a", "value": 1.5}))]
-    registry.down = True
+    registry.down, registry.refusing = failure is RegistryUnavailable, failure is RegistryRefused
 
-    with pytest.raises(RegistryUnavailable):  # not a dead letter: the batch is retried
+    with pytest.raises(failure):  # not a dead letter: the batch is retried
         column.decode(values)
 
+    registry.refusing = False
     registry.down = False
     got = column.decode(values)
     assert got.errors == [] and got.to_records() == [{"id": "a", "value": 1.5}]

@@ -16,6 +16,7 @@ from streamflow.schema import Schema
 from streamflow.schema import jsonschema as json_schemas
 from streamflow.schema.codecs import DecodeError, EncodeError, JsonTopicCodec
 from streamflow.schema.registry import (
+    RegistryRefused,
     RegistrySchema,
     RegistryUnavailable,
     SchemaNotRegistered,
@@ -56,6 +57,7 @@ class MemoryRegistry:
         self.by_id: dict[int, RegistrySchema] = {}
         self.subjects: dict[str, list[int]] = {}
         self.down = False
+        self.refusing = False  # answering 403: reachable, but not to us
         self.lookups = 0
         self._next_id = FIRST_ID
 
@@ -107,6 +109,8 @@ class MemoryRegistry:
     def _reachable(self) -> None:
         if self.down:
             raise RegistryUnavailable("schema registry: connection refused")
+        if self.refusing:
+            raise RegistryRefused("schema registry: 403 Forbidden")
 
 
 @pytest.fixture

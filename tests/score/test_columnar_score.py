@@ -282,3 +282,71 @@ def test_prefetch_hands_over_batches_errors_and_stops_its_source() -> None:
     next(iter(prefetch))  # left after one batch: closing stops the reading
     prefetch.close()
     assert closed.is_set()
+
+
+def test_a_column_of_nulls_only_is_written_as_from_pylist_writes_it(
+    native: bool, codec: SingleObjectCodec
+) -> None:
+    docs = [{k: v for k, v in _row(i).items() if k != "extra"} for i in range(6)]
+    for doc in docs:
+        doc["maybe"] = None
+    results = Results()
+    results.add_columns(list(range(6)), _decoded(codec, docs, native))
+    table = results.arrow_table("row")
+    expected = pa.Table.from_pylist(
+        [{"row": i, **codec.decode(codec.encode(doc))} for i, doc in enumerate(docs)]
+    )
+    assert table is not None and table.schema == expected.schema and table.equals(expected)
+    assert table.schema.field("maybe").type == pa.null()
+
+
+def test_times_without_a_zone_and_dates_for_timestamps_go_as_rows_did(
+    native: bool, codec: SingleObjectCodec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fastavro reads a naive datetime in the machine's zone, and refuses a date for a
+    timestamp: the table's bytes are the rows' bytes, in a zone that is not UTC too."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        docs = [_row(i) for i in range(4)]
+        naive = [{**doc, "at": doc["at"].replace(tzinfo=None)} for doc in docs]
+        as_date = [{**doc, "at": doc["day"]} for doc in docs]
+        for rows in (naive, as_date):
+            table = pa.Table.from_pylist(rows)
+            encoded = Feed(codec, inputs.converter(codec.schema)).encode(InputBatch(0, table=table))
+            expected = _one_by_one(codec, rows)
+            assert encoded.values == [v if isinstance(v, bytes) else None for v in expected]
+        assert all(Feed(codec).encode(InputBatch(0, table=pa.Table.from_pylist(naive))).values)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_of_copies_of_a_result_in_one_consume_the_first_that_decodes_is_kept(
+    codec: SingleObjectCodec,
+) -> None:
+    from typing import cast
+
+    from confluent_kafka import Consumer, Producer
+
+    from streamflow.score import engine
+
+    scorer = engine.Scorer(
+        producer=cast(Producer, None),
+        failures=engine.FailedRows(),
+        consumer=cast(Consumer, None),
+        input_topic="in",
+        input_codec=codec,
+        input_schema="t.Row",
+        output_topic="out",
+        output_codec=codec,
+        dead_letter_topics={},
+        run_id="run",
+    )
+    good = codec.encode(_row(5))
+    scorer._results([5, 5, 7, 5], [b"\xc3\x01 broken", good, codec.encode(_row(7)), good])
+    assert sorted(scorer.outcome.results) == [5, 7] and scorer.outcome.results[5]["id"] == "r5"
+    assert scorer.outcome.dead[5].stage == "collect"  # kept, but the result wins
+    assert scorer.outcome.extra_results == 1

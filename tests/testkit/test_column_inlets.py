@@ -108,6 +108,7 @@ def test_a_record_that_does_not_decode_fails_alone_and_nothing_is_lost(
         (("inp",), "names 'inp', which is not one of the streamlet's data inlets"),
         (("control",), "names 'control', which is not one of the streamlet's data inlets"),
         ("in", "must be a tuple of inlet names"),
+        (None, "must be a tuple of inlet names"),
     ],
 )
 def test_column_inlets_must_name_data_inlets(named: Any, problem: str) -> None:
@@ -124,3 +125,18 @@ def test_column_inlets_must_name_data_inlets(named: Any, problem: str) -> None:
 
     with pytest.raises(DeclarationError, match=problem):
         describe(Bad)
+
+
+def test_a_value_the_logic_sets_parts_the_record_from_its_columns(
+    harness: HarnessFactory,
+) -> None:
+    SEEN.clear()
+    h = harness(Watch)
+    h.feed("in", _readings(1.0, 2.0))
+    h.run()
+    [(records, batch, _)] = SEEN
+    assert batch is not None and columns_of(records[:1]) is not None
+    records[0].value = {"id": "changed", "value": 9.0}
+    assert records[0].value == {"id": "changed", "value": 9.0}
+    assert columns_of(records[:1]) is None  # its columns would say otherwise
+    assert columns_of(records[1:]) is not None

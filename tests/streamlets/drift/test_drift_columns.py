@@ -17,8 +17,8 @@ from sklearn.datasets import load_digits
 
 from streamflow import Inlet
 from streamflow.api.descriptor import describe
-from streamflow.models import tensors
 from streamflow.streamlets.drift import DriftDetector
+from streamflow.streamlets.drift import inputs as drift_inputs
 from streamflow.testkit import StreamletHarness
 from tests.streamlets.drift import drift_support as d
 
@@ -67,7 +67,7 @@ def test_detectors_that_bind_in_read_it_as_columns() -> None:
 
 @pytest.mark.parametrize("mapping", [PIXELS, RAW], ids=["array-64", "bytes-8x8x1"])
 def test_images_give_the_same_reports_from_columns(
-    mapping: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    mapping: dict[str, Any], tensors_from_columns: list[bool]
 ) -> None:
     good = _images(300, seed=3) + _images(200, seed=4, shifted=True)
     # records the mapping cannot read, in the first batches only: a short array breaks
@@ -76,15 +76,6 @@ def test_images_give_the_same_reports_from_columns(
         {**g, "pixels": g["pixels"][:10], "raw": g["raw"][:12]} if i % 37 == 5 and i < 150 else g
         for i, g in enumerate(good)
     ]
-    straight: list[bool] = []  # per batch read from columns: tensors straight from them?
-    encode_columns = tensors.BoundMapping.encode_columns
-
-    def spied(self: tensors.BoundMapping, columns: Any) -> Any:
-        found = encode_columns(self, columns)
-        straight.append(found is not None)
-        return found
-
-    monkeypatch.setattr(tensors.BoundMapping, "encode_columns", spied)
     seen = []
     for cls in (ImageDrift, ImageDriftByRecord):
         settings = {"inputs": mapping, "window": 100, "reference_size": 100}
@@ -96,12 +87,23 @@ def test_images_give_the_same_reports_from_columns(
         seen.append((_reports(h), h.context.skipped.get("drift-unreadable-input")))
     (columns, unreadable), (records, by_record) = seen
     assert columns == records and unreadable == by_record == 4
-    assert True in straight and False in straight  # both ways were taken, by columns only
+    # both ways were taken, by the detector that reads columns
+    assert True in tensors_from_columns and False in tensors_from_columns
     assert [r["drifted"] for r in columns][-2:] == [True, True]  # the shifted digits
 
 
-def test_numbers_and_categories_give_the_same_reports_from_columns() -> None:
+def test_numbers_and_categories_give_the_same_reports_from_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     stream = d.points(2000, seed=11, shift=1.5, shift_at=1500)
+    from_columns: list[int] = []
+    read_columns = drift_inputs.read_columns
+
+    def spied(batch: Any, shape: Any) -> Any:
+        from_columns.append(batch.n)
+        return read_columns(batch, shape)
+
+    monkeypatch.setattr(drift_inputs, "read_columns", spied)
     seen = []
     for cls in (d.InputDrift, PointDriftByRecord):
         h = d.harness(cls, window=250, reference_size=500)
@@ -111,3 +113,4 @@ def test_numbers_and_categories_give_the_same_reports_from_columns() -> None:
         seen.append(_reports(h))
     assert seen[0] == seen[1]
     assert [r["drifted"] for r in seen[0]] == [False, False, False, False, True, True]
+    assert sum(from_columns) == len(stream)  # every input was read from its columns
