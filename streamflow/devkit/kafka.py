@@ -71,6 +71,17 @@ _BROKER_JAR_GLOB = "kafka_2.13-*.jar"
 _STOP_GRACE_S = 15.0
 _PRODUCER_ID_WAIT_S = 15.0  # a fresh broker gives one in about 1 s
 _LAUNCHES = 2  # a JVM that answers but gives no producer id is started once more
+# A port found free is free only until someone binds it: on a busy machine an outgoing
+# connection (ports come from the same ephemeral range) or another test's server can take
+# it first, and the JVM exits saying so. A broker on ports it picked starts on new ones.
+_PORT_LAUNCHES = 2
+_PORT_TAKEN = "Address already in use"
+
+
+class _PortTaken(DevkitError):
+    """The broker exited while starting because one of its ports was taken."""
+
+
 _POLL_INTERVAL_S = 0.1
 
 
@@ -178,11 +189,38 @@ class KafkaBroker(_local.LocalService):
         java = require_java()  # before a first fetch: an old Java would waste it
         lib = find_kafka_lib(lib_dir=self._lib_dir, fetch=True)
         work_dir = self._prepare_work_dir()
-        if self._ports is None:
-            listeners = 2 if self._advertised is not None else 1
-            *clients, controller = kafka_config.free_ports(self._host, client_listeners=listeners)
-            self._ports = (clients[0], controller)
-            self._proxied_port = clients[1] if self._advertised is not None else None
+        # ports given, or kept from an earlier start (`restart()` comes back on them), stay
+        picks = self._ports is None
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, _PORT_LAUNCHES + 1):
+            if picks:
+                self._pick_ports()
+            launch = self._launcher(java, lib, work_dir)
+            try:
+                self._run_until_ready(launch, deadline=deadline)
+                return
+            except _PortTaken:
+                self._terminate(grace=0.0)
+                if not picks or attempt == _PORT_LAUNCHES:
+                    raise
+                # the quorum is static: the same data starts on other ports
+                self._note("streamflow: a port was taken before Kafka bound it; new ports")
+            except BaseException:
+                self._terminate(grace=_STOP_GRACE_S)
+                raise
+
+    def _pick_ports(self) -> None:
+        """Ports free now for every listener (a subclass with more listeners adds them)."""
+        listeners = 2 if self._advertised is not None else 1
+        *clients, controller = kafka_config.free_ports(self._host, client_listeners=listeners)
+        self._ports = (clients[0], controller)
+        self._proxied_port = clients[1] if self._advertised is not None else None
+
+    def _launcher(
+        self, java: Path, lib: Path, work_dir: Path
+    ) -> Callable[[], subprocess.Popen[bytes]]:
+        """How to launch the JVM on the ports chosen now: its config written, its storage
+        formatted on a first start."""
         config = self._write_config(work_dir)
         self._archive = ClassArchive("kafka", java=java, jars=lib.glob("*.jar"))
         if not (work_dir / "data" / "meta.properties").exists():
@@ -202,11 +240,7 @@ class KafkaBroker(_local.LocalService):
             jvm = kafka_config.jvm_command(java=java, lib=lib, work_dir=work_dir, heap=self._heap)
             return self._launch([*jvm, *archive_options], work_dir=work_dir, config=config)
 
-        try:
-            self._run_until_ready(launch, deadline=time.monotonic() + timeout)
-        except BaseException:
-            self._terminate(grace=_STOP_GRACE_S)
-            raise
+        return launch
 
     def stop(self) -> None:
         """Stop the JVM (SIGTERM, then SIGKILL) and remove the work dir unless kept. Idempotent."""
@@ -331,7 +365,9 @@ class KafkaBroker(_local.LocalService):
     def _wait_for(self, deadline: float, condition: Callable[[], bool]) -> None:
         while not condition():
             if self._process is not None and (code := self._process.poll()) is not None:
-                raise DevkitError(f"Kafka exited with code {code} while starting.{self._tails()}")
+                tails = self._tails()
+                kind = _PortTaken if _PORT_TAKEN in tails else DevkitError
+                raise kind(f"Kafka exited with code {code} while starting.{tails}")
             if time.monotonic() >= deadline:
                 raise DevkitError(f"Kafka did not become ready in time.{self._tails()}")
             time.sleep(_POLL_INTERVAL_S)

@@ -116,9 +116,6 @@ class SecuredKafkaBroker(KafkaBroker):
 
     def start(self, *, timeout: float = 60.0) -> None:
         work_dir = self._prepare_work_dir()
-        if self._secured_ports is None:
-            sasl, mtls = _local.free_ports(2)
-            self._secured_ports = (sasl, mtls)
         if self._pki is None:
             self._pki = certs.issue_pki(work_dir / "tls", clients=self.users)
         super().start(timeout=timeout)
@@ -127,6 +124,11 @@ class SecuredKafkaBroker(KafkaBroker):
         super().stop()
         self._secured_ports = None
         self._pki = None
+
+    def _pick_ports(self) -> None:
+        super()._pick_ports()
+        sasl, mtls = _local.free_ports(2)
+        self._secured_ports = (sasl, mtls)
 
     def _secured(self) -> tuple[int, int]:
         if self._secured_ports is None:

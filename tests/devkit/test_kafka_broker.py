@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from streamflow import devkit
-from streamflow.devkit import DevkitError, KafkaBroker, kafka
+from streamflow.devkit import DevkitError, KafkaBroker, _local, kafka
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -231,3 +232,43 @@ def test_a_broker_that_dies_while_starting_is_reported_with_its_output() -> None
 
     assert "StreamflowNoSuchOption" in str(error.value)
     assert not broker.is_running
+
+
+def test_a_port_taken_before_the_broker_binds_it_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in CI: a port found free was bound by someone else before Kafka bound it
+    ("Address already in use"), the JVM exited, and every test of that worker failed
+    its set-up. A broker that picked its own ports is started once more, on new ones."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = int(holder.getsockname()[1])
+    real = _local.free_ports
+    picked: list[tuple[int, ...]] = []
+
+    def first_taken(count: int = 1, *, hosts: Sequence[str] = ()) -> tuple[int, ...]:
+        ports = real(count, hosts=hosts)
+        picked.append((taken, *ports[1:]) if not picked else ports)
+        return picked[-1]
+
+    monkeypatch.setattr(_local, "free_ports", first_taken)
+    broker = KafkaBroker()
+    try:
+        broker.start()
+        holder.close()
+        assert len(picked) == 2 and picked[0][0] == taken
+        assert broker.bootstrap_servers.endswith(f":{picked[1][0]}")
+        assert broker.work_dir is not None
+        said = "".join(
+            (broker.work_dir / name).read_text(errors="replace")
+            for name in ("jvm.out", "broker.log")
+        )
+        assert "Address already in use" in said and "a port was taken" in said
+        topic = f"moved-{uuid.uuid4().hex[:12]}"
+        devkit.create_topic(bootstrap_servers=broker.bootstrap_servers, name=topic)
+        produce(broker.bootstrap_servers, topic, [b"on new ports"])
+        assert consume_all(broker.bootstrap_servers, topic, count=1) == [b"on new ports"]
+    finally:
+        holder.close()
+        broker.stop()
