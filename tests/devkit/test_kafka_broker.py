@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from streamflow import devkit
-from streamflow.devkit import DevkitError, KafkaBroker, _local, kafka
+from streamflow.devkit import DevkitError, KafkaBroker, kafka
+from tests.devkit.port_support import first_port_taken
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -240,23 +240,10 @@ def test_a_port_taken_before_the_broker_binds_it_is_picked_again(
     """Seen in CI: a port found free was bound by someone else before Kafka bound it
     ("Address already in use"), the JVM exited, and every test of that worker failed
     its set-up. A broker that picked its own ports is started once more, on new ones."""
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
-    taken = int(holder.getsockname()[1])
-    real = _local.free_ports
-    picked: list[tuple[int, ...]] = []
-
-    def first_taken(count: int = 1, *, hosts: Sequence[str] = ()) -> tuple[int, ...]:
-        ports = real(count, hosts=hosts)
-        picked.append((taken, *ports[1:]) if not picked else ports)
-        return picked[-1]
-
-    monkeypatch.setattr(_local, "free_ports", first_taken)
     broker = KafkaBroker()
     try:
-        broker.start()
-        holder.close()
+        with first_port_taken(monkeypatch, "127.0.0.1") as (taken, picked):
+            broker.start()
         assert len(picked) == 2 and picked[0][0] == taken
         assert broker.bootstrap_servers.endswith(f":{picked[1][0]}")
         assert broker.work_dir is not None
@@ -270,5 +257,4 @@ def test_a_port_taken_before_the_broker_binds_it_is_picked_again(
         produce(broker.bootstrap_servers, topic, [b"on new ports"])
         assert consume_all(broker.bootstrap_servers, topic, count=1) == [b"on new ports"]
     finally:
-        holder.close()
         broker.stop()

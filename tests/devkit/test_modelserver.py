@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,8 @@ import numpy as np
 import pytest
 
 from streamflow import devkit
-from streamflow.devkit import DevkitError, ModelServer, _local
+from streamflow.devkit import DevkitError, ModelServer
+from tests.devkit.port_support import first_port_taken
 from tests.examples import example_models
 from tests.examples.example_models import DigitsModels, ReviewsModel
 from tests.model_fixtures import WineModels
@@ -137,23 +137,8 @@ def test_a_port_taken_before_the_server_binds_it_is_picked_again(
     """Seen in CI: a port found free was bound by someone else before the server bound it
     ("address already in use"), and the server exited while starting. A server that
     picked its own ports is started once more, on new ones."""
-    holder = socket.socket()
-    holder.bind(("0.0.0.0", 0))
-    holder.listen()
-    taken = int(holder.getsockname()[1])
-    real = _local.free_ports
-    picked: list[tuple[int, ...]] = []
-
-    def first_taken(count: int = 1, *, hosts: Sequence[str] = ()) -> tuple[int, ...]:
-        ports = real(count, hosts=hosts)
-        picked.append((taken, *ports[1:]) if not picked else ports)
-        return picked[-1]
-
-    monkeypatch.setattr(_local, "free_ports", first_taken)
-    try:
+    with first_port_taken(monkeypatch, "0.0.0.0") as (taken, picked):
         server = model_server_factory(model_path=wine_models.v1.keras_file, model_name="wine")
-    finally:
-        holder.close()
     assert len(picked) == 2 and picked[0][0] == taken
     assert server.url.endswith(f":{picked[1][0]}")
     rows = wine_models.x[::40]
