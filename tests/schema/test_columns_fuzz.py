@@ -20,6 +20,7 @@ import pytest
 from streamflow.schema import Schema, columns
 from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.columns import ColumnCodec
+from tests.schema.avro_support import varint
 
 RICH = {
     "type": "record",
@@ -113,15 +114,6 @@ def test_mutated_records_fail_alone_and_never_crash(rich: Schema) -> None:
     assert batches > 10
 
 
-def _long(n: int) -> bytes:
-    z, out = (n << 1) ^ (n >> 63), bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 HUGE = 2**31
 
 
@@ -130,29 +122,29 @@ HUGE = 2**31
     [
         (
             {"type": "array", "items": "null"},
-            _long(HUGE),
+            varint(HUGE),
             "refused before decoding: an array declares more than 1,000 items "
             "(decode_limits.max_items)",
         ),
         (
             {"type": "map", "values": "null"},
-            _long(HUGE) + b"\x02k",
+            varint(HUGE) + b"\x02k",
             "refused before decoding: an map declares more than 1,000 items "
             "(decode_limits.max_items)",
         ),
         (
             {"type": "array", "items": "null"},
-            _long(-HUGE) + _long(1),  # a block with a size
+            varint(-HUGE) + varint(1),  # a block with a size
             "refused before decoding: an array declares more than 1,000 items "
             "(decode_limits.max_items)",
         ),
         (
             "bytes",
-            _long(HUGE),
+            varint(HUGE),
             "cannot decode fuzz.Big: the record is truncated "
             "(5 bytes end in the middle of a value)",
         ),
-        ("string", _long(-5), "cannot decode fuzz.Big: a negative length (-5)"),
+        ("string", varint(-5), "cannot decode fuzz.Big: a negative length (-5)"),
         ("long", b"\x80" * 11, "cannot decode fuzz.Big: a number longer than 10 bytes"),
     ],
     ids=["array-of-nulls", "map", "negative-block", "bytes", "negative-length", "varint"],
@@ -194,7 +186,7 @@ def test_the_native_limit_holds_where_bounds_does_not_walk(make_schema: Any) -> 
     )
     codec = ColumnCodec(schema, wire="bare")
     assert codec._bound.walk_above > 10  # bounds.py does not look at this record
-    got = codec.decode([_long(HUGE) + b"\x02k"])
+    got = codec.decode([varint(HUGE) + b"\x02k"])
     assert got.errors == [
         (
             0,

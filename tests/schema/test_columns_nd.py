@@ -20,7 +20,7 @@ import pytest
 from streamflow.schema import Schema, SchemaStore, SingleObjectCodec, columns
 from streamflow.schema.bounds import DecodeLimits
 from streamflow.schema.columns import ColumnCodec
-from tests.schema.avro_support import bare
+from tests.schema.avro_support import bare, varint
 
 GRID = {
     "type": "record",
@@ -111,7 +111,7 @@ def test_a_record_failing_inside_an_array_leaves_nothing_in_the_column(grid: Sch
 def test_a_huge_inner_block_is_refused_before_it_is_read(grid: Schema) -> None:
     if columns._native is None:
         pytest.skip("streamflow._native is not built")
-    body = b"\x02" + b"\x02" + _zigzag(2**31) + b"\x00" * 4
+    body = b"\x02" + b"\x02" + varint(2**31) + b"\x00" * 4
     codec = ColumnCodec(grid, wire="bare", limits=DecodeLimits(max_items=1000))
 
     got = codec.decode([bare(grid, _record(0)), body])
@@ -124,15 +124,6 @@ def test_a_huge_inner_block_is_refused_before_it_is_read(grid: Schema) -> None:
             "(decode_limits.max_items)",
         )
     ]
-
-
-def _zigzag(n: int) -> bytes:
-    z, out = (n << 1) ^ (n >> 63), bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def test_an_older_writer_of_ints_is_promoted_like_fastavro(native: bool) -> None:

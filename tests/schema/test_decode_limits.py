@@ -24,6 +24,7 @@ from streamflow.schema import Schema
 from streamflow.schema.bounds import DEFAULT_LIMITS, DecodeLimits, RecordBound
 from streamflow.schema.codecs import DecodeError, JsonCodec, JsonTopicCodec, SingleObjectCodec
 from streamflow.schema.registry_codecs import RegistryAvroCodec, RegistryJsonCodec
+from tests.schema.avro_support import varint
 from tests.schema.test_registry_codecs import SUBJECT, MemoryRegistry, avro_body, framed
 
 MiB = 1 << 20
@@ -69,18 +70,6 @@ LINKED = {
     "namespace": "tests.limits",
     "fields": [{"name": "v", "type": "int"}, {"name": "next", "type": ["null", "Node"]}],
 }
-
-
-def varint(n: int) -> bytes:
-    """Avro's zig-zag varint."""
-    n = (n << 1) ^ (n >> 63) if n >= 0 else ((-n) << 1) - 1
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        if not n:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
 
 
 @contextmanager
