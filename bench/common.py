@@ -234,8 +234,12 @@ class Topics:
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.created: list[str] = []
 
-    def create(self, name: str, *, partitions: int = PARTITIONS) -> None:
-        topic = NewTopic(name, num_partitions=partitions, replication_factor=-1)
+    def create(
+        self, name: str, *, partitions: int = PARTITIONS, config: dict[str, str] | None = None
+    ) -> None:
+        topic = NewTopic(
+            name, num_partitions=partitions, replication_factor=-1, config=config or {}
+        )
         self.admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
         self.created.append(name)
         deadline = time.monotonic() + 30

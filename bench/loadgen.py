@@ -8,7 +8,12 @@ the producer catch up in bursts instead of quietly lowering the rate.
 
 ``python -m bench.loadgen probe --out FILE ...`` reads the output topic from its
 current end, and for every record keeps (sent, received) in microseconds; on SIGTERM
-it writes them to FILE as two int64 arrays. Every 0.25 s it reports how many it has
+it writes them to FILE as int64 arrays, with a third: when the broker appended each
+output record, where the output topic stamps its records with the broker's clock
+(``message.timestamp.type=LogAppendTime``; -1 where it does not). That splits each
+latency in two: before the output reached the broker (ingress, the processor's consume
+and work, its produce) and after (its commit, the visibility of a transaction to a
+``read_committed`` reader, the probe's fetch). Every 0.25 s it reports how many it has
 seen, which is how the driver measures the maximum rate and knows when a step has
 drained. Both processes share the machine's wall clock, so no clock sync is involved.
 
@@ -34,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 
 from bench import common
 from streamflow.runtime.clients import config_from_env
@@ -101,6 +106,7 @@ class _Probe:
         self.stopping = False
         self.sent = array.array("q")
         self.received = array.array("q")
+        self.appended = array.array("q")
 
     def stop(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -128,7 +134,7 @@ class _Probe:
         consumer.assign(ends)
         common.report("ready")
         next_tick = time.monotonic()
-        sent, received = self.sent, self.received
+        sent, received, appended = self.sent, self.received, self.appended
         while not self.stopping:
             # Never wait for a full batch: take what is there, else block for one record,
             # or the probe's own batching would add up to its timeout to every latency.
@@ -139,6 +145,8 @@ class _Probe:
                     continue
                 sent.append(decode(msg.value())["sent_us"])  # type: ignore[arg-type]
                 received.append(now_us)
+                kind, stamp_ms = msg.timestamp()
+                appended.append(stamp_ms * 1000 if kind == TIMESTAMP_LOG_APPEND_TIME else -1)
             if time.monotonic() >= next_tick:
                 common.report("tick", count=len(received))
                 next_tick += _TICK_S
@@ -147,18 +155,22 @@ class _Probe:
             array.array("q", [len(sent)]).tofile(out)
             sent.tofile(out)
             received.tofile(out)
+            appended.tofile(out)
         common.report("done", count=len(received))
 
 
-def read_probe(path: Path) -> tuple[array.array[int], array.array[int]]:
-    """(sent_us, received_us) as the probe wrote them."""
+Probed = tuple["array.array[int]", "array.array[int]", "array.array[int]"]
+
+
+def read_probe(path: Path) -> Probed:
+    """(sent_us, received_us, appended_us) as the probe wrote them."""
     with path.open("rb") as source:
         head = array.array("q")
         head.fromfile(source, 1)
-        sent, received = array.array("q"), array.array("q")
-        sent.fromfile(source, head[0])
-        received.fromfile(source, head[0])
-    return sent, received
+        arrays = array.array("q"), array.array("q"), array.array("q")
+        for values in arrays:
+            values.fromfile(source, head[0])
+    return arrays
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -255,6 +255,10 @@ def _latency(latency: dict[str, Any]) -> list[str]:
         stats = row.get(key)
         return f"{stats['median']:.1f} ({stats['min']:.1f}-{stats['max']:.1f})" if stats else "-"
 
+    def split(row: dict[str, Any], part: str) -> str:
+        p50, p99 = row.get(f"{part}_p50_ms"), row.get(f"{part}_p99_ms")
+        return f"{p50['median']:.1f} / {p99['median']:.1f}" if p50 and p99 else "-"
+
     settings = latency["settings"]
     lines = [
         f"## 4. End-to-end latency ({settings['rounds']} rounds, {settings['step_s']:g} s a step; "
@@ -263,10 +267,13 @@ def _latency(latency: dict[str, Any]) -> list[str]:
         "Each processor is loaded at fractions of its own maximum rate; *out* is what "
         "reached the probe per second while the load ran (below *in*: it fell behind). "
         "*hand* is the hand-written loop of section 1, which waits up to 100 ms for a full "
-        "batch.",
+        "batch. *to broker* is a record's time until the broker appended its output "
+        "(ingress, the processor's consume, work and produce), *after* the rest (its commit "
+        "and the probe's fetch once a `read_committed` reader may see it), p50/p99 each.",
         "",
-        "| processor | guarantee | max rate | load | in (rec/s) | out (rec/s) | p50 | p95 | p99 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| processor | guarantee | max rate | load | in (rec/s) | out (rec/s) | p50 | p95 | p99 "
+        "| to broker | after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in latency["summary"]:
         out = row.get("output_rate")
@@ -274,7 +281,8 @@ def _latency(latency: dict[str, Any]) -> list[str]:
             f"| {row.get('competitor', 'streamflow')} | {row['guarantee']} "
             f"| {row['max_rate']:,.0f} | {row['fraction']:.0%} | {row['rate']:,.0f} "
             f"| {'-' if out is None else f'{out:,.0f}'} | {cell(row, 'p50_ms')} "
-            f"| {cell(row, 'p95_ms')} | {cell(row, 'p99_ms')} |"
+            f"| {cell(row, 'p95_ms')} | {cell(row, 'p99_ms')} "
+            f"| {split(row, 'before')} | {split(row, 'after')} |"
         )
     if transaction := latency.get("transaction"):
         lines += [
