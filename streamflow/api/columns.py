@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,16 +56,26 @@ __all__ = [
     "ColumnBatch",
     "ColumnRecord",
     "ColumnResult",
+    "Place",
     "columns_of",
     "read_as_columns",
     "take",
 ]
 
 
+class Place(NamedTuple):
+    """Where a row of a batch was read: its Kafka key, topic, partition and offset."""
+
+    key: bytes | None
+    topic: str
+    partition: int
+    offset: int
+
+
 class ColumnBatch(Mapping[str, Any]):
     """One batch of an inlet's records as columns, by field name (nested: ``"a.b"``)."""
 
-    __slots__ = ("_columns", "_made", "_records", "inlet", "n")
+    __slots__ = ("_columns", "_made", "_places", "_records", "inlet", "n")
 
     def __init__(
         self,
@@ -73,11 +83,15 @@ class ColumnBatch(Mapping[str, Any]):
         columns: Mapping[str, Any],
         n: int,
         records: Callable[[], list[dict[str, Any]]],
+        places: Callable[[], list[Place]] | None = None,
     ) -> None:
+        """``places``: each row's key and where it was read, when the rows came from
+        Kafka (the runtime's batches); made only when :meth:`places` asks."""
         self.inlet = inlet
         self.n = n
         self._columns = columns
         self._records = records
+        self._places = places
         self._made: list[dict[str, Any]] | None = None
 
     def __getitem__(self, name: str) -> Any:
@@ -108,10 +122,22 @@ class ColumnBatch(Mapping[str, Any]):
         """The batch of only these rows, in this order."""
         index = np.asarray(rows, dtype=np.int64)
         columns = {name: take(column, index) for name, column in self._columns.items()}
-        made = self._rows
+        made, places = self._rows, self._places
+        rows_of = index.tolist()
         return ColumnBatch(
-            self.inlet, columns, len(index), lambda: [made()[i] for i in index.tolist()]
+            self.inlet,
+            columns,
+            len(index),
+            lambda: [made()[i] for i in rows_of],
+            None if places is None else lambda: [places()[i] for i in rows_of],
         )
+
+    def places(self) -> list[Place]:
+        """Each row's Kafka key and where it was read (topic, partition, offset).
+        LookupError for a batch built by hand: its rows were read from nowhere."""
+        if self._places is None:
+            raise LookupError("this batch was not read from Kafka: its rows have no keys")
+        return self._places()
 
     def __repr__(self) -> str:
         return f"ColumnBatch({self.inlet!r}, n={self.n}, columns={list(self._columns)})"
@@ -122,21 +148,26 @@ class ColumnResult:
 
     ``errors``: rows (by index in the batch) that failed, with why; they become dead
     letters and have no output, whatever their columns hold. ``headers``: set on every
-    output record of the batch.
+    output record of the batch; a header whose value is a sequence (one value per row)
+    differs by row. ``outlets``: what other outlets get of the same rows, as results of
+    their own (a row each, keyed and with lineage as the batch's outputs are); a row
+    that fails there is dropped and counted, never a dead letter: its input was served.
     """
 
-    __slots__ = ("columns", "errors", "headers")
+    __slots__ = ("columns", "errors", "headers", "outlets")
 
     def __init__(
         self,
         columns: Mapping[str, Any],
         *,
         errors: Mapping[int, BaseException] | None = None,
-        headers: Mapping[str, str | bytes] | None = None,
+        headers: Mapping[str, str | bytes | Sequence[str | bytes]] | None = None,
+        outlets: Mapping[str, ColumnResult] | None = None,
     ) -> None:
         self.columns = columns
         self.errors = dict(errors or {})
         self.headers = dict(headers or {})
+        self.outlets = dict(outlets or {})
 
 
 def take(column: Any, index: np.ndarray) -> Any:

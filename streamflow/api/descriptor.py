@@ -54,6 +54,7 @@ class PortDescriptor:
     attribute: str
     description: str = ""
     keyed: bool = False
+    optional: bool = False  # an outlet that need not be connected (verify says nothing)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class PortDescriptor:
             "schema": self.schema,
             "description": self.description,
             **({"keyed": True} if self.keyed else {}),
+            **({"optional": True} if self.optional else {}),
         }
 
 
@@ -205,6 +207,7 @@ def _port(attribute: str, port: Port) -> PortDescriptor:
         attribute=attribute,
         description=port.description,
         keyed=isinstance(port, Outlet) and port.key is not None,
+        optional=isinstance(port, Outlet) and port.optional,
     )
 
 

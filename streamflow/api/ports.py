@@ -87,7 +87,8 @@ class Outlet(Port):
     """An outlet. ``key`` picks the Kafka key of each record written to it.
 
     Without ``key`` an output keeps the key of the input record that produced it
-    (and is unkeyed when written by an ingress).
+    (and is unkeyed when written by an ingress). An ``optional`` outlet need not be
+    connected: ``verify`` does not warn of it (what it writes then is dropped).
     """
 
     kind = PortKind.OUTLET
@@ -99,9 +100,11 @@ class Outlet(Port):
         *,
         key: KeyFunction | None = None,
         description: str = "",
+        optional: bool = False,
     ) -> None:
         super().__init__(name, schema, description=description)
         self.key = key
+        self.optional = optional
 
     def __call__(
         self,

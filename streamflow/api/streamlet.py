@@ -221,6 +221,16 @@ class Record:
             return self._key
 
     @property
+    def key_bytes(self) -> bytes | None:
+        """The record's key as Kafka holds it (bytes); None if it has none."""
+        message = getattr(self, "_message", None)
+        if message is not None:
+            raw = message.key()
+            return raw.encode() if isinstance(raw, str) else raw
+        key = self.key
+        return key.encode() if key is not None else None
+
+    @property
     def timestamp_ms(self) -> int:
         """The record's timestamp, in milliseconds since the epoch."""
         try:

@@ -121,7 +121,8 @@ def check_unconnected(
     descriptors: Mapping[str, StreamletDescriptor],
     report: Reporter,
 ) -> None:
-    """An inlet without a topic is an error; an outlet without one a warning."""
+    """An inlet without a topic is an error; an outlet without one a warning (unless it
+    is optional)."""
     connected = {use.ref for t in topics.values() for use in (*t.producers, *t.consumers)}
     for name, descriptor in descriptors.items():
         draft = streamlets[name]
@@ -135,7 +136,7 @@ def check_unconnected(
                     hint=f"add {name}.{port.name} to the consumers of a topic",
                 )
         for port in descriptor.outlets:
-            if PortRef(name, port.name) not in connected:
+            if PortRef(name, port.name) not in connected and not port.optional:
                 report.warning(
                     "unconnected-outlet",
                     f"outlet {name}.{port.name} ({port.schema}) is not connected to any topic; "

@@ -25,7 +25,8 @@ __all__ = ["Awaited", "await_status", "check_served", "print_status_table"]
 
 @dataclasses.dataclass(frozen=True)
 class Awaited:
-    """What ``push`` waits for: ``streamlet`` to serve ``model:version`` within ``timeout``."""
+    """What ``push`` waits for: ``streamlet`` to serve ``model:version`` within ``timeout``
+    (or to reach another ``goal``: a rollout's candidate that leaves is ``retired``)."""
 
     streamlet: str
     model: str
@@ -33,6 +34,12 @@ class Awaited:
     timeout: float
     machine_output: bool = False
     quiet: bool = False
+    goal: ModelState = ModelState.SERVING
+
+    @property
+    def doing(self) -> str:
+        """The goal as a verb: ``serve``, ``retire``."""
+        return "serve" if self.goal is ModelState.SERVING else "retire"
 
 
 def await_status(
@@ -47,9 +54,10 @@ def await_status(
     ``replicas``: how many run now (asked again while waiting, as it may change).
     """
     count = replicas()
+    goal = awaited.goal
     with progress.waiting(
-        f"waiting for {awaited.streamlet} to serve {awaited.model}:{awaited.version}",
-        detail=_served({}, count),
+        f"waiting for {awaited.streamlet} to {awaited.doing} {awaited.model}:{awaited.version}",
+        detail=_served({}, count, goal),
         separator=" — ",
         machine_output=awaited.machine_output,
         quiet=awaited.quiet,
@@ -60,34 +68,36 @@ def await_status(
             timeout=awaited.timeout,
             replicas=replicas,
             count=count,
-            progress=lambda states, count: wait.update(_served(states, count)),
+            progress=lambda states, count: wait.update(_served(states, count, goal)),
         )
         if outcome.replicas == 0:
             wait.done(
                 f"{awaited.streamlet} runs no replica now (scaled to zero); each one it"
                 f" starts loads {awaited.model}:{awaited.version}"
             )
-        elif outcome.served:
+        elif outcome.reached(goal):
+            done = "serves" if goal is ModelState.SERVING else f"has {goal}"
             wait.done(
-                f"{awaited.streamlet} serves {awaited.model}:{awaited.version}"
+                f"{awaited.streamlet} {done} {awaited.model}:{awaited.version}"
                 f" on {outcome.replicas}/{outcome.replicas} replicas"
             )
     return outcome.statuses
 
 
-def _served(states: Mapping[str, str], replicas: int) -> str:
+def _served(states: Mapping[str, str], replicas: int, goal: ModelState = ModelState.SERVING) -> str:
     """``1/2 replicas, classifier-1 loading``: how many serve, and what the others said."""
-    serving = sum(state == ModelState.SERVING for state in states.values())
-    others = [f"{r} {state}" for r, state in sorted(states.items()) if state != ModelState.SERVING]
+    serving = sum(state == goal for state in states.values())
+    others = [f"{r} {state}" for r, state in sorted(states.items()) if state != goal]
     return ", ".join([f"{serving}/{replicas} replicas", *others])
 
 
 def check_served(statuses: dict[str, dict[str, Any]], awaited: Awaited, app: Application) -> None:
     """Exit 1, naming each replica that does not serve the version, and why."""
-    missing = versions.unserved(statuses)
+    missing = versions.unserved(statuses, awaited.goal)
     if missing:
+        done = "served" if awaited.goal is ModelState.SERVING else str(awaited.goal)
         output.fail(
-            f"{awaited.model}:{awaited.version} is not served by every replica of "
+            f"{awaited.model}:{awaited.version} is not {done} by every replica of "
             f"{awaited.streamlet}: " + ", ".join(missing),
             hint=f"see `streamflow model status {app.name} {awaited.streamlet}`"
             f" and `streamflow logs {app.name} {awaited.streamlet}`",
@@ -101,6 +111,7 @@ def print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
         ModelState.FAILED: "red",
         ModelState.REJECTED: "red",
         ModelState.LOADING: "yellow",
+        ModelState.RETIRED: "blue",
     }
     for replica, s in sorted(statuses.items()):
         state = s["state"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from streamflow.models.artifacts import pack_directory
 from streamflow.models.kinds import ARTIFACT_OPTIONS, PROTOCOLS, REMOTE_KINDS, ModelKind
+from streamflow.models.rollout import Rollout
 
 __all__ = ["ModelDescriptor", "build_descriptor"]
 
@@ -40,6 +41,7 @@ class ModelDescriptor:
     parameters: Mapping[str, str] = dataclasses.field(default_factory=dict)
     description: str = ""
     created_at: dt.datetime = _EPOCH
+    rollout: Rollout | None = None  # set: a candidate beside the stable version
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
@@ -48,6 +50,7 @@ class ModelDescriptor:
     def from_record(cls, value: Mapping[str, Any]) -> ModelDescriptor:
         """From a decoded record; an unknown kind raises ValueError (the schema's enum
         keeps it out of a record read from the topic, so only a hand-made one has it)."""
+        rollout = value.get("rollout")
         created = value.get("created_at")
         if isinstance(created, int):  # timestamp-millis not decoded as a datetime
             created = dt.datetime.fromtimestamp(created / 1000, dt.UTC)
@@ -61,6 +64,7 @@ class ModelDescriptor:
             parameters=value.get("parameters") or {},
             description=value.get("description") or "",
             created_at=created or _EPOCH,
+            rollout=Rollout.from_record(rollout) if rollout else None,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -68,11 +72,21 @@ class ModelDescriptor:
         fields = (f.name for f in dataclasses.fields(self))
         record = {name: getattr(self, name) for name in fields}
         record["parameters"] = dict(self.parameters)
+        record["rollout"] = self.rollout.to_record() if self.rollout is not None else None
         return record
 
     @property
     def tag(self) -> str:
         return f"{self.name}:{self.version}"
+
+    @property
+    def artifact(self) -> tuple[str, str | None, str | None]:
+        """What it loads (kind, digest, location): two descriptors of one version with
+        the same artifact load the same model."""
+        digest = self.sha256
+        if digest is None and self.data is not None:
+            digest = hashlib.sha256(self.data).hexdigest()
+        return (self.kind.value, digest, self.location)
 
     @property
     def remote(self) -> bool:

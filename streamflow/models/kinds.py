@@ -42,6 +42,7 @@ class ModelState(enum.StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     SUPERSEDED = "superseded"
+    RETIRED = "retired"  # a rollout's candidate, unloaded: rolled back, promoted or replaced
 
 
 # the kinds a replica runs itself, and those it calls a server for
@@ -55,6 +56,12 @@ ARTIFACT_OPTIONS = MappingProxyType(
 PROTOCOLS = MappingProxyType({"v1": ModelKind.TF_SERVING, "v2": ModelKind.OPEN_INFERENCE_V2})
 # the states a replica stays in until the next version, and those worth a warning
 FINAL_STATES = frozenset(
-    {ModelState.SERVING, ModelState.FAILED, ModelState.REJECTED, ModelState.SUPERSEDED}
+    {
+        ModelState.SERVING,
+        ModelState.FAILED,
+        ModelState.REJECTED,
+        ModelState.SUPERSEDED,
+        ModelState.RETIRED,
+    }
 )
 TROUBLE_STATES = frozenset({ModelState.FAILED, ModelState.REJECTED, ModelState.SUPERSEDED})

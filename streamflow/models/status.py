@@ -26,15 +26,18 @@ def status_record(
     replica: str,
     log: logging.Logger,
     what: str = "model",
+    role: str = "",
 ) -> dict[str, Any]:
     """The record, once logged to ``log`` as ``<what> <model>:<version> <state>: <message>``."""
     level = logging.WARNING if state in TROUBLE_STATES else logging.INFO
-    log.log(level, "%s %s:%s %s: %s", what, model, version, state, message)
+    said = f"{role} {what}" if role else what
+    log.log(level, "%s %s:%s %s: %s", said, model, version, state, message)
     return {
         "model": model,
         "version": version,
         "state": state,
         "message": message,
         "replica": replica,
+        "role": role,
         "time": dt.datetime.now(dt.UTC),
     }

@@ -79,12 +79,7 @@ class LiveSwap(Generic[S, L]):
 
     def submit(self, spec: S) -> S | None:
         """Start loading ``spec``; what it superseded (a load still under way), if any."""
-        superseded = None
-        if self._pending is not None:
-            superseded = self._pending.spec
-            self._pending.cancelled.set()
-            if not self._pending.future.cancel():  # running: what it makes goes too
-                self._pending.future.add_done_callback(self._abandoned)
+        superseded = self.cancel()  # running: what it makes goes too
         cancelled = threading.Event()
         future = self._workers.submit(self._load, spec, cancelled)
         self._pending = _Pending(spec, future, cancelled)
@@ -108,6 +103,37 @@ class LiveSwap(Generic[S, L]):
                 self._retired.append(self.current)
         self.current = loaded
         return Swapped(pending.spec, loaded)
+
+    def adopt(self, loaded: L) -> None:
+        """Make ``loaded`` (made by another swap: a candidate promoted) current at once,
+        between batches; the one it replaces is retired."""
+        if self.current is not None and self.current is not loaded:
+            with self._retiring:
+                self._retired.append(self.current)
+        self.current = loaded
+
+    def drop(self) -> L | None:
+        """Between batches: no version any more (a candidate that leaves). A load under
+        way is cancelled; the current one is handed back, to :meth:`retire` or to adopt
+        elsewhere."""
+        self.cancel()
+        current, self.current = self.current, None
+        return current
+
+    def cancel(self) -> S | None:
+        """Stop the load under way, if any (what it still makes is retired); its spec."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        pending.cancelled.set()
+        if not pending.future.cancel():
+            pending.future.add_done_callback(self._abandoned)
+        return pending.spec
+
+    def retire(self, loaded: L) -> None:
+        """Close ``loaded`` with the next :meth:`close_retired`."""
+        with self._retiring:
+            self._retired.append(loaded)
 
     async def close_retired(self) -> None:
         """Close what was replaced; call it at the start of a batch, on the event loop."""

@@ -23,7 +23,9 @@ __all__ = [
     "describe_error",
     "encode_input",
     "encode_input_columns",
+    "merge_rows",
     "output_column",
+    "spread_rows",
     "transform_output",
 ]
 
@@ -244,3 +246,38 @@ def _text_value(value: Any) -> Any:
     if isinstance(value, list):
         return [_text_value(x) for x in value]
     return value
+
+
+def merge_rows(n: int, parts: list[tuple[np.ndarray, dict[str, Any]]]) -> dict[str, Any]:
+    """The columns of ``n`` rows from parts that each hold some rows (``rows``, their
+    columns): a number column stays numbers, of the type both parts' fit in."""
+    names = dict.fromkeys(name for _, columns in parts for name in columns)
+    merged: dict[str, Any] = {}
+    for name in names:
+        pieces = [(rows, np.asarray(columns[name])) for rows, columns in parts if name in columns]
+        shapes = {values.shape[1:] for _, values in pieces}
+        column: np.ndarray
+        if len(shapes) == 1:
+            (shape,) = shapes
+            dtype = np.result_type(*(values for _, values in pieces))
+            if any(isinstance(values, np.ma.MaskedArray) for _, values in pieces):
+                column = np.ma.masked_all((n, *shape), dtype)  # type: ignore[no-untyped-call]
+            else:
+                column = np.zeros((n, *shape), dtype)
+            for rows, values in pieces:
+                column[rows] = values
+        else:  # arrays of another shape per model: a value per row, whatever it is
+            column = np.empty(n, dtype=object)
+            for rows, values in pieces:
+                for row, value in zip(rows.tolist(), values, strict=True):
+                    column[row] = value
+        merged[name] = column
+    return merged
+
+
+def spread_rows(column: Any, rows: list[int], n: int) -> np.ndarray:
+    """``column``'s values at ``rows`` of a column of ``n`` (the other rows left empty)."""
+    values = np.asarray(column)
+    spread = np.zeros((n, *values.shape[1:]), dtype=values.dtype)
+    spread[rows] = values
+    return spread

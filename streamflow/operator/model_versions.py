@@ -54,6 +54,7 @@ __all__ = [
     "Pushed",
     "await_statuses",
     "latest_statuses",
+    "produce_descriptors",
     "replica_count",
     "serving_streamlets",
     "unserved",
@@ -140,7 +141,7 @@ class ModelChannel:
         )
         start = end_offsets(self.clients, self.status.name) if self.status else {}
         record = self.descriptors.encode(descriptor.to_record())
-        _produce(self.clients, self.control.name, model, record)
+        produce_descriptors(self.clients, self.control.name, [(model, record)])
         return Pushed(
             model=model,
             version=version,
@@ -185,7 +186,8 @@ def serving_streamlets(app: Application) -> list[str]:
 def latest_statuses(
     app: Application, clients: KafkaClients, streamlet: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Each replica's latest serving record, with the latest other event beside it."""
+    """Each replica's latest serving record, with the latest other event beside it; a
+    rollout's candidate is a row of its own (``<replica> (candidate)``)."""
     codecs = Codecs(app, SchemaStore(app.schema_paths))
     latest: dict[str, dict[str, Any]] = {}
     for name in [streamlet] if streamlet else serving_streamlets(app):
@@ -194,12 +196,15 @@ def latest_statuses(
             continue
         codec = _codec(codecs, status_topic, STATUS, producing=False)
         for record in read_all(clients, status_topic.name, codec):
-            previous = latest.get(record["replica"])
+            row = record["replica"]
+            if record.get("role") == "candidate":
+                row = f"{row} (candidate)"
+            previous = latest.get(row)
             serving = ModelState.SERVING
             if record["state"] == serving or previous is None or previous["state"] != serving:
-                latest[record["replica"]] = record
+                latest[row] = record
             else:
-                latest[record["replica"]] = {
+                latest[row] = {
                     **previous,
                     "last_event": f"{record['state']} v{record['version']}: {record['message']}",
                 }
@@ -252,9 +257,11 @@ class Outcome:
     def served(self) -> bool:
         """Whether every replica expected serves the version (one that was scaled away
         meanwhile may have said otherwise)."""
-        return bool(self.expected) and all(
-            self.statuses[r]["state"] == ModelState.SERVING for r in self.expected
-        )
+        return self.reached(ModelState.SERVING)
+
+    def reached(self, goal: ModelState) -> bool:
+        """Whether every replica expected is in state ``goal`` for the version."""
+        return bool(self.expected) and all(self.statuses[r]["state"] == goal for r in self.expected)
 
 
 def await_statuses(
@@ -315,12 +322,15 @@ def await_statuses(
     return Outcome(final, tuple(expected))
 
 
-def unserved(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """``replica (state: message)`` for each replica that does not serve the version."""
+def unserved(
+    statuses: Mapping[str, Mapping[str, Any]], goal: ModelState = ModelState.SERVING
+) -> list[str]:
+    """``replica (state: message)`` for each replica that does not serve the version (is
+    not in state ``goal``)."""
     return [
         f"{replica} ({s['state']}: {s['message']})" if s["message"] else f"{replica} ({s['state']})"
         for replica, s in sorted(statuses.items())
-        if s["state"] != ModelState.SERVING
+        if s["state"] != goal
     ]
 
 
@@ -379,17 +389,21 @@ def _codec(codecs: Codecs, topic: TopicSpec, schema: str, *, producing: bool) ->
         raise ModelPushError(f"{topic.name} ({topic.format}): {exc}") from None
 
 
-def _produce(clients: KafkaClients, topic: str, key: str, value: bytes) -> None:
+def produce_descriptors(
+    clients: KafkaClients, topic: str, records: list[tuple[str, bytes]]
+) -> None:
+    """Write encoded descriptors (key, value), in this order, and wait until Kafka has them."""
     errors: list[KafkaError] = []
     large: dict[str, Any] = {"message.max.bytes": _MAX_DESCRIPTOR_BYTES}
     producer = clients.producer(client_id="streamflow-model-push", **large)
-    producer.produce(
-        topic,
-        value,
-        key.encode(),
-        headers=[("streamflow-schema", DESCRIPTOR.encode())],
-        on_delivery=lambda err, _msg: errors.append(err) if err else None,
-    )
+    for key, value in records:
+        producer.produce(
+            topic,
+            value,
+            key.encode(),
+            headers=[("streamflow-schema", DESCRIPTOR.encode())],
+            on_delivery=lambda err, _msg: errors.append(err) if err else None,
+        )
     try:
         unsent = producer.flush(30)
     except (KafkaException, SystemError) as exc:  # confluent-kafka raises fatal errors here

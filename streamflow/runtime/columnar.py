@@ -15,7 +15,10 @@ When the logic raises, the batch is run again one row at a time, so that only th
 that raise alone are dead letters. ``Backpressure`` and an unreachable registry leave
 here for the processor, as on the record path.
 
-Each output row keeps its input's key, and the lineage headers its input carries.
+Each output row keeps its input's key, and the lineage headers its input carries. A
+result may write other outlets too (``ColumnResult.outlets``, a shadow model's outputs
+say): their rows are written after the batch's own, and a row that fails there is
+counted and logged, not a dead letter, since its input was served.
 
 A columnar batch is not cut at ``max_batch_bytes`` as a record batch is: its numbers
 take 8 bytes a value instead of a Python object each, and every record is still
@@ -27,14 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from confluent_kafka import Message
 
-from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult
+from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult, Place
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Record, Streamlet
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
@@ -48,6 +51,9 @@ from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 __all__ = ["ColumnInlets", "ColumnarBatch", "ColumnarPath"]
 
 log = logging.getLogger("streamflow.runtime")
+
+# One output: the outlet it goes to, its input's message, its bytes and its headers.
+Output = tuple[OutletBinding, Message, bytes, Headers]
 
 
 @dataclass
@@ -81,9 +87,9 @@ class ColumnarPath:
             topic: (inlet, _Decoder(codec))
             for topic, (inlet, codec) in bindings.inlets_by_topic.items()
         }
+        self._outlets = bindings.outlets
         self._outlet: OutletBinding = bindings.outlets[descriptor.columns_outlet]
-        self._encoder = _Encoder(self._outlet.codec)
-        self._schema_headers: Headers = [("streamflow-schema", self._outlet.schema_header)]
+        self._encoders = {self._outlet.outlet: _Encoder(self._outlet.codec)}
 
     # -- reading -----------------------------------------------------------------
 
@@ -123,12 +129,14 @@ class ColumnarPath:
         for index, reason in columns.errors:
             read.dead.append((kept[index], inlet, DecodeError(reason), "decode"))
         read.messages = [kept[i] for i in columns.rows.tolist()]
-        read.batch = ColumnBatch(inlet, columns.columns, columns.n, columns.to_records)
+        read.batch = ColumnBatch(
+            inlet, columns.columns, columns.n, columns.to_records, _places(read.messages)
+        )
         return read
 
     # -- the logic, and its outputs ----------------------------------------------
 
-    def run(self, read: ColumnarBatch) -> list[tuple[Message, bytes, Headers]]:
+    def run(self, read: ColumnarBatch) -> list[Output]:
         """The batch's outputs, each with its input's message and its headers; rows that
         fail are added to ``read.dead``. Raises only ``Backpressure``."""
         batch = read.batch
@@ -145,7 +153,7 @@ class ColumnarPath:
                 batch.n,
                 error_line(exc),
             )
-        out: list[tuple[Message, bytes, Headers]] = []
+        out: list[Output] = []
         for row in range(batch.n):
             try:
                 result = self._call(batch.take([row]))
@@ -172,7 +180,28 @@ class ColumnarPath:
 
     def _written(
         self, read: ColumnarBatch, batch: ColumnBatch, rows: list[int], result: ColumnResult
-    ) -> list[tuple[Message, bytes, Headers]]:
+    ) -> list[Output]:
+        """The outputs of ``result`` (run on ``rows`` of the batch): the batch's outlet's,
+        whose failed rows are dead letters, then the other outlets' it names."""
+        out = self._encoded(read, batch, rows, result, self._outlet)
+        for name, side in result.outlets.items():
+            outlet = self._outlets.get(name)
+            if outlet is None or outlet.outlet == self._outlet.outlet:
+                raise ValueError(
+                    f"process_columns wrote outlet {name!r}: use one of the streamlet's other "
+                    f"outlets ({', '.join(o for o in self._outlets if o != self._outlet.outlet)})"
+                )
+            out += self._encoded(read, batch, rows, side, outlet)
+        return out
+
+    def _encoded(
+        self,
+        read: ColumnarBatch,
+        batch: ColumnBatch,
+        rows: list[int],
+        result: ColumnResult,
+        outlet: OutletBinding,
+    ) -> list[Output]:
         n = len(rows)
         for name, column in result.columns.items():
             if len(column) != n:
@@ -181,22 +210,47 @@ class ColumnarPath:
                     f"for a batch of {n}"
                 )
         failed = dict(result.errors)
-        encoded, errors = self._encoder.encode(result.columns, n)
+        encoder = self._encoders.get(outlet.outlet)
+        if encoder is None:
+            encoder = self._encoders[outlet.outlet] = _Encoder(outlet.codec)
+        encoded, errors = encoder.encode(result.columns, n)
         for index, reason in errors:
             failed.setdefault(index, EncodeError(reason))
-        headers = self._schema_headers + [
-            (k, v.encode() if isinstance(v, str) else v) for k, v in result.headers.items()
-        ]
-        out: list[tuple[Message, bytes, Headers]] = []
+        headers: Headers = [("streamflow-schema", outlet.schema_header)]
+        by_row: list[tuple[str, Any]] = []
+        for key, value in result.headers.items():
+            if isinstance(value, str | bytes):
+                headers.append((key, _bytes(value)))
+            else:
+                by_row.append((key, value))
+        side = outlet is not self._outlet
+        dropped: list[BaseException] = []
+        out: list[Output] = []
         messages = read.messages
         for index, data in enumerate(encoded):
             msg = messages[rows[index]]
             problem = failed.get(index)
             if problem is not None or data is None:
+                problem = problem or EncodeError("not encoded")
+                if side:
+                    dropped.append(problem)
+                    continue
                 stage = "encode" if isinstance(problem, EncodeError) else "logic"
-                read.dead.append((msg, batch.inlet, problem or EncodeError("not encoded"), stage))
+                read.dead.append((msg, batch.inlet, problem, stage))
                 continue
-            out.append((msg, data, self._with_lineage(headers, msg)))
+            mine = headers
+            if by_row:
+                mine = headers + [(key, _bytes(values[index])) for key, values in by_row]
+            out.append((outlet, msg, data, self._with_lineage(mine, msg)))
+        if dropped:
+            log.warning(
+                "%d of %d rows for outlet %s were not written (not dead letters: their "
+                "inputs were served); the first: %s",
+                len(dropped),
+                n,
+                outlet.outlet,
+                dropped[0],
+            )
         return out
 
     def _with_lineage(self, headers: Headers, msg: Message) -> Headers:
@@ -206,21 +260,32 @@ class ColumnarPath:
         lineage = carried(consumed) if consumed is not None and len(consumed) > 1 else None
         return headers if lineage is None else headers + lineage
 
-    def produce(
-        self, delivery: Delivery, outputs: list[tuple[Message, bytes, Headers]]
-    ) -> dict[str, int]:
-        """Write the outputs to the outlet's topic; how many went to the outlet."""
-        produced = {self._outlet.outlet: len(outputs)} if outputs else {}
-        topic = self._outlet.topic
-        if topic is None:  # an unconnected outlet: counted, not written
-            return produced
+    def produce(self, delivery: Delivery, outputs: list[Output]) -> dict[str, int]:
+        """Write the outputs to their outlets' topics; how many went to each outlet."""
+        produced: dict[str, int] = {}
         direct = delivery.direct_produce()
-        for msg, data, headers in outputs:
+        for outlet, msg, data, headers in outputs:
+            produced[outlet.outlet] = produced.get(outlet.outlet, 0) + 1
+            topic = outlet.topic
+            if topic is None:  # an unconnected outlet: counted, not written
+                continue
             try:
                 direct(topic, data, msg.key(), headers=headers)
             except BufferError:  # the queue is full: the delivery waits for room
                 delivery.produce(topic, data, msg.key(), headers)
         return produced
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _places(messages: list[Message]) -> Callable[[], list[Place]]:
+    """Where each of ``messages`` was read, made when first asked for."""
+    return lambda: [
+        Place(m.key(), m.topic(), m.partition(), m.offset())  # type: ignore[arg-type]
+        for m in messages
+    ]
 
 
 class ColumnInlets:
@@ -263,7 +328,10 @@ class ColumnInlets:
             columns = decoder.decode([messages[i].value() or b"" for i in at])
             for index, reason in columns.errors:
                 dead.append((messages[at[index]], inlet, DecodeError(reason), "decode"))
-            batch = ColumnBatch(inlet, columns.columns, columns.n, columns.to_records)
+            read = [messages[at[i]] for i in columns.rows.tolist()]
+            batch = ColumnBatch(
+                inlet, columns.columns, columns.n, columns.to_records, _places(read)
+            )
             for row, index in enumerate(columns.rows.tolist()):
                 msg = messages[at[index]]
                 partition: int = msg.partition()

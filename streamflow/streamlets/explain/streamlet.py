@@ -216,10 +216,10 @@ class ModelExplainer(ModelFollower):
             probe=probe,
         )
 
-    def between_batches(self) -> Emit | None:
-        result = super().between_batches()
+    def between_batches(self) -> Emit | list[Emit] | None:
+        result = super().between_batches()  # one at most: an explainer keeps no candidate
         if (
-            result is not None
+            isinstance(result, Emit)
             and result.value["state"] == ModelState.SERVING
             and self.current is not None
         ):

@@ -25,7 +25,6 @@ Subclasses add their data ports and ``process_batch``, and may hook
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -36,34 +35,22 @@ from typing import Any
 from streamflow.api import params
 from streamflow.api.ports import ControlInlet, Emit, Inlet, Outlet
 from streamflow.api.streamlet import ConfigProblem, Context, Record, Streamlet
-from streamflow.models import admission, artifacts, limits, locations, remote, tensors
+from streamflow.models import admission, artifacts, limits, remote, tensors
 from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.embedded import load_embedded
 from streamflow.models.kinds import EMBEDDED_KINDS, REMOTE_KINDS, ModelState
 from streamflow.models.predictor import Predictor
+from streamflow.models.rollout import RolloutMode
 from streamflow.models.status import status_record
 from streamflow.models.swap import LiveSwap
+from streamflow.streamlets.serving import checks
+from streamflow.streamlets.serving.active import ActiveModel
+from streamflow.streamlets.serving.candidate import CandidateSlot, Report
 
-__all__ = ["ActiveModel", "ModelFollower"]
+__all__ = ["ActiveModel", "ModelFollower", "close_model"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
-
-
-@dataclasses.dataclass
-class ActiveModel:
-    """A loaded model, its identity, and the tensor mapping fitted to its signature."""
-
-    name: str
-    version: int
-    kind: str
-    predictor: Predictor
-    description: str
-    mapping: tensors.BoundMapping
-    extra: Any = None  # what ``prepare`` built for this model
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name}:{self.version}"
+STABLE, CANDIDATE = "stable", "candidate"  # a status's role
 
 
 class ModelFollower(Streamlet):
@@ -141,11 +128,19 @@ class ModelFollower(Streamlet):
         # more than one worker: a superseded load may still be winding down
         self._swap: LiveSwap[ModelDescriptor, ActiveModel] = LiveSwap(
             lambda descriptor, cancelled: self._load(descriptor, cancelled),
-            close=_close_model,
+            close=close_model,
             thread_name="model-load",
             workers=4,
         )
         self.tensors = tensors.TensorMapping({}, {})
+        # a rollout's candidate beside the current model, where the subclass keeps one
+        self.candidates = self.candidate_slot()
+
+    def candidate_slot(self) -> CandidateSlot | None:
+        """Where a subclass that serves rollouts keeps its candidate (see ``.candidate``);
+        None, the default, ignores candidate descriptors: the model that serves is the
+        stable one."""
+        return None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -160,24 +155,9 @@ class ModelFollower(Streamlet):
     ) -> list[ConfigProblem]:
         """The tensor mapping against the ports: fields that exist, with types that fit;
         and a warning per allowlist entry looser than it looks (any port, no path end)."""
-        loose = locations.config_problems(config.get("allowlist") or [])
-        try:
-            mapping = cls(dict(config)).tensor_mapping()
-        except tensors.MappingError as exc:
-            invalid = ConfigProblem(
-                "invalid-tensor-mapping",
-                str(exc),
-                "inputs" if config.get("inputs") else "input_fields",
-                hint="inputs: {MODEL_INPUT: {field: F, dtype: float32, shape: [...]}}",
-            )
-            return [invalid, *loose]
-        return [
-            *(
-                ConfigProblem(p.code, p.message, _param_of(p.param, config), p.hint, p.path)
-                for p in cls.check_mapping(mapping, schemas)
-            ),
-            *loose,
-        ]
+        return checks.config_problems(
+            config, lambda: cls(dict(config)).tensor_mapping(), cls.check_mapping, schemas
+        )
 
     @classmethod
     def check_mapping(
@@ -199,10 +179,14 @@ class ModelFollower(Streamlet):
 
     async def teardown(self) -> None:
         self._swap.shutdown()
+        if self.candidates is not None:
+            self.candidates.shutdown()
 
     async def _close_models(self) -> None:
         """At shutdown (``on_close``): the current model, and any retired one not yet closed."""
         await self._swap.close()
+        if self.candidates is not None:
+            await self.candidates.close()
 
     def accepts_data(self) -> bool:
         return self.current is not None or self.on_no_model == "dlq"
@@ -222,9 +206,10 @@ class ModelFollower(Streamlet):
         except ValueError as exc:  # a kind this version does not know
             value = record.value
             return self._status(value["name"], value["version"], ModelState.REJECTED, str(exc))
+        if descriptor.rollout is not None:
+            return self._on_candidate(descriptor)
         name, version = descriptor.name, descriptor.version
-        pending = self._swap.pending
-        newest = max(self.current.version if self.current else 0, pending.version if pending else 0)
+        newest = self._newest()
         if version <= newest:
             return self._status(
                 name, version, ModelState.REJECTED, f"version {version} is not newer than {newest}"
@@ -235,8 +220,9 @@ class ModelFollower(Streamlet):
         if refusal:
             return self._status(name, version, ModelState.REJECTED, refusal)
         statuses = []
-        superseded = self._swap.submit(descriptor)  # a newer version wins: the old load stops
-        if superseded is not None:
+        promoted = self.candidates.promoted(descriptor) if self.candidates else None
+        superseded = self._swap.cancel() if promoted else self._swap.submit(descriptor)
+        if superseded is not None:  # a newer version wins: the old load stops
             statuses.append(
                 self._status(
                     superseded.name,
@@ -245,14 +231,55 @@ class ModelFollower(Streamlet):
                     f"superseded by version {version}",
                 )
             )
-        statuses.append(self._status(name, version, ModelState.LOADING, descriptor.summary()))
+        if promoted is not None:  # the candidate itself: it serves every record now
+            self._swap.adopt(promoted)
+            self.context.set_state("model", promoted.tag)
+            self._report_loaded(self.context, loaded=True)
+            message = f"promoted from candidate: {promoted.description}"
+            statuses.append(self._status(name, version, ModelState.SERVING, message))
+        else:
+            statuses.append(self._status(name, version, ModelState.LOADING, descriptor.summary()))
+        if self.candidates is not None:
+            statuses += self._reports(self.candidates.outdated(version))
         return statuses[0] if len(statuses) == 1 else statuses
 
-    def between_batches(self) -> Emit | None:
+    def _newest(self) -> int:
+        """The newest stable version, loaded or loading (0: none yet)."""
+        pending = self._swap.pending
+        return max(self.current.version if self.current else 0, pending.version if pending else 0)
+
+    def _on_candidate(self, descriptor: ModelDescriptor) -> Emit | list[Emit] | None:
+        """A descriptor with a rollout: for the candidate slot, where there is one."""
+        slot = self.candidates
+        if slot is None:
+            return None  # this streamlet follows the stable model only
+        rollout = descriptor.rollout
+        assert rollout is not None
+        if rollout.mode is not RolloutMode.END:
+            refusal = admission.refusal(
+                descriptor, allowlist=self.allowlist, allow_saved_model=self.allow_saved_model
+            )
+            if refusal:
+                return self._status(
+                    descriptor.name, descriptor.version, ModelState.REJECTED, refusal, CANDIDATE
+                )
+        return self._reports(slot.offer(descriptor, self._newest())) or None
+
+    def _reports(self, reports: list[Report]) -> list[Emit]:
+        return [self._status(*report, role=CANDIDATE) for report in reports]
+
+    def between_batches(self) -> Emit | list[Emit] | None:
+        statuses = []
+        if self.candidates is not None and (report := self.candidates.poll()) is not None:
+            statuses += self._reports([report])
         swapped = self._swap.poll()
-        if swapped is None:
-            return None
-        descriptor, loaded, exc = swapped.spec, swapped.loaded, swapped.error
+        if swapped is not None:
+            statuses.append(self._swapped(swapped.spec, swapped.loaded, swapped.error))
+        return statuses[0] if len(statuses) == 1 else statuses or None
+
+    def _swapped(
+        self, descriptor: ModelDescriptor, loaded: ActiveModel | None, exc: Exception | None
+    ) -> Emit:
         if loaded is None:
             serving = self.current.tag if self.current else "nothing"
             message = f"{type(exc).__name__}: {exc}; still serving {serving}"
@@ -283,6 +310,8 @@ class ModelFollower(Streamlet):
         connections are closed here, on the event loop, once no batch uses it.
         """
         await self._swap.close_retired()
+        if self.candidates is not None:
+            await self.candidates.close_retired()
 
     def _load(
         self, descriptor: ModelDescriptor, cancelled: threading.Event | None = None
@@ -390,7 +419,9 @@ class ModelFollower(Streamlet):
             http2=self.http2,
         )
 
-    def _status(self, model: str, version: int, state: ModelState, message: str) -> Emit:
+    def _status(
+        self, model: str, version: int, state: ModelState, message: str, role: str = STABLE
+    ) -> Emit:
         replica = f"{self.context.streamlet}-{self.context.replica}"
         return self.status(
             status_record(
@@ -400,18 +431,11 @@ class ModelFollower(Streamlet):
                 message=message,
                 replica=replica,
                 log=log,
+                role=role,
             )
         )
 
 
-async def _close_model(model: ActiveModel) -> None:
+async def close_model(model: ActiveModel) -> None:
+    """Release what a loaded model holds (a model server's connections)."""
     await model.predictor.aclose()
-
-
-def _param_of(param: str, config: Mapping[str, Any]) -> str:
-    """Point at the parameter the user wrote: the shorthand when that is what they used."""
-    if param == "inputs" and not config.get("inputs") and config.get("input_fields"):
-        return "input_fields"
-    if param == "outputs" and not config.get("outputs"):
-        return "class_field" if config.get("class_field") else "output_field"
-    return param

@@ -28,13 +28,18 @@ from streamflow.api import params
 from streamflow.api.columns import ColumnBatch, ColumnResult
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
-from streamflow.models import tensors
+from streamflow.models import tensor_arrays, tensors
+from streamflow.models.rollout import RolloutMode, candidate_rows
 from streamflow.schema import SchemaStore
-from streamflow.streamlets.serving.follower import ActiveModel, ModelFollower
+from streamflow.streamlets.serving.active import ActiveModel
+from streamflow.streamlets.serving.candidate import CandidateSlot
+from streamflow.streamlets.serving.follower import ModelFollower, close_model
 
 __all__ = ["ModelServing", "NoModelError", "PreprocessError"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
+MODEL, ARM = "streamflow-model", "streamflow-arm"  # the headers that say who served a record
+SHADOW_DESCRIPTION = "a shadowed candidate's outputs, as `out` has them (unused otherwise)"
 
 
 class NoModelError(Exception):
@@ -54,6 +59,8 @@ class ModelServing(ModelFollower):
 
     inp = Inlet("in", description="records with the model's input features")
     out = Outlet("out", description="the input's fields plus the prediction and model version")
+    # a subclass's ``out`` schema is the shadow's too (``__init_subclass__``)
+    shadow = Outlet("shadow", description=SHADOW_DESCRIPTION, optional=True)
 
     columns_outlet = "out"  # process_columns writes here; `status` is the swaps' own
 
@@ -63,11 +70,25 @@ class ModelServing(ModelFollower):
     class_field = params.Str(
         default="", description="shorthand: the field for the argmax class (optional)"
     )
+    max_resident_mb = params.Int(
+        default=0,
+        min=0,
+        description="a rollout's candidate is unloaded if, with it, the replica holds more "
+        "than this resident (0: no bound)",
+    )
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         self._output_fields: set[str] = set()
         self._scalar_fields: frozenset[str] = frozenset()
+        self._in_use: ActiveModel | None = None  # the model a hook call serves
+
+    def candidate_slot(self) -> CandidateSlot:
+        return CandidateSlot(
+            lambda descriptor, cancelled: self._load(descriptor, cancelled),
+            close=close_model,
+            max_resident_bytes=self.max_resident_mb * 2**20,
+        )
 
     def setup(self, context: Context) -> None:
         super().setup(context)
@@ -108,15 +129,15 @@ class ModelServing(ModelFollower):
         Raise for a batch with bad records; each record is then tried alone, and those
         that still fail go to the dead-letter topic while the rest are served.
         """
-        assert self.current is not None
-        return self.current.mapping.encode([r.value for r in records])
+        model = self.model_in_use
+        assert model is not None
+        return model.mapping.encode([r.value for r in records])
 
     def postprocess(self, records: list[Record], outputs: dict[str, np.ndarray]) -> list[dict]:  # type: ignore[type-arg]
         """One output record per input (default: the mapped outputs beside the input's fields)."""
-        assert self.current is not None
-        decoded = self.current.mapping.decode(
-            outputs, len(records), scalar_fields=self._scalar_fields
-        )
+        model = self.model_in_use
+        assert model is not None
+        decoded = model.mapping.decode(outputs, len(records), scalar_fields=self._scalar_fields)
         fields = self._output_fields
         copied = [k for k in records[0].value if k in fields] if records else []
         return [
@@ -125,6 +146,11 @@ class ModelServing(ModelFollower):
         ]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        out = cls.__dict__.get("out")
+        if isinstance(out, Outlet) and out.schema and "shadow" not in cls.__dict__:
+            shadow = Outlet("shadow", out.schema, description=SHADOW_DESCRIPTION, optional=True)
+            shadow.__set_name__(cls, "shadow")
+            cls.shadow = shadow
         super().__init_subclass__(**kwargs)
         # Hooks written per record: the batch goes as records to them (process_batch).
         if cls.preprocess is not ModelServing.preprocess or (
@@ -137,13 +163,62 @@ class ModelServing(ModelFollower):
     async def process_columns(self, batch: ColumnBatch) -> ColumnResult:
         """The batch straight from its columns to the model and back (see
         :mod:`streamflow.api.columns`); a subclass with its own :meth:`preprocess` or
-        :meth:`postprocess` is served through :meth:`process_batch` instead."""
+        :meth:`postprocess` is served through :meth:`process_batch` instead. While a
+        rollout runs, the candidate serves its share of the rows (or a shadow of all)."""
         await self.close_retired()
         active = self.current
         n = batch.n
         if active is None:
             failed = NoModelError("no model is loaded yet (on_no_model: dlq)")
             return ColumnResult({}, errors=dict.fromkeys(range(n), failed))
+        plan = self.candidates.plan() if self.candidates is not None else None
+        if plan is None:
+            columns, errors = await self._served_columns(active, batch)
+            return ColumnResult(
+                self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
+            )
+        rollout, candidate = plan
+        if rollout.mode is RolloutMode.SHADOW:
+            columns, errors = await self._served_columns(active, batch)
+            shadow, unserved = await self._served_columns(candidate, batch)
+            beside = ColumnResult(
+                self._with_inputs(shadow, batch), errors=unserved, headers={MODEL: candidate.tag}
+            )
+            return ColumnResult(
+                self._with_inputs(columns, batch),
+                errors=errors,
+                headers={MODEL: active.tag},
+                outlets={"shadow": beside},
+            )
+        places = batch.places()
+        chosen = candidate_rows(
+            rollout.share,
+            candidate.version,
+            [p.key for p in places],
+            [(p.topic, p.partition, p.offset) for p in places],
+        )
+        parts: list[tuple[np.ndarray, dict[str, Any]]] = []
+        split_errors: dict[int, BaseException] = {}
+        for rows, model in ((np.flatnonzero(~chosen), active), (np.flatnonzero(chosen), candidate)):
+            if not len(rows):
+                continue
+            columns, unserved = await self._served_columns(
+                model, batch if len(rows) == n else batch.take(rows.tolist())
+            )
+            parts.append((rows, columns))
+            split_errors.update({int(rows[i]): why for i, why in unserved.items()})
+        headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
+        if rollout.mode is RolloutMode.AB:
+            headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
+        merged = self._with_inputs(tensor_arrays.merge_rows(n, parts), batch)
+        return ColumnResult(merged, errors=split_errors, headers=headers)
+
+    async def _served_columns(
+        self, active: ActiveModel, batch: ColumnBatch
+    ) -> tuple[dict[str, Any], dict[int, BaseException]]:
+        """What ``active`` makes of the batch, as the outlet's columns (its own fields
+        and the model's identity); the rows that do not fit its inputs, with why."""
+        n = batch.n
         mapping = active.mapping
         errors: dict[int, BaseException] = {}
         served = list(range(n))
@@ -159,18 +234,17 @@ class ModelServing(ModelFollower):
                 }
                 served = [i for i in served if i not in errors]
                 if not served:
-                    return ColumnResult({}, errors=errors)
+                    return {}, errors
                 inputs = mapping.encode([values[i] for i in served])
         started = time.perf_counter()
         outputs = await active.predictor.infer(inputs)
         latency_ms = (time.perf_counter() - started) * 1000.0
         columns = mapping.decode_columns(outputs, len(served), scalar_fields=self._scalar_fields)
         if errors:  # back to a row per input: the failed ones' rows are never written
-            columns = {k: _spread(column, served, n) for k, column in columns.items()}
+            columns = {
+                k: tensor_arrays.spread_rows(column, served, n) for k, column in columns.items()
+            }
         fields = self._output_fields
-        for path in batch:  # the input's fields the output also has (a nested record whole)
-            if path.split(".", 1)[0] in fields and path.split(".", 1)[0] not in columns:
-                columns[path] = batch[path]
         for name, value in (
             ("model", active.name),
             ("model_version", active.version),
@@ -178,24 +252,87 @@ class ModelServing(ModelFollower):
         ):
             if name in fields:
                 columns[name] = np.full(n, value, dtype=object if isinstance(value, str) else None)
-        return ColumnResult(columns, errors=errors, headers={"streamflow-model": active.tag})
+        return columns, errors
+
+    def _with_inputs(self, columns: dict[str, Any], batch: ColumnBatch) -> dict[str, Any]:
+        """``columns`` and the input's fields the output also has (a nested record whole)."""
+        fields = self._output_fields
+        for path in batch:
+            top = path.split(".", 1)[0]
+            if top in fields and top not in columns:
+                columns[path] = batch[path]
+        return columns
 
     # -- the batch, as records ------------------------------------------------------------
+
+    @property
+    def model_in_use(self) -> ActiveModel | None:
+        """The model the current call serves: the stable one, or during a rollout the
+        candidate for its share of the batch (what the default hooks map with)."""
+        return self._in_use or self.current
 
     async def process_batch(self, records: list[Record]) -> list[Any]:
         await self.close_retired()
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
+        plan = self.candidates.plan() if self.candidates is not None else None
+        if plan is None:
+            return await self._served_records(active, records)
+        rollout, candidate = plan
+        if rollout.mode is RolloutMode.SHADOW:
+            stable = await self._served_records(active, records)
+            shadows = await self._served_records(candidate, records, outlet=self.shadow)
+            # a record the candidate fails keeps its stable output alone (no dead letter)
+            return [
+                [result, shadow]
+                if not isinstance(result, BaseException | None)
+                and not isinstance(shadow, BaseException | None)
+                else result
+                for result, shadow in zip(stable, shadows, strict=True)
+            ]
+        chosen = candidate_rows(
+            rollout.share,
+            candidate.version,
+            [r.key_bytes for r in records],
+            [(r.topic, r.partition, r.offset) for r in records],
+        )
         results: list[Any] = [None] * len(records)
-        inputs, served = self._inputs(records, results)
-        if not served:
-            return results
-        kept = [records[i] for i in served]
-        started = time.perf_counter()
-        outputs = await active.predictor.infer(inputs)
-        latency_ms = (time.perf_counter() - started) * 1000.0
-        emitted = self._outputs(self.postprocess(kept, outputs), active, latency_ms)
+        for pick, model in ((False, active), (True, candidate)):
+            rows = [i for i in range(len(records)) if chosen[i] == pick]
+            if not rows:
+                continue
+            served = await self._served_records(
+                model, [records[i] for i in rows], arm=rollout.arm(pick)
+            )
+            for row, result in zip(rows, served, strict=True):
+                results[row] = result
+        return results
+
+    async def _served_records(
+        self,
+        active: ActiveModel,
+        records: list[Record],
+        *,
+        outlet: Outlet | None = None,
+        arm: str = "",
+    ) -> list[Any]:
+        """What ``active`` makes of these records through the hooks: an output (to
+        ``outlet``, ``out`` by default) or an error per record."""
+        self._in_use = active
+        try:
+            results: list[Any] = [None] * len(records)
+            inputs, served = self._inputs(records, results)
+            if not served:
+                return results
+            kept = [records[i] for i in served]
+            started = time.perf_counter()
+            outputs = await active.predictor.infer(inputs)
+            latency_ms = (time.perf_counter() - started) * 1000.0
+            predictions = self.postprocess(kept, outputs)
+        finally:
+            self._in_use = None
+        emitted = self._outputs(predictions, active, latency_ms, outlet or self.out, arm)
         for index, emit in zip(served, emitted, strict=True):
             results[index] = emit
         return results
@@ -225,7 +362,12 @@ class ModelServing(ModelFollower):
         return self.preprocess([records[i] for i in served]), served
 
     def _outputs(
-        self, predictions: list[dict[str, Any]], active: ActiveModel, latency_ms: float
+        self,
+        predictions: list[dict[str, Any]],
+        active: ActiveModel,
+        latency_ms: float,
+        outlet: Outlet,
+        arm: str = "",
     ) -> list[Emit]:
         """Each prediction with the model's identity; one header dict shared by the batch."""
         fields = self._output_fields
@@ -238,17 +380,9 @@ class ModelServing(ModelFollower):
             )
             if k in fields
         }
-        headers = {"streamflow-model": active.tag}
+        headers = {MODEL: active.tag, ARM: arm} if arm else {MODEL: active.tag}
         out = []
         for prediction in predictions:  # fresh dicts from postprocess: completed in place
             prediction.update(model_fields)
-            out.append(self.out(prediction, headers=headers))
+            out.append(outlet(prediction, headers=headers))
         return out
-
-
-def _spread(column: Any, rows: list[int], n: int) -> np.ndarray:
-    """``column``'s values at ``rows`` of a column of ``n`` (the other rows left empty)."""
-    values = np.asarray(column)
-    spread = np.zeros((n, *values.shape[1:]), dtype=values.dtype)
-    spread[rows] = values
-    return spread

@@ -18,13 +18,24 @@ from tests.streamlets.serving import serving_support as s
 STORE_PATHS = [s.SCHEMAS]
 
 
-def app(bootstrap: str, replicas: int, cache: Path, **config: Any) -> Application:
+def app(
+    bootstrap: str,
+    replicas: int,
+    cache: Path,
+    *,
+    guarantee: str = "at-least-once",
+    shadow: bool = False,
+    **config: Any,
+) -> Application:
+    """The wine classifier's app; ``shadow``: with a topic for its shadow outlet."""
+    shadow_topic = {"shadows": {"producers": ["classifier.shadow"], "partitions": 4}}
     return support.make_app(
         bootstrap,
         streamlets={
             "classifier": {
                 "class": "classifier_app:WineClassifier",
                 "replicas": replicas,
+                "guarantee": guarantee,
                 "config": {
                     **s.CONFIG,
                     "cache_dir": str(cache),
@@ -38,6 +49,7 @@ def app(bootstrap: str, replicas: int, cache: Path, **config: Any) -> Applicatio
             "models": {"consumers": ["classifier.model"], "config": {"cleanup.policy": "compact"}},
             "predictions": {"producers": ["classifier.out"], "partitions": 4},
             "status": {"producers": ["classifier.status"]},
+            **(shadow_topic if shadow else {}),
         },
         schema_paths=STORE_PATHS,
         python_paths=[s.WINE],

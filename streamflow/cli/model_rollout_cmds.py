@@ -1,0 +1,250 @@
+"""``streamflow model rollout``: a candidate model beside the stable one, live.
+
+``start`` writes the next version as a candidate (``--mode shadow|canary|ab``,
+``--share`` of the keys), and waits until every replica has loaded it; ``set`` changes
+the running candidate's mode or share (no load); ``promote`` makes it the stable version
+everywhere (the replicas adopt the loaded candidate); ``abort`` rolls it back; ``status``
+shows where the rollout stands and what each replica said. Each is a control record
+(:mod:`streamflow.operator.model_rollouts`), applied between batches under either
+delivery guarantee, with no replica restarted and no record lost.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from streamflow.cli import apps, model_wait, output, registry_opts
+from streamflow.cli.model_opts import (
+    BootstrapOpt,
+    ByReferenceOpt,
+    DescriptionOpt,
+    Following,
+    FormatOpt,
+    KerasOpt,
+    OnnxOpt,
+    ParamOpt,
+    ProtocolOpt,
+    QuietOpt,
+    SavedModelOpt,
+    StreamletArg,
+    TargetArg,
+    TimeoutOpt,
+    UrlOpt,
+    VersionOpt,
+    check_format,
+    follow,
+    push_errors,
+    push_request,
+    resolve,
+)
+from streamflow.models.kinds import ModelState
+from streamflow.models.rollout import Rollout, RolloutMode
+from streamflow.operator import model_versions as versions
+from streamflow.operator.model_rollouts import Rollouts
+
+__all__ = ["rollout_app"]
+
+rollout_app = typer.Typer(
+    help="Roll a candidate model out beside the stable one (shadow, canary or A/B), then "
+    "promote or abort it.",
+    no_args_is_help=True,
+)
+
+ModeOpt = Annotated[
+    str,
+    typer.Option(
+        help="shadow (every record, results to the shadow outlet), canary (a share of the "
+        "keys) or ab (a share, between two named arms)."
+    ),
+]
+ShareOpt = Annotated[
+    float, typer.Option(help="The percent (0-100) of the keys the candidate serves.")
+]
+ArmsOpt = Annotated[
+    str, typer.Option(help="ab: the stable arm's name and the candidate's, as A,B.")
+]
+ModelOpt = Annotated[str | None, typer.Option(help="The model (default: the one served).")]
+
+
+@rollout_app.command("start")
+def start(
+    target: TargetArg,
+    streamlet: StreamletArg,
+    saved_model: SavedModelOpt = None,
+    keras: KerasOpt = None,
+    onnx: OnnxOpt = None,
+    url: UrlOpt = None,
+    protocol: ProtocolOpt = "v2",
+    mode: ModeOpt = "canary",
+    share: ShareOpt = 5.0,
+    arms: ArmsOpt = "",
+    version: VersionOpt = None,
+    name: ModelOpt = None,
+    param: ParamOpt = None,
+    by_reference: ByReferenceOpt = False,
+    description: DescriptionOpt = "",
+    timeout: TimeoutOpt = 120.0,
+    bootstrap_servers: BootstrapOpt = None,
+    registry: registry_opts.RegistryOpt = None,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
+) -> None:
+    """Start a rollout: the next version as a candidate, and wait until every replica has it."""
+    request = push_request(
+        {"keras": keras, "saved_model": saved_model, "onnx": onnx},
+        url=url,
+        protocol=protocol,
+        version=version,
+        name=name,
+        param=param,
+        by_reference=by_reference,
+        description=description,
+    )
+    rollout = _rollout(mode, share, arms)
+    check_format(fmt)
+    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), push_errors():
+        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
+        pushed = Rollouts(channel).start(request, rollout)
+        said = Text.assemble(
+            "rolling out ",
+            (f"{pushed.model}:{pushed.version}", "bold"),
+            f" as a candidate ({rollout.describe()}) on {pushed.topic}",
+        )
+        follow(said, channel, pushed, Following(app, streamlet, timeout, fmt, quiet))
+
+
+@rollout_app.command("set")
+def set_(
+    target: TargetArg,
+    streamlet: StreamletArg,
+    share: Annotated[float | None, typer.Option(help="The candidate's new share (0-100).")] = None,
+    mode: Annotated[str | None, typer.Option(help="shadow, canary or ab.")] = None,
+    arms: ArmsOpt = "",
+    name: ModelOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    bootstrap_servers: BootstrapOpt = None,
+    registry: registry_opts.RegistryOpt = None,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
+) -> None:
+    """Change the running candidate's share or mode; the replicas switch with no load."""
+    if share is None and mode is None:
+        output.fail("give --share, --mode or both", exit_code=output.EXIT_USAGE)
+    check_format(fmt)
+    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), push_errors():
+        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
+        rollouts = Rollouts(channel)
+        running = rollouts.standing(name).candidate
+        was = running.rollout if running is not None else None
+        rollout = _rollout(
+            mode or (was.mode.value if was else "canary"),
+            share if share is not None else (was.share if was else 0.0),
+            arms or (",".join(was.arms) if was else ""),
+        )
+        pushed = rollouts.change(rollout, name)
+        said = Text.assemble(
+            (f"{pushed.model}:{pushed.version}", "bold"), f" now meets: {rollout.describe()}"
+        )
+        follow(said, channel, pushed, Following(app, streamlet, timeout, fmt, quiet))
+
+
+@rollout_app.command("promote")
+def promote(
+    target: TargetArg,
+    streamlet: StreamletArg,
+    name: ModelOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    bootstrap_servers: BootstrapOpt = None,
+    registry: registry_opts.RegistryOpt = None,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
+) -> None:
+    """Make the candidate the stable version on every replica (no second load)."""
+    check_format(fmt)
+    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), push_errors():
+        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
+        pushed = Rollouts(channel).promote(name)
+        said = Text.assemble("promoting ", (f"{pushed.model}:{pushed.version}", "bold"))
+        follow(said, channel, pushed, Following(app, streamlet, timeout, fmt, quiet))
+
+
+@rollout_app.command("abort")
+def abort(
+    target: TargetArg,
+    streamlet: StreamletArg,
+    name: ModelOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    bootstrap_servers: BootstrapOpt = None,
+    registry: registry_opts.RegistryOpt = None,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
+) -> None:
+    """Roll the candidate back: every replica unloads it and serves the stable version."""
+    check_format(fmt)
+    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), push_errors():
+        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
+        pushed = Rollouts(channel).abort(name)
+        said = Text.assemble("rolling back ", (f"{pushed.model}:{pushed.version}", "bold"))
+        how = Following(app, streamlet, timeout, fmt, quiet, goal=ModelState.RETIRED)
+        follow(said, channel, pushed, how)
+
+
+@rollout_app.command("status")
+def status(
+    target: TargetArg,
+    streamlet: StreamletArg,
+    name: ModelOpt = None,
+    bootstrap_servers: BootstrapOpt = None,
+    registry: registry_opts.RegistryOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Show the stable version, the candidate and its share, and what each replica said."""
+    check_format(fmt)
+    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    with apps.kafka_errors(bootstrap), push_errors():
+        clients = apps.kafka_clients(app, bootstrap)
+        now = Rollouts(versions.ModelChannel(app, clients, streamlet)).standing(name)
+        latest = versions.latest_statuses(app, clients, streamlet)
+    stable, candidate = now.stable, now.candidate
+    data = {
+        "model": now.model,
+        "stable": stable.version if stable else None,
+        "candidate": candidate.version if candidate else None,
+        "rollout": candidate.rollout.to_record() if candidate and candidate.rollout else None,
+        "replicas": list(latest.values()),
+    }
+    if fmt != "table":
+        output.print_data(data, fmt=fmt)
+        return
+    said = Text.assemble((now.model or "no model", "bold"), ": ")
+    said.append(f"stable {stable.version}" if stable else "no stable version")
+    if candidate is not None and candidate.rollout is not None:
+        said.append(f", candidate {candidate.version} ({candidate.rollout.describe()})")
+    else:
+        said.append(", no rollout runs")
+    output.console().print(said)
+    if latest:
+        model_wait.print_status_table(latest)
+
+
+def _rollout(mode: str, share: float, arms: str) -> Rollout:
+    """The rollout the options ask for; a usage error for one out of its bounds."""
+    try:
+        chosen = RolloutMode(mode.upper())
+    except ValueError:
+        chosen = None
+    if chosen is None or chosen is RolloutMode.END:
+        output.fail(f"--mode {mode!r}: use shadow, canary or ab", exit_code=output.EXIT_USAGE)
+    names = tuple(a.strip() for a in arms.split(",")) if arms else ()
+    rollout = Rollout(chosen, share=share if chosen is not RolloutMode.SHADOW else 0.0, arms=names)
+    refusal = rollout.refusal()
+    if refusal:
+        output.fail(refusal, exit_code=output.EXIT_USAGE)
+    return rollout

@@ -1,0 +1,143 @@
+"""A rollout: a candidate version beside the stable one, and which records meet which.
+
+A ``ModelDescriptor`` with a ``rollout`` is a candidate. Its mode says what it gets:
+
+* ``SHADOW``: every record; only the stable result goes on, the candidate's goes to the
+  serving streamlet's ``shadow`` outlet (same key, same lineage);
+* ``CANARY``: the records of ``share`` percent of the keys;
+* ``AB``: the same split between two named arms, kept until it is ended;
+* ``END``: the candidate of that version leaves (rolled back; or promoted, once the same
+  version has come as the stable descriptor).
+
+Which keys the candidate serves is a hash of the key salted with the candidate's version
+(:func:`candidate_rows`): one key meets one version for the whole rollout, every replica
+agrees without talking, a bigger share keeps the keys a smaller one had, and a batch read
+again after an abort splits the same way. A record without a key is placed by where it
+was read (topic, partition, offset), which is as stable.
+
+On the control topic the stable descriptor is keyed by the model's name and the
+candidate by :func:`candidate_key`, so compaction keeps the latest of each role and a
+replica that starts later replays the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BUCKETS",
+    "Rollout",
+    "RolloutMode",
+    "candidate_key",
+    "candidate_rows",
+]
+
+#: The hash's resolution: a share is a whole number of these buckets (0.01% each).
+BUCKETS = 10_000
+
+
+class RolloutMode(enum.StrEnum):
+    """``streamflow.ml.RolloutMode``: what a candidate gets."""
+
+    SHADOW = "SHADOW"
+    CANARY = "CANARY"
+    AB = "AB"
+    END = "END"
+
+
+def candidate_key(model: str) -> str:
+    """The control topic's key of a model's candidate (the stable one's is its name)."""
+    return f"{model}#candidate"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """What a candidate descriptor asks for (see the module docstring)."""
+
+    mode: RolloutMode
+    share: float = 0.0  # percent of the keys (CANARY, AB)
+    arms: tuple[str, ...] = ()  # AB: the stable arm's name, then the candidate's
+
+    @classmethod
+    def from_record(cls, value: Mapping[str, Any]) -> Rollout:
+        return cls(
+            mode=RolloutMode(value["mode"]),
+            share=float(value.get("share", 0.0)),
+            arms=tuple(value.get("arms") or ()),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "share": self.share, "arms": list(self.arms)}
+
+    def refusal(self) -> str | None:
+        """Why a replica must not follow this rollout, or None."""
+        in_range = math.isfinite(self.share) and 0.0 <= self.share <= 100.0
+        if self.splits and not in_range:
+            return f"share {self.share} is out of range: give a percent from 0 to 100"
+        if self.mode is RolloutMode.AB:
+            if len(self.arms) != 2 or not all(a.strip() for a in self.arms):
+                return "an AB rollout names two arms: the stable one's, then the candidate's"
+            if self.arms[0] == self.arms[1]:
+                return f"the two arms are both called {self.arms[0]!r}"
+            if any(len(a) > 64 for a in self.arms):
+                return "an arm's name is at most 64 characters"
+        elif self.arms:
+            return f"arms are for AB rollouts, not {self.mode.value}"
+        return None
+
+    @property
+    def splits(self) -> bool:
+        """Whether the candidate serves a share of the keys (rather than a shadow of all)."""
+        return self.mode in (RolloutMode.CANARY, RolloutMode.AB)
+
+    def describe(self) -> str:
+        """How a status line says it: ``canary 5% of the keys``."""
+        if self.mode is RolloutMode.SHADOW:
+            return "shadow of every record"
+        if self.mode is RolloutMode.END:
+            return "ended"
+        share = f"{self.share:g}% of the keys"
+        if self.mode is RolloutMode.AB:
+            return f"ab: {self.arms[1]} {share}, {self.arms[0]} the rest"
+        return f"canary {share}"
+
+    def arm(self, candidate: bool) -> str:
+        """The arm's name an output of an AB rollout carries ("" otherwise)."""
+        if self.mode is not RolloutMode.AB:
+            return ""
+        return self.arms[1] if candidate else self.arms[0]
+
+
+def candidate_rows(
+    share: float,
+    salt: int,
+    keys: Sequence[bytes | None],
+    places: Sequence[tuple[str, int, int]] | None = None,
+) -> np.ndarray:
+    """Which of these records the candidate serves (a bool per record), at ``share``
+    percent of the keys; ``salt`` is the candidate's version. ``places`` (topic,
+    partition, offset per record) place a record that has no key."""
+    threshold = round(share * BUCKETS / 100)
+    chosen = np.zeros(len(keys), dtype=bool)
+    if threshold <= 0:
+        return chosen
+    if threshold >= BUCKETS:
+        chosen[:] = True
+        return chosen
+    prefix = salt.to_bytes(8, "big", signed=True)
+    for index, key in enumerate(keys):
+        if key is None:
+            if places is None:
+                raise ValueError("a record without a key needs its place to be split")
+            topic, partition, offset = places[index]
+            key = f"\0{topic}/{partition}/{offset}".encode()
+        digest = hashlib.blake2b(prefix + key, digest_size=8).digest()
+        chosen[index] = int.from_bytes(digest, "big") % BUCKETS < threshold
+    return chosen

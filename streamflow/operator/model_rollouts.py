@@ -1,0 +1,191 @@
+"""Rollouts for a running application: a candidate beside the stable model, by records.
+
+The use case behind ``streamflow model rollout``, on a serving streamlet's control
+topic (:class:`~streamflow.operator.model_versions.ModelChannel`):
+
+* :meth:`Rollouts.start` writes a candidate: the next version's descriptor with a
+  ``rollout`` (shadow, canary or AB), keyed ``<model>#candidate``;
+* :meth:`Rollouts.change` writes the same candidate again with another mode or share
+  (the replicas change the split, with no load);
+* :meth:`Rollouts.promote` writes the candidate as the stable descriptor (keyed by the
+  model's name; the replicas adopt the loaded candidate), then the candidate's end;
+* :meth:`Rollouts.abort` writes the candidate's end (the replicas unload it).
+
+Each record is whole: compaction keeps the latest per key, a stable one and a candidate,
+and a replica that starts later replays the same state (see
+:mod:`streamflow.models.rollout`). Where the rollout stands is read back from the topic
+the same way (:func:`standing`), so these commands need no state of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from streamflow.models.descriptor import ModelDescriptor, build_descriptor
+from streamflow.models.rollout import Rollout, RolloutMode, candidate_key
+from streamflow.operator.model_versions import (
+    ModelChannel,
+    ModelPushError,
+    Pushed,
+    PushRequest,
+    end_offsets,
+    produce_descriptors,
+)
+
+__all__ = ["Rollouts", "Standing", "standing"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """Where one model's rollout stands on the control topic."""
+
+    model: str
+    stable: ModelDescriptor | None
+    candidate: ModelDescriptor | None  # None: no rollout runs
+
+
+def standing(history: Sequence[Mapping[str, Any]], model: str | None = None) -> Standing:
+    """The state the replicas converge on, from the descriptors in the topic's order."""
+    name = model or (history[-1]["name"] if history else "")
+    stable: ModelDescriptor | None = None
+    candidate: ModelDescriptor | None = None
+    for record in history:
+        if record["name"] != name:
+            continue
+        descriptor = ModelDescriptor.from_record(record)
+        rollout = descriptor.rollout
+        if rollout is None:
+            if stable is None or descriptor.version > stable.version:
+                stable = descriptor
+            if candidate is not None and candidate.version <= descriptor.version:
+                candidate = None
+        elif rollout.mode is RolloutMode.END:
+            if candidate is not None and candidate.version == descriptor.version:
+                candidate = None
+        elif (
+            stable is not None
+            and descriptor.version > stable.version
+            and (
+                candidate is None
+                or descriptor.version > candidate.version
+                or (
+                    candidate.version == descriptor.version
+                    and candidate.artifact == descriptor.artifact
+                )
+            )
+        ):  # as a replica: a candidate of the same version with another artifact is refused
+            candidate = descriptor
+    return Standing(name, stable, candidate)
+
+
+class Rollouts:
+    """The rollout commands of one serving streamlet (see the module docstring)."""
+
+    def __init__(self, channel: ModelChannel) -> None:
+        self.channel = channel
+
+    def standing(self, model: str | None = None) -> Standing:
+        return standing(self.channel.history(), model)
+
+    def start(self, request: PushRequest, rollout: Rollout) -> Pushed:
+        """A candidate: the next version, beside the stable one, meeting what ``rollout``
+        says. Refused when no stable version runs, or a rollout runs already."""
+        _check(rollout)
+        history = self.channel.history()
+        now = standing(history, request.name)
+        if now.stable is None:
+            raise ModelPushError(
+                "no stable version to roll out against",
+                hint="push one first: streamflow model push",
+            )
+        if now.candidate is not None:
+            raise ModelPushError(
+                f"{now.model}:{now.candidate.version} is rolling out already",
+                hint="promote or abort it first (streamflow model rollout promote|abort)",
+            )
+        newest = max((d["version"] for d in history if d["name"] == now.model), default=0)
+        version = request.version if request.version is not None else newest + 1
+        if version <= now.stable.version:
+            raise ModelPushError(
+                f"version {version} is not newer than the stable version {now.stable.version}"
+            )
+        descriptor = build_descriptor(
+            now.model,
+            version,
+            artifact=request.artifact,
+            url=request.url,
+            protocol=request.protocol,
+            parameters=dict(request.parameters),
+            by_reference=request.by_reference,
+            description=request.description,
+        )
+        return self._write([dataclasses.replace(descriptor, rollout=rollout)])
+
+    def change(self, rollout: Rollout, model: str | None = None) -> Pushed:
+        """The running candidate, to meet what ``rollout`` says now."""
+        _check(rollout)
+        candidate = self._candidate(model)
+        return self._write([dataclasses.replace(candidate, rollout=rollout)])
+
+    def promote(self, model: str | None = None) -> Pushed:
+        """The candidate becomes the stable version on every replica (no second load)."""
+        candidate = self._candidate(model)
+        stable = dataclasses.replace(candidate, rollout=None)
+        return self._write([stable, _end(candidate)], awaited=stable)
+
+    def abort(self, model: str | None = None) -> Pushed:
+        """The candidate leaves every replica; the stable version meets every record."""
+        return self._write([_end(self._candidate(model))])
+
+    def _candidate(self, model: str | None) -> ModelDescriptor:
+        now = self.standing(model)
+        if now.candidate is None:
+            raise ModelPushError(
+                f"no rollout of {now.model or 'a model'} runs",
+                hint="start one: streamflow model rollout start",
+            )
+        return now.candidate
+
+    def _write(
+        self, descriptors: list[ModelDescriptor], awaited: ModelDescriptor | None = None
+    ) -> Pushed:
+        channel = self.channel
+        start = end_offsets(channel.clients, channel.status.name) if channel.status else {}
+        records = [
+            (
+                descriptor.name if descriptor.rollout is None else candidate_key(descriptor.name),
+                channel.descriptors.encode(descriptor.to_record()),
+            )
+            for descriptor in descriptors
+        ]
+        produce_descriptors(channel.clients, channel.control.name, records)
+        shown = awaited or descriptors[0]
+        return Pushed(
+            model=shown.name,
+            version=shown.version,
+            kind=str(shown.kind),
+            size=len(shown.data or b""),
+            topic=channel.control.name,
+            status_start=start,
+        )
+
+
+def _end(candidate: ModelDescriptor) -> ModelDescriptor:
+    """The record that ends ``candidate``'s rollout: its identity, no artifact."""
+    return ModelDescriptor(
+        candidate.name,
+        candidate.version,
+        candidate.kind,
+        description="the rollout ended",
+        rollout=Rollout(RolloutMode.END),
+    )
+
+
+def _check(rollout: Rollout) -> None:
+    if rollout.mode is RolloutMode.END:
+        raise ModelPushError("END is written by promote and abort, not started")
+    refusal = rollout.refusal()
+    if refusal:
+        raise ModelPushError(refusal)

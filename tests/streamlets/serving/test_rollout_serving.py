@@ -1,0 +1,241 @@
+"""A rollout in one serving streamlet: the stable model and a candidate, switched live.
+
+The candidate comes as a descriptor with a ``rollout``: a shadow of every record, or a
+canary or AB share of the keys. Each output says which version made it; a share change,
+a promotion and a rollback are control records that take effect between batches, with
+no record lost and no second load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamflow.models.rollout import candidate_rows
+from streamflow.testkit import StreamletHarness
+from tests.model_fixtures import WineModels
+from tests.streamlets.serving import serving_support as s
+
+pytestmark = pytest.mark.integration
+
+
+class RecordWine(s.classifier_app.WineClassifier):  # type: ignore[name-defined,misc]
+    """The wine classifier served record by record (its own postprocess)."""
+
+    def postprocess(self, records: Any, outputs: Any) -> list[dict]:  # type: ignore[type-arg]
+        return super().postprocess(records, outputs)  # type: ignore[no-any-return]
+
+
+def _candidate(
+    version: int, data: bytes | None, mode: str, share: float = 0.0, arms: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    record = s.descriptor(version, "KERAS", data=data)
+    record["rollout"] = {"mode": mode, "share": share, "arms": list(arms)}
+    return record
+
+
+def _rows(models: WineModels, n: int) -> list[dict[str, Any]]:
+    return [
+        {"id": f"w{i}", **{f: float(models.x[i % 178][j]) for j, f in enumerate(s.FEATURES)}}
+        | {"label": None}
+        for i in range(n)
+    ]
+
+
+def _keys(n: int) -> list[str]:
+    return [f"customer-{i}" for i in range(n)]
+
+
+def _statuses(outputs: list[Any]) -> list[tuple[int, str, str]]:
+    return [
+        (o.value["version"], o.value["state"], o.value["role"])
+        for o in outputs
+        if o.outlet == "status"
+    ]
+
+
+def _stable(h: StreamletHarness, models: WineModels, version: int = 1) -> None:
+    model = models[version]
+    h.control("model", s.descriptor(version, "KERAS", data=model.keras_file.read_bytes()))
+    assert s.settle(h, version)["state"] == "serving"
+
+
+def _served(h: StreamletHarness, rows: list[dict[str, Any]], keys: list[str]) -> list[Any]:
+    h.feed("in", rows, keys=keys)
+    return h.run()
+
+
+def _harness(tmp_path: Path, cls: type = s.classifier_app.WineClassifier) -> StreamletHarness:
+    return StreamletHarness(
+        cls, config={**s.CONFIG, "cache_dir": str(tmp_path / "cache")}, schema_paths=[s.SCHEMAS]
+    )
+
+
+@pytest.mark.parametrize("cls", [s.classifier_app.WineClassifier, RecordWine])
+def test_a_canary_serves_its_share_of_the_keys_and_every_output_says_its_version(
+    wine_models: WineModels, tmp_path: Path, cls: type
+) -> None:
+    h = _harness(tmp_path, cls)
+    _stable(h, wine_models)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    said = h.control("model", _candidate(2, v2, "CANARY", 30.0))
+    assert _statuses(said) == [(2, "loading", "candidate")]
+    loaded = s.settle(h, 2)
+    assert (loaded["state"], loaded["role"]) == ("serving", "candidate")
+    assert "canary 30% of the keys" in loaded["message"] and "resident" in loaded["message"]
+    rows, keys = _rows(wine_models, 400), _keys(400)
+    out = [o for o in _served(h, rows, keys) if o.outlet == "out"]
+    assert [o.key for o in out] == keys  # every record, once, in order
+    chosen = candidate_rows(30.0, 2, [k.encode() for k in keys])
+    assert 0.2 < chosen.mean() < 0.4
+    assert [o.value["model_version"] for o in out] == [2 if c else 1 for c in chosen]
+    assert [o.headers["streamflow-model"] for o in out] == [
+        "wine:2" if c else "wine:1" for c in chosen
+    ]
+    # each part is its own model's answer: the same as that model serving alone
+    alone = _harness(tmp_path / "alone", cls)
+    _stable(alone, wine_models, 2)
+    by_v2 = [o for o in _served(alone, rows, keys) if o.outlet == "out"]
+    for output, reference, candidate in zip(out, by_v2, chosen, strict=True):
+        if candidate:
+            assert output.value["probabilities"] == pytest.approx(
+                reference.value["probabilities"], abs=1e-6
+            )
+
+
+def test_a_share_change_takes_effect_at_once_with_no_second_load(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    h.control("model", _candidate(2, v2, "CANARY", 10.0))
+    s.settle(h, 2)
+    said = h.control("model", _candidate(2, v2, "CANARY", 60.0))
+    assert _statuses(said) == [(2, "serving", "candidate")]  # no "loading": no load
+    assert said[0].value["message"] == "canary 60% of the keys"
+    keys = _keys(300)
+    out = [o for o in _served(h, _rows(wine_models, 300), keys) if o.outlet == "out"]
+    chosen = candidate_rows(60.0, 2, [k.encode() for k in keys])
+    assert [o.value["model_version"] for o in out] == [2 if c else 1 for c in chosen]
+    assert (chosen >= candidate_rows(10.0, 2, [k.encode() for k in keys])).all()
+
+
+def test_a_shadow_leaves_the_stable_outputs_as_they_were_and_writes_the_candidates_beside(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    rows, keys = _rows(wine_models, 120), _keys(120)
+    plain = _harness(tmp_path / "plain")
+    _stable(plain, wine_models)
+    without = _served(plain, rows, keys)
+    h = _harness(tmp_path / "shadowed")
+    _stable(h, wine_models)
+    h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), "SHADOW"))
+    assert "shadow of every record" in s.settle(h, 2)["message"]
+    shadowed = _served(h, rows, keys)
+
+    def comparable(outputs: list[Any], outlet: str) -> list[Any]:
+        return [
+            (o.key, {k: v for k, v in o.value.items() if k != "latency_ms"}, dict(o.headers))
+            for o in outputs
+            if o.outlet == outlet
+        ]
+
+    assert comparable(shadowed, "out") == comparable(without, "out")
+    shadow = [o for o in shadowed if o.outlet == "shadow"]
+    assert [o.key for o in shadow] == keys
+    assert {o.value["model_version"] for o in shadow} == {2}
+    assert {o.headers["streamflow-model"] for o in shadow} == {"wine:2"}
+
+
+def test_promoting_the_candidate_serves_it_to_every_key_without_loading_it_again(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    h.control("model", _candidate(2, v2, "CANARY", 5.0))
+    s.settle(h, 2)
+    said = h.control("model", s.descriptor(2, "KERAS", data=v2))
+    assert _statuses(said) == [(2, "serving", "stable")]
+    assert said[0].value["message"].startswith("promoted from candidate")
+    out = [o for o in _served(h, _rows(wine_models, 50), _keys(50)) if o.outlet == "out"]
+    assert len(out) == 50 and {o.value["model_version"] for o in out} == {2}
+    # the candidate's end, written after the promotion, changes nothing
+    assert h.control("model", _candidate(2, None, "END")) == []
+
+
+def test_ending_the_rollout_rolls_back_to_the_stable_version(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), "CANARY", 50.0))
+    s.settle(h, 2)
+    said = h.control("model", _candidate(2, None, "END"))
+    assert _statuses(said) == [(2, "retired", "candidate")]
+    assert "rolled back" in said[0].value["message"]
+    out = [o for o in _served(h, _rows(wine_models, 60), _keys(60)) if o.outlet == "out"]
+    assert len(out) == 60 and {o.value["model_version"] for o in out} == {1}
+
+
+def test_an_ab_rollout_names_each_outputs_arm(wine_models: WineModels, tmp_path: Path) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    h.control("model", _candidate(2, v2, "AB", 50.0, ("control", "treatment")))
+    s.settle(h, 2)
+    keys = _keys(100)
+    out = [o for o in _served(h, _rows(wine_models, 100), keys) if o.outlet == "out"]
+    chosen = candidate_rows(50.0, 2, [k.encode() for k in keys])
+    assert [o.headers["streamflow-arm"] for o in out] == [
+        "treatment" if c else "control" for c in chosen
+    ]
+
+
+def test_hostile_rollouts_are_refused_saying_why_and_the_stable_model_serves_on(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    v2 = wine_models.v2.keras_file.read_bytes()
+    h = _harness(tmp_path)
+    said = h.control("model", _candidate(2, v2, "CANARY", 5.0))
+    assert _statuses(said) == [(2, "rejected", "candidate")]
+    assert "needs a stable version" in said[0].value["message"]
+    _stable(h, wine_models)
+    refused = {
+        "out of range": _candidate(2, v2, "CANARY", 150.0),
+        "names two arms": _candidate(2, v2, "AB", 50.0, ("only",)),
+        "not newer than the stable version 1": _candidate(1, v2, "CANARY", 5.0),
+        "needs its sha256": {**_candidate(2, None, "CANARY", 5.0), "location": "https://x.test/m"},
+    }
+    for why, record in refused.items():
+        (status,) = h.control("model", record)
+        assert (status.value["state"], status.value["role"]) == ("rejected", "candidate")
+        assert why in status.value["message"], status.value["message"]
+    h.control("model", _candidate(3, v2, "CANARY", 5.0))
+    s.settle(h, 3)
+    (other,) = h.control("model", _candidate(3, wine_models.v1.keras_file.read_bytes(), "CANARY"))
+    assert "already the candidate, with another artifact" in other.value["message"]
+    (older,) = h.control("model", _candidate(2, v2, "CANARY", 5.0))
+    assert "older than the candidate 3" in older.value["message"]
+    out = [o for o in _served(h, _rows(wine_models, 40), _keys(40)) if o.outlet == "out"]
+    assert len(out) == 40  # nothing lost; the candidate 3 still serves its 5%
+    assert {o.value["model_version"] for o in out} <= {1, 3}
+
+
+def test_a_newer_stable_version_retires_the_candidate(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    h.control("model", _candidate(2, v2, "SHADOW"))
+    s.settle(h, 2)
+    said = h.control("model", s.descriptor(3, "KERAS", data=v2))
+    assert _statuses(said) == [(3, "loading", "stable"), (2, "retired", "candidate")]
+    s.settle(h, 3)
+    served = _served(h, _rows(wine_models, 20), _keys(20))
+    assert not [o for o in served if o.outlet == "shadow"]
+    assert {o.value["model_version"] for o in served if o.outlet == "out"} == {3}
