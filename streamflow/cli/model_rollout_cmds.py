@@ -132,7 +132,7 @@ def set_(
     quiet: QuietOpt = False,
 ) -> None:
     """Change the running candidate's share or mode; the replicas switch with no load."""
-    if share is None and mode is None:
+    if share is None and mode is None and not arms:
         output.fail("give --share, --mode or both", exit_code=output.EXIT_USAGE)
     check_format(fmt)
     app, bootstrap = resolve(target, bootstrap_servers, registry)
@@ -141,11 +141,9 @@ def set_(
         rollouts = Rollouts(channel)
         running = rollouts.standing(name).candidate
         was = running.rollout if running is not None else None
-        rollout = _rollout(
-            mode or (was.mode.value if was else "canary"),
-            share if share is not None else (was.share if was else 0.0),
-            arms or (",".join(was.arms) if was else ""),
-        )
+        rollout = _changed(was, mode=mode, share=share, arms=arms) if was else None
+        if rollout is None:  # no rollout runs: change says so, in its words
+            rollout = _rollout(mode or "canary", share or 0.0, arms)
         pushed = rollouts.change(rollout, name)
         said = Text.assemble(
             (f"{pushed.model}:{pushed.version}", "bold"), f" now meets: {rollout.describe()}"
@@ -232,6 +230,28 @@ def status(
     output.console().print(said)
     if latest:
         model_wait.print_status_table(latest)
+
+
+def _changed(was: Rollout, *, mode: str | None, share: float | None, arms: str) -> Rollout:
+    """The running rollout with what ``set`` was given: the rest kept where it still
+    applies (arms only for ab; a share only for canary and ab, and asked for when a
+    shadow becomes one)."""
+    chosen = mode or was.mode.value
+    shadow = chosen.upper() == RolloutMode.SHADOW.value
+    if shadow and share is not None:
+        output.fail(
+            "--share is for canary and ab: a shadow meets every record", exit_code=output.EXIT_USAGE
+        )
+    if not shadow and share is None:
+        if not was.splits:
+            output.fail(
+                f"give --share: the candidate runs as a {was.mode.value.lower()}",
+                exit_code=output.EXIT_USAGE,
+            )
+        share = was.share
+    if chosen.upper() == RolloutMode.AB.value and not arms and was.mode is RolloutMode.AB:
+        arms = ",".join(was.arms)
+    return _rollout(chosen, share or 0.0, arms)
 
 
 def _rollout(mode: str, share: float, arms: str) -> Rollout:

@@ -80,13 +80,13 @@ class ModelDescriptor:
         return f"{self.name}:{self.version}"
 
     @property
-    def artifact(self) -> tuple[str, str | None, str | None]:
-        """What it loads (kind, digest, location): two descriptors of one version with
-        the same artifact load the same model."""
+    def artifact(self) -> tuple[str, str | None, str | None, tuple[tuple[str, str], ...]]:
+        """What it loads (kind, digest, location, parameters): two descriptors of one
+        version with the same artifact load the same model."""
         digest = self.sha256
         if digest is None and self.data is not None:
             digest = hashlib.sha256(self.data).hexdigest()
-        return (self.kind.value, digest, self.location)
+        return (self.kind.value, digest, self.location, tuple(sorted(self.parameters.items())))
 
     @property
     def remote(self) -> bool:

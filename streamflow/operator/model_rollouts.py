@@ -47,36 +47,34 @@ class Standing:
 
 
 def standing(history: Sequence[Mapping[str, Any]], model: str | None = None) -> Standing:
-    """The state the replicas converge on, from the descriptors in the topic's order."""
+    """The state the replicas converge on, from the descriptors in the topic's order.
+
+    Whatever the order (a compacted topic can hold a candidate before the stable record
+    a publisher wrote again): the stable version is the newest stable record, and the
+    candidate the latest one newer than it that no END followed, as on a replica."""
     name = model or (history[-1]["name"] if history else "")
-    stable: ModelDescriptor | None = None
+    descriptors = [ModelDescriptor.from_record(r) for r in history if r["name"] == name]
+    stables = [d for d in descriptors if d.rollout is None]
+    stable = max(stables, key=lambda d: d.version) if stables else None
     candidate: ModelDescriptor | None = None
-    for record in history:
-        if record["name"] != name:
-            continue
-        descriptor = ModelDescriptor.from_record(record)
+    for descriptor in descriptors:
         rollout = descriptor.rollout
         if rollout is None:
-            if stable is None or descriptor.version > stable.version:
-                stable = descriptor
-            if candidate is not None and candidate.version <= descriptor.version:
-                candidate = None
-        elif rollout.mode is RolloutMode.END:
+            continue
+        if rollout.mode is RolloutMode.END:
             if candidate is not None and candidate.version == descriptor.version:
                 candidate = None
-        elif (
-            stable is not None
-            and descriptor.version > stable.version
-            and (
-                candidate is None
-                or descriptor.version > candidate.version
-                or (
-                    candidate.version == descriptor.version
-                    and candidate.artifact == descriptor.artifact
-                )
+        elif rollout.refusal() is None and (
+            candidate is None
+            or descriptor.version > candidate.version
+            or (
+                descriptor.version == candidate.version
+                and descriptor.artifact == candidate.artifact
             )
-        ):  # as a replica: a candidate of the same version with another artifact is refused
+        ):  # as on a replica: the same version with another artifact is refused
             candidate = descriptor
+    if candidate is not None and stable is not None and candidate.version <= stable.version:
+        candidate = None
     return Standing(name, stable, candidate)
 
 
@@ -169,6 +167,7 @@ class Rollouts:
             size=len(shown.data or b""),
             topic=channel.control.name,
             status_start=start,
+            role="stable" if shown.rollout is None else "candidate",
         )
 
 

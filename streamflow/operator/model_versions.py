@@ -99,6 +99,7 @@ class Pushed:
     size: int  # the artifact's bytes carried in the descriptor (0: by reference or a URL)
     topic: str
     status_start: dict[int, int]
+    role: str = "stable"  # whose statuses tell of it: the stable model's, or a candidate's
 
 
 class ModelChannel:
@@ -298,7 +299,12 @@ def await_statuses(
                     record = channel.statuses.decode(msg.value())  # type: ignore[arg-type]
                 except DecodeError:
                     continue  # not a status (the topic is the streamlet's own): not ours
-                if record["model"] == pushed.model and record["version"] == pushed.version:
+                role = record.get("role") or "stable"  # none: written before rollouts
+                if (record["model"], record["version"], role) == (
+                    pushed.model,
+                    pushed.version,
+                    pushed.role,
+                ):
                     states[record["replica"]] = record["state"]
                     if record["state"] in FINAL_STATES:
                         final[record["replica"]] = record

@@ -156,13 +156,11 @@ class ColumnarPath:
         out: list[Output] = []
         for row in range(batch.n):
             try:
-                result = self._call(batch.take([row]))
+                out += self._written(read, batch, [row], self._call(batch.take([row])))
             except Backpressure:
                 raise
             except Exception as exc:
                 read.dead.append((read.messages[row], batch.inlet, exc, "logic"))
-                continue
-            out += self._written(read, batch, [row], result)
         return out
 
     def _call(self, batch: ColumnBatch) -> ColumnResult:
@@ -221,6 +219,11 @@ class ColumnarPath:
         for key, value in result.headers.items():
             if isinstance(value, str | bytes):
                 headers.append((key, _bytes(value)))
+            elif len(value) != n:
+                raise ValueError(
+                    f"process_columns returned header {key!r} with {len(value)} values "
+                    f"for a batch of {n}"
+                )
             else:
                 by_row.append((key, value))
         side = outlet is not self._outlet

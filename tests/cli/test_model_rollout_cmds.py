@@ -201,3 +201,26 @@ def test_rollout_usage_errors_and_refusals_are_clear(
         assert done.returncode == code, (args, done.stdout, done.stderr)
         assert said in " ".join(done.stderr.split()), (args, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr
+    # with no replica running (--timeout 0: written, not waited for), set's rules
+    no_wait = ("--timeout", "0")
+    pushed = _cli("model", "push", app.name, "classifier", "--onnx", onnx, *no_wait, home=home)
+    assert pushed.returncode == 0, pushed.stderr
+    shadow = (*base, "start", app.name, "classifier", "--onnx", onnx, "--mode", "shadow")
+    assert _cli(*shadow, *no_wait, home=home).returncode == 0
+    again = _cli(*shadow, *no_wait, home=home)
+    assert again.returncode == 1 and "wine-v2:2 is rolling out already" in again.stderr
+    for args, said in {
+        ("--share", "10"): "--share is for canary and ab",
+        ("--mode", "canary"): "give --share: the candidate runs as a shadow",
+        ("--mode", "canary", "--share", "10", "--arms", "a,b"): "arms are for AB rollouts",
+    }.items():
+        done = _cli(*base, "set", app.name, "classifier", *args, *no_wait, home=home)
+        assert done.returncode == 2 and said in " ".join(done.stderr.split()), done.stderr
+    to_ab = (*base, "set", app.name, "classifier", "--mode", "ab", "--share", "20")
+    done = _cli(*to_ab, "--arms", "control,treatment", *no_wait, home=home)
+    assert done.returncode == 0, done.stderr
+    done = _cli(*base, "set", app.name, "classifier", "--mode", "canary", *no_wait, home=home)
+    assert done.returncode == 0, done.stderr  # the share kept, the arms dropped
+    status = _cli(*base, "status", app.name, "classifier", "-o", "json", home=home)
+    rollout = json.loads(status.stdout)["rollout"]
+    assert rollout == {"mode": "CANARY", "share": 20.0, "arms": []}

@@ -54,6 +54,7 @@ class CandidateSlot:
         )
         self.descriptor: ModelDescriptor | None = None  # the candidate asked for
         self.rollout: Rollout | None = None  # what it meets
+        self.held: ModelDescriptor | None = None  # one that came before any stable version
         self.max_resident_bytes = max_resident_bytes
 
     @property
@@ -70,20 +71,19 @@ class CandidateSlot:
 
     def offer(self, descriptor: ModelDescriptor, stable: int) -> list[Report]:
         """A candidate descriptor arrived; ``stable`` is the newest stable version (0: none).
-        Admission (kind, location, digest) is the follower's, before this."""
+        Admission (kind, location, digest) is the follower's, before this.
+
+        With no stable version yet, the candidate is held, not loaded: a replica that
+        replays a compacted topic can meet it before the stable record (one written
+        again later, by a publisher at start-up, say); :meth:`stable_is` then decides."""
         rollout = descriptor.rollout
         assert rollout is not None
         if rollout.mode is RolloutMode.END:
-            return self._end(descriptor)
+            return [self._end(descriptor)]
         refusal = rollout.refusal()
-        if refusal is None and stable == 0:
-            refusal = (
-                "a rollout needs a stable version to roll out against: push one first "
-                "(streamflow model push)"
-            )
-        if refusal is None and descriptor.version <= stable:
+        if refusal is None and stable and descriptor.version <= stable:
             refusal = f"version {descriptor.version} is not newer than the stable version {stable}"
-        mine = self.descriptor
+        mine = self.descriptor or self.held
         if refusal is None and mine is not None and descriptor.version < mine.version:
             refusal = f"version {descriptor.version} is older than the candidate {mine.version}"
         if refusal is None and mine is not None and descriptor.version == mine.version:
@@ -92,20 +92,46 @@ class CandidateSlot:
                     f"version {mine.version} is already the candidate, with another artifact: "
                     "give the new one its own version"
                 )
-            else:  # the same candidate, a new share: no load
+            elif self.held is None:  # the same candidate, a new share: no load
                 self.descriptor, self.rollout = descriptor, rollout
                 state = ModelState.SERVING if self.current is not None else ModelState.LOADING
                 return [Report(descriptor.name, descriptor.version, state, rollout.describe())]
         if refusal is not None:
             return [Report(descriptor.name, descriptor.version, ModelState.REJECTED, refusal)]
         reports = []
-        if mine is not None:
+        if self.descriptor is not None:
             reports.append(self._leave(f"replaced by the candidate {descriptor.version}"))
+        if not stable:
+            self.held = descriptor
+            message = "held until a stable version arrives to roll out against"
+            return [
+                *reports,
+                Report(descriptor.name, descriptor.version, ModelState.LOADING, message),
+            ]
+        self.held = None
+        return [*reports, self._load(descriptor)]
+
+    def stable_is(self, stable: int) -> list[Report]:
+        """A stable version ``stable`` came: a candidate at or below it leaves, and one
+        held for a stable version starts loading if it is newer."""
+        held, self.held = self.held, None
+        if held is not None:
+            if held.version > stable:
+                return [self._load(held)]
+            why = f"version {stable} is the stable one"
+            return [Report(held.name, held.version, ModelState.RETIRED, why)]
+        mine = self.descriptor
+        if mine is None or mine.version > stable:
+            return []
+        return [self._leave(f"version {stable} is the stable one now")]
+
+    def _load(self, descriptor: ModelDescriptor) -> Report:
+        rollout = descriptor.rollout
+        assert rollout is not None
         self.descriptor, self.rollout = descriptor, rollout
         self.swap.submit(descriptor)
         message = f"candidate ({rollout.describe()} once loaded): {descriptor.summary()}"
-        reports.append(Report(descriptor.name, descriptor.version, ModelState.LOADING, message))
-        return reports
+        return Report(descriptor.name, descriptor.version, ModelState.LOADING, message)
 
     def promoted(self, descriptor: ModelDescriptor) -> ActiveModel | None:
         """A stable descriptor that is the loaded candidate (its version and artifact):
@@ -117,13 +143,6 @@ class CandidateSlot:
             return None
         self.descriptor = self.rollout = None
         return self.swap.drop()
-
-    def outdated(self, stable: int) -> list[Report]:
-        """A stable version ``stable`` came: a candidate at or below it leaves."""
-        mine = self.descriptor
-        if mine is None or mine.version > stable:
-            return []
-        return [self._leave(f"version {stable} is the stable one now")]
 
     def poll(self) -> Report | None:
         """Between batches: the candidate's load that finished, if one did."""
@@ -164,11 +183,17 @@ class CandidateSlot:
     def shutdown(self) -> None:
         self.swap.shutdown()
 
-    def _end(self, descriptor: ModelDescriptor) -> list[Report]:
-        mine = self.descriptor
+    def _end(self, descriptor: ModelDescriptor) -> Report:
+        """Always answered, so whoever ended it hears from every replica."""
+        mine = self.descriptor or self.held
         if mine is None or mine.version != descriptor.version:
-            return []  # nothing of it here: promoted already, or ended before
-        return [self._leave("rolled back: its rollout ended")]
+            # promoted already, ended before, or it never loaded here (failed, refused)
+            why = "its rollout ended; this replica had no such candidate loaded"
+            return Report(descriptor.name, descriptor.version, ModelState.RETIRED, why)
+        if mine is self.held:
+            self.held = None
+            return Report(mine.name, mine.version, ModelState.RETIRED, "its rollout ended")
+        return self._leave("rolled back: its rollout ended")
 
     def _leave(self, why: str) -> Report:
         mine = self.descriptor

@@ -240,7 +240,7 @@ class ModelFollower(Streamlet):
         else:
             statuses.append(self._status(name, version, ModelState.LOADING, descriptor.summary()))
         if self.candidates is not None:
-            statuses += self._reports(self.candidates.outdated(version))
+            statuses += self._reports(self.candidates.stable_is(version))
         return statuses[0] if len(statuses) == 1 else statuses
 
     def _newest(self) -> int:

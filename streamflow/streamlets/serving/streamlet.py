@@ -82,6 +82,7 @@ class ModelServing(ModelFollower):
         self._output_fields: set[str] = set()
         self._scalar_fields: frozenset[str] = frozenset()
         self._in_use: ActiveModel | None = None  # the model a hook call serves
+        self._candidate_failures = 0  # batches a rollout's candidate raised on
 
     def candidate_slot(self) -> CandidateSlot:
         return CandidateSlot(
@@ -180,7 +181,13 @@ class ModelServing(ModelFollower):
         rollout, candidate = plan
         if rollout.mode is RolloutMode.SHADOW:
             columns, errors = await self._served_columns(active, batch)
-            shadow, unserved = await self._served_columns(candidate, batch)
+            try:
+                shadow, unserved = await self._served_columns(candidate, batch)
+            except Exception as exc:  # the stable outputs go on without their shadows
+                self._candidate_failed(candidate, exc, n)
+                return ColumnResult(
+                    self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
+                )
             beside = ColumnResult(
                 self._with_inputs(shadow, batch), errors=unserved, headers={MODEL: candidate.tag}
             )
@@ -199,12 +206,23 @@ class ModelServing(ModelFollower):
         )
         parts: list[tuple[np.ndarray, dict[str, Any]]] = []
         split_errors: dict[int, BaseException] = {}
-        for rows, model in ((np.flatnonzero(~chosen), active), (np.flatnonzero(chosen), candidate)):
+        for rows, model in ((np.flatnonzero(chosen), candidate), (np.flatnonzero(~chosen), active)):
             if not len(rows):
                 continue
-            columns, unserved = await self._served_columns(
-                model, batch if len(rows) == n else batch.take(rows.tolist())
-            )
+            part = batch if len(rows) == n else batch.take(rows.tolist())
+            try:
+                columns, unserved = await self._served_columns(model, part)
+            except Exception as exc:
+                if model is active:
+                    raise
+                # the candidate failed the batch: the stable model serves its rows
+                self._candidate_failed(candidate, exc, len(rows))
+                chosen[:] = False
+                rows = np.arange(n)
+                columns, unserved = await self._served_columns(active, batch)
+                parts, split_errors = [(rows, columns)], {}
+                split_errors.update({int(rows[i]): why for i, why in unserved.items()})
+                break
             parts.append((rows, columns))
             split_errors.update({int(rows[i]): why for i, why in unserved.items()})
         headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
@@ -282,7 +300,11 @@ class ModelServing(ModelFollower):
         rollout, candidate = plan
         if rollout.mode is RolloutMode.SHADOW:
             stable = await self._served_records(active, records)
-            shadows = await self._served_records(candidate, records, outlet=self.shadow)
+            try:
+                shadows = await self._served_records(candidate, records, outlet=self.shadow)
+            except Exception as exc:  # the stable outputs go on without their shadows
+                self._candidate_failed(candidate, exc, len(records))
+                return stable
             # a record the candidate fails keeps its stable output alone (no dead letter)
             return [
                 [result, shadow]
@@ -298,16 +320,43 @@ class ModelServing(ModelFollower):
             [(r.topic, r.partition, r.offset) for r in records],
         )
         results: list[Any] = [None] * len(records)
-        for pick, model in ((False, active), (True, candidate)):
+        for pick, model in ((True, candidate), (False, active)):
             rows = [i for i in range(len(records)) if chosen[i] == pick]
             if not rows:
                 continue
-            served = await self._served_records(
-                model, [records[i] for i in rows], arm=rollout.arm(pick)
-            )
+            try:
+                served = await self._served_records(
+                    model, [records[i] for i in rows], arm=rollout.arm(pick)
+                )
+            except Exception as exc:
+                if model is active:
+                    raise
+                self._candidate_failed(candidate, exc, len(rows))  # the stable model serves all
+                return await self._served_records(active, records, arm=rollout.arm(False))
             for row, result in zip(rows, served, strict=True):
                 results[row] = result
         return results
+
+    def _candidate_failed(self, candidate: ActiveModel, exc: Exception, rows: int) -> None:
+        """The candidate raised on a batch: its rows went to the stable model (or, in a
+        shadow, had no shadow). Counted, and logged once per hundred."""
+        self._candidate_failures += 1
+        self.context.count(
+            "candidate_failures",
+            count=rows,
+            description="records a rollout's candidate failed on, served by the stable model",
+            labels={"model": candidate.tag},
+        )
+        if self._candidate_failures % 100 == 1:
+            log.warning(
+                "candidate %s failed a batch of %d (%s: %s); the stable model served it "
+                "(%d such batches so far)",
+                candidate.tag,
+                rows,
+                type(exc).__name__,
+                exc,
+                self._candidate_failures,
+            )
 
     async def _served_records(
         self,

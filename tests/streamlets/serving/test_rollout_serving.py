@@ -163,8 +163,12 @@ def test_promoting_the_candidate_serves_it_to_every_key_without_loading_it_again
     assert said[0].value["message"].startswith("promoted from candidate")
     out = [o for o in _served(h, _rows(wine_models, 50), _keys(50)) if o.outlet == "out"]
     assert len(out) == 50 and {o.value["model_version"] for o in out} == {2}
-    # the candidate's end, written after the promotion, changes nothing
-    assert h.control("model", _candidate(2, None, "END")) == []
+    # the candidate's end, written after the promotion, changes nothing, and says so
+    (ended,) = h.control("model", _candidate(2, None, "END"))
+    assert (ended.value["state"], ended.value["role"]) == ("retired", "candidate")
+    assert "had no such candidate loaded" in ended.value["message"]
+    out = [o for o in _served(h, _rows(wine_models, 20), _keys(20)) if o.outlet == "out"]
+    assert {o.value["model_version"] for o in out} == {2}
 
 
 def test_ending_the_rollout_rolls_back_to_the_stable_version(
@@ -200,9 +204,6 @@ def test_hostile_rollouts_are_refused_saying_why_and_the_stable_model_serves_on(
 ) -> None:
     v2 = wine_models.v2.keras_file.read_bytes()
     h = _harness(tmp_path)
-    said = h.control("model", _candidate(2, v2, "CANARY", 5.0))
-    assert _statuses(said) == [(2, "rejected", "candidate")]
-    assert "needs a stable version" in said[0].value["message"]
     _stable(h, wine_models)
     refused = {
         "out of range": _candidate(2, v2, "CANARY", 150.0),
@@ -223,6 +224,48 @@ def test_hostile_rollouts_are_refused_saying_why_and_the_stable_model_serves_on(
     out = [o for o in _served(h, _rows(wine_models, 40), _keys(40)) if o.outlet == "out"]
     assert len(out) == 40  # nothing lost; the candidate 3 still serves its 5%
     assert {o.value["model_version"] for o in out} <= {1, 3}
+
+
+def test_a_candidate_replayed_before_its_stable_version_waits_for_it_then_serves(
+    wine_models: WineModels, tmp_path: Path
+) -> None:
+    # a compacted control topic whose stable record was written again after the candidate
+    # (a publisher at start-up): a replica starting now reads the candidate first
+    h = _harness(tmp_path)
+    v2 = wine_models.v2.keras_file.read_bytes()
+    (held,) = h.control("model", _candidate(2, v2, "CANARY", 50.0))
+    assert (held.value["state"], held.value["role"]) == ("loading", "candidate")
+    assert "held until a stable version arrives" in held.value["message"]
+    said = h.control("model", s.descriptor(1, "KERAS", data=wine_models.v1.keras_file.read_bytes()))
+    assert _statuses(said) == [(1, "loading", "stable"), (2, "loading", "candidate")]
+    serving: set[tuple[int, str, str]] = set()
+    while len(serving) < 2:  # both loads end between batches, in either order
+        serving |= {st for st in _statuses(h.between_batches()) if st[1] == "serving"}
+    assert serving == {(1, "serving", "stable"), (2, "serving", "candidate")}
+    keys = _keys(100)
+    out = [o for o in _served(h, _rows(wine_models, 100), keys) if o.outlet == "out"]
+    chosen = candidate_rows(50.0, 2, [k.encode() for k in keys])
+    assert [o.value["model_version"] for o in out] == [2 if c else 1 for c in chosen]
+
+
+@pytest.mark.parametrize("mode", ["CANARY", "SHADOW"])
+def test_a_candidate_that_fails_leaves_every_record_to_the_stable_model(
+    wine_models: WineModels, tmp_path: Path, mode: str
+) -> None:
+    h = _harness(tmp_path)
+    _stable(h, wine_models)
+    h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), mode, 50.0))
+    s.settle(h, 2)
+
+    async def broken(inputs: Any) -> Any:
+        raise RuntimeError("the candidate's server went away")
+
+    h.streamlet.candidates.current.predictor.infer = broken  # type: ignore[attr-defined]
+    served = _served(h, _rows(wine_models, 80), _keys(80))
+    out = [o for o in served if o.outlet == "out"]
+    assert len(out) == 80 and {o.value["model_version"] for o in out} == {1}
+    assert not [o for o in served if o.outlet == "shadow"]
+    assert not h.dead_letters
 
 
 def test_a_newer_stable_version_retires_the_candidate(
