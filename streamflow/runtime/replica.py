@@ -228,13 +228,17 @@ def _delivery(
     if plan.exactly_once:
         # A failed output fails the transaction's commit, so successful deliveries need
         # no report: librdkafka then queues none, and poll() has none to serve.
-        producer = clients.producer(
-            client_id=client_id, transactional_id=client_id, **{"delivery.report.only.error": True}
+        only_errors = {"delivery.report.only.error": True}
+        producer = clients.producer(client_id=client_id, transactional_id=client_id, **only_errors)
+        # the second, to take turns with (ExactlyOnce: no commit waits on the last one's end)
+        spare = clients.producer(
+            client_id=f"{client_id}.b", transactional_id=f"{client_id}.b", **only_errors
         )
         on_committed = metrics.committed_in_transaction if metrics is not None else None
         return ExactlyOnce(
             producer,
             consumer,
+            spare=spare,
             on_committed=on_committed,
             transaction_timeout_s=clients.transaction_timeout_s,
             stopping=stopping,

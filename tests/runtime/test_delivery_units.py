@@ -245,6 +245,25 @@ def test_the_wait_after_a_commit_doubles_when_a_transaction_met_the_refusal() ->
     assert delivery.not_before - now[0] == pytest.approx(delivery.settle_max_s)
 
 
+def test_two_producers_take_turns_and_no_batch_waits_after_a_commit() -> None:
+    broker = MemoryBroker()
+    consumer = _consuming(broker, 10)
+    first, second = MemoryProducer(broker), MemoryProducer(broker)
+    delivery = ExactlyOnce(
+        cast(Producer, first),
+        cast(Consumer, consumer),
+        watchdog=CallWatchdog(exit=_Exits()),
+        spare=cast(Producer, second),
+    )
+    for offset in range(1, 7):
+        _batch(delivery, outputs=1, next_offset=offset)
+        # a transaction never begins on the producer whose own commit just returned
+        assert delivery.not_before == 0.0
+    assert first.transactions == second.transactions == {"committed": 3, "aborted": 0}
+    assert [m.value() for m in broker.records(OUT)] == [f"o{i}.0".encode() for i in range(1, 7)]
+    assert broker.committed[GROUP] == {(IN, 0): 6}  # the later transaction's offset wins
+
+
 def test_a_transaction_shows_outputs_and_offsets_together_on_commit() -> None:
     delivery, producer, broker = _exactly_once()
     delivery.begin_batch()
