@@ -75,7 +75,7 @@ class Place(NamedTuple):
 class ColumnBatch(Mapping[str, Any]):
     """One batch of an inlet's records as columns, by field name (nested: ``"a.b"``)."""
 
-    __slots__ = ("_columns", "_made", "_places", "_records", "inlet", "n")
+    __slots__ = ("_columns", "_keys", "_made", "_places", "_records", "inlet", "n")
 
     def __init__(
         self,
@@ -84,14 +84,16 @@ class ColumnBatch(Mapping[str, Any]):
         n: int,
         records: Callable[[], list[dict[str, Any]]],
         places: Callable[[], list[Place]] | None = None,
+        keys: Callable[[], list[bytes | None]] | None = None,
     ) -> None:
-        """``places``: each row's key and where it was read, when the rows came from
-        Kafka (the runtime's batches); made only when :meth:`places` asks."""
+        """``places`` and ``keys``: each row's key and where it was read, when the rows
+        came from Kafka (the runtime's batches); made only when asked for."""
         self.inlet = inlet
         self.n = n
         self._columns = columns
         self._records = records
         self._places = places
+        self._keys = keys
         self._made: list[dict[str, Any]] | None = None
 
     def __getitem__(self, name: str) -> Any:
@@ -119,18 +121,24 @@ class ColumnBatch(Mapping[str, Any]):
         return self._made
 
     def take(self, rows: Sequence[int]) -> ColumnBatch:
-        """The batch of only these rows, in this order."""
+        """The batch of only these rows, in this order (each column taken when first read)."""
         index = np.asarray(rows, dtype=np.int64)
-        columns = {name: take(column, index) for name, column in self._columns.items()}
-        made, places = self._rows, self._places
+        made, places, keys = self._rows, self._places, self._keys
         rows_of = index.tolist()
         return ColumnBatch(
             self.inlet,
-            columns,
+            _Taken(self._columns, index),
             len(index),
             lambda: [made()[i] for i in rows_of],
             None if places is None else lambda: [places()[i] for i in rows_of],
+            None if keys is None else lambda: [keys()[i] for i in rows_of],
         )
+
+    def kafka_keys(self) -> list[bytes | None]:
+        """Each row's Kafka key (None: it has none), without the rest of :meth:`places`."""
+        if self._keys is not None:
+            return self._keys()
+        return [place.key for place in self.places()]
 
     def places(self) -> list[Place]:
         """Each row's Kafka key and where it was read (topic, partition, offset).
@@ -168,6 +176,29 @@ class ColumnResult:
         self.errors = dict(errors or {})
         self.headers = dict(headers or {})
         self.outlets = dict(outlets or {})
+
+
+class _Taken(Mapping[str, Any]):
+    """Some rows of a batch's columns, each column taken when first read."""
+
+    __slots__ = ("_columns", "_index", "_made")
+
+    def __init__(self, columns: Mapping[str, Any], index: np.ndarray) -> None:
+        self._columns = columns
+        self._index = index
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        made = self._made.get(name)
+        if made is None:
+            made = self._made[name] = take(self._columns[name], self._index)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
 
 
 def take(column: Any, index: np.ndarray) -> Any:

@@ -130,7 +130,12 @@ class ColumnarPath:
             read.dead.append((kept[index], inlet, DecodeError(reason), "decode"))
         read.messages = [kept[i] for i in columns.rows.tolist()]
         read.batch = ColumnBatch(
-            inlet, columns.columns, columns.n, columns.to_records, _places(read.messages)
+            inlet,
+            columns.columns,
+            columns.n,
+            columns.to_records,
+            _places(read.messages),
+            _keys(read.messages),
         )
         return read
 
@@ -227,6 +232,7 @@ class ColumnarPath:
             else:
                 by_row.append((key, value))
         side = outlet is not self._outlet
+        variants: dict[tuple[Any, ...], Headers] = {}
         dropped: list[BaseException] = []
         out: list[Output] = []
         messages = read.messages
@@ -242,8 +248,13 @@ class ColumnarPath:
                 read.dead.append((msg, batch.inlet, problem, stage))
                 continue
             mine = headers
-            if by_row:
-                mine = headers + [(key, _bytes(values[index])) for key, values in by_row]
+            if by_row:  # made once per combination of values: a batch has few
+                found = tuple(values[index] for _, values in by_row)
+                mine = variants.get(found)  # type: ignore[assignment]
+                if mine is None:
+                    mine = variants[found] = headers + [
+                        (key, _bytes(value)) for (key, _), value in zip(by_row, found, strict=True)
+                    ]
             out.append((outlet, msg, data, self._with_lineage(mine, msg)))
         if dropped:
             log.warning(
@@ -281,6 +292,11 @@ class ColumnarPath:
 
 def _bytes(value: str | bytes) -> bytes:
     return value.encode() if isinstance(value, str) else value
+
+
+def _keys(messages: list[Message]) -> Callable[[], list[bytes | None]]:
+    """Each of ``messages``' keys, read when first asked for."""
+    return lambda: [m.key() for m in messages]
 
 
 def _places(messages: list[Message]) -> Callable[[], list[Place]]:
@@ -333,7 +349,7 @@ class ColumnInlets:
                 dead.append((messages[at[index]], inlet, DecodeError(reason), "decode"))
             read = [messages[at[i]] for i in columns.rows.tolist()]
             batch = ColumnBatch(
-                inlet, columns.columns, columns.n, columns.to_records, _places(read)
+                inlet, columns.columns, columns.n, columns.to_records, _places(read), _keys(read)
             )
             for row, index in enumerate(columns.rows.tolist()):
                 msg = messages[at[index]]

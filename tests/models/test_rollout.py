@@ -9,7 +9,13 @@ import pytest
 
 from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.kinds import ModelKind
-from streamflow.models.rollout import Rollout, RolloutMode, candidate_key, candidate_rows
+from streamflow.models.rollout import (
+    Rollout,
+    RolloutMode,
+    candidate_key,
+    candidate_rows,
+    key_hashes,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -40,6 +46,18 @@ def test_another_candidate_version_picks_other_keys() -> None:
     one, other = candidate_rows(10.0, 3, KEYS), candidate_rows(10.0, 4, KEYS)
     overlap = (one & other).sum() / one.sum()
     assert 0.05 < overlap < 0.2  # independent choices overlap about as much as the share
+
+
+def test_the_hash_of_a_key_is_the_same_everywhere_and_in_every_release() -> None:
+    # replicas of different releases and machines must agree on every key's version
+    assert key_hashes([b"customer-1", b"", b"a", b"a\0"], 2).tolist() == [
+        16993995400574716115,
+        4060990635338107402,
+        17908029066020374877,
+        4201271036536120489,
+    ]
+    long = b"k" * 1000  # a key of many words: each counts
+    assert key_hashes([long], 2)[0] != key_hashes([long[:-1] + b"j"], 2)[0]
 
 
 def test_no_share_meets_nothing_and_all_of_it_meets_everything() -> None:

@@ -197,13 +197,11 @@ class ModelServing(ModelFollower):
                 headers={MODEL: active.tag},
                 outlets={"shadow": beside},
             )
-        places = batch.places()
-        chosen = candidate_rows(
-            rollout.share,
-            candidate.version,
-            [p.key for p in places],
-            [(p.topic, p.partition, p.offset) for p in places],
+        keys = batch.kafka_keys()
+        places = (
+            [(p.topic, p.partition, p.offset) for p in batch.places()] if None in keys else None
         )
+        chosen = candidate_rows(rollout.share, candidate.version, keys, places)
         parts: list[tuple[np.ndarray, dict[str, Any]]] = []
         split_errors: dict[int, BaseException] = {}
         for rows, model in ((np.flatnonzero(chosen), candidate), (np.flatnonzero(~chosen), active)):
