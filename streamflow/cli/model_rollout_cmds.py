@@ -11,7 +11,8 @@ delivery guarantee, with no replica restarted and no record lost.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, NamedTuple
 
 import typer
 from rich.text import Text
@@ -163,13 +164,8 @@ def promote(
     quiet: QuietOpt = False,
 ) -> None:
     """Make the candidate the stable version on every replica (no second load)."""
-    check_format(fmt)
-    app, bootstrap = resolve(target, bootstrap_servers, registry)
-    with apps.kafka_errors(bootstrap), push_errors():
-        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
-        pushed = Rollouts(channel).promote(name)
-        said = Text.assemble("promoting ", (f"{pushed.model}:{pushed.version}", "bold"))
-        follow(said, channel, pushed, Following(app, streamlet, timeout, fmt, quiet))
+    how = _Ending(target, streamlet, name, timeout, bootstrap_servers, registry, fmt, quiet)
+    _end(how, Rollouts.promote, "promoting ", ModelState.SERVING)
 
 
 @rollout_app.command("abort")
@@ -184,14 +180,39 @@ def abort(
     quiet: QuietOpt = False,
 ) -> None:
     """Roll the candidate back: every replica unloads it and serves the stable version."""
-    check_format(fmt)
-    app, bootstrap = resolve(target, bootstrap_servers, registry)
+    how = _Ending(target, streamlet, name, timeout, bootstrap_servers, registry, fmt, quiet)
+    _end(how, Rollouts.abort, "rolling back ", ModelState.RETIRED)
+
+
+class _Ending(NamedTuple):
+    """What ``promote`` and ``abort`` were given."""
+
+    target: str
+    streamlet: str
+    name: str | None
+    timeout: float
+    bootstrap_servers: str | None
+    registry: str | None
+    fmt: str
+    quiet: bool
+
+
+def _end(
+    how: _Ending,
+    action: Callable[[Rollouts, str | None], versions.Pushed],
+    saying: str,
+    goal: ModelState,
+) -> None:
+    """Write the rollout's end (``action``), then wait for every replica to reach ``goal``."""
+    check_format(how.fmt)
+    app, bootstrap = resolve(how.target, how.bootstrap_servers, how.registry)
     with apps.kafka_errors(bootstrap), push_errors():
-        channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
-        pushed = Rollouts(channel).abort(name)
-        said = Text.assemble("rolling back ", (f"{pushed.model}:{pushed.version}", "bold"))
-        how = Following(app, streamlet, timeout, fmt, quiet, goal=ModelState.RETIRED)
-        follow(said, channel, pushed, how)
+        clients = apps.kafka_clients(app, bootstrap)
+        channel = versions.ModelChannel(app, clients, how.streamlet)
+        pushed = action(Rollouts(channel), how.name)
+        said = Text.assemble(saying, (f"{pushed.model}:{pushed.version}", "bold"))
+        following = Following(app, how.streamlet, how.timeout, how.fmt, how.quiet, goal=goal)
+        follow(said, channel, pushed, following)
 
 
 @rollout_app.command("status")

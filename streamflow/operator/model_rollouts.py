@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from streamflow.models.descriptor import ModelDescriptor, build_descriptor
+from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.rollout import Rollout, RolloutMode, candidate_key
 from streamflow.operator.model_versions import (
     ModelChannel,
@@ -109,16 +109,7 @@ class Rollouts:
             raise ModelPushError(
                 f"version {version} is not newer than the stable version {now.stable.version}"
             )
-        descriptor = build_descriptor(
-            now.model,
-            version,
-            artifact=request.artifact,
-            url=request.url,
-            protocol=request.protocol,
-            parameters=dict(request.parameters),
-            by_reference=request.by_reference,
-            description=request.description,
-        )
+        descriptor = request.descriptor(now.model, version)
         return self._write([dataclasses.replace(descriptor, rollout=rollout)])
 
     def change(self, rollout: Rollout, model: str | None = None) -> Pushed:

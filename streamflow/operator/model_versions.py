@@ -36,7 +36,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamflow.blueprint.model import Application, TopicSpec
-from streamflow.models.descriptor import build_descriptor
+from streamflow.models.descriptor import ModelDescriptor, build_descriptor
 from streamflow.models.kinds import FINAL_STATES, ModelState
 from streamflow.operator import targets
 from streamflow.runtime import kafka_access
@@ -88,6 +88,19 @@ class PushRequest:
     by_reference: bool = False
     description: str = ""
 
+    def descriptor(self, model: str, version: int) -> ModelDescriptor:
+        """The descriptor of this request as ``model:version`` (the artifact packed)."""
+        return build_descriptor(
+            model,
+            version,
+            artifact=self.artifact,
+            url=self.url,
+            protocol=self.protocol,
+            parameters=dict(self.parameters),
+            by_reference=self.by_reference,
+            description=self.description,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class Pushed:
@@ -130,16 +143,7 @@ class ModelChannel:
         model = request.name or (history[-1]["name"] if history else stem)
         newest = max((d["version"] for d in history if d["name"] == model), default=0)
         version = request.version if request.version is not None else newest + 1
-        descriptor = build_descriptor(
-            model,
-            version,
-            artifact=request.artifact,
-            url=request.url,
-            protocol=request.protocol,
-            parameters=dict(request.parameters),
-            by_reference=request.by_reference,
-            description=request.description,
-        )
+        descriptor = request.descriptor(model, version)
         start = end_offsets(self.clients, self.status.name) if self.status else {}
         record = self.descriptors.encode(descriptor.to_record())
         produce_descriptors(self.clients, self.control.name, [(model, record)])
