@@ -29,7 +29,7 @@ from streamflow.api.columns import ColumnBatch, ColumnResult
 from streamflow.api.ports import Emit, Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
 from streamflow.models import tensor_arrays, tensors
-from streamflow.models.rollout import RolloutMode, candidate_rows
+from streamflow.models.rollout import Rollout, RolloutMode, candidate_rows
 from streamflow.schema import SchemaStore
 from streamflow.streamlets.serving.active import ActiveModel
 from streamflow.streamlets.serving.candidate import CandidateSlot
@@ -83,6 +83,7 @@ class ModelServing(ModelFollower):
         self._scalar_fields: frozenset[str] = frozenset()
         self._in_use: ActiveModel | None = None  # the model a hook call serves
         self._candidate_failures = 0  # batches a rollout's candidate raised on
+        self._shown_plan: tuple[str, Rollout] | None = None  # the rollout the gauge shows
 
     def candidate_slot(self) -> CandidateSlot:
         return CandidateSlot(
@@ -172,15 +173,17 @@ class ModelServing(ModelFollower):
         if active is None:
             failed = NoModelError("no model is loaded yet (on_no_model: dlq)")
             return ColumnResult({}, errors=dict.fromkeys(range(n), failed))
-        plan = self.candidates.plan() if self.candidates is not None else None
+        plan = self._plan()
         if plan is None:
             columns, errors = await self._served_columns(active, batch)
+            self._served(active, n - len(errors))
             return ColumnResult(
                 self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
             )
         rollout, candidate = plan
         if rollout.mode is RolloutMode.SHADOW:
             columns, errors = await self._served_columns(active, batch)
+            self._served(active, n - len(errors))
             try:
                 shadow, unserved = await self._served_columns(candidate, batch)
             except Exception as exc:  # the stable outputs go on without their shadows
@@ -188,6 +191,7 @@ class ModelServing(ModelFollower):
                 return ColumnResult(
                     self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
                 )
+            self._served(candidate, n - len(unserved), shadow=True)
             beside = ColumnResult(
                 self._with_inputs(shadow, batch), errors=unserved, headers={MODEL: candidate.tag}
             )
@@ -223,6 +227,9 @@ class ModelServing(ModelFollower):
                 break
             parts.append((rows, columns))
             split_errors.update({int(rows[i]): why for i, why in unserved.items()})
+        for rows, _ in parts:
+            mine = candidate if chosen[rows[0]] else active
+            self._served(mine, len(rows) - sum(1 for r in rows.tolist() if r in split_errors))
         headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
         if rollout.mode is RolloutMode.AB:
             headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
@@ -292,7 +299,7 @@ class ModelServing(ModelFollower):
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
-        plan = self.candidates.plan() if self.candidates is not None else None
+        plan = self._plan()
         if plan is None:
             return await self._served_records(active, records)
         rollout, candidate = plan
@@ -334,6 +341,37 @@ class ModelServing(ModelFollower):
             for row, result in zip(rows, served, strict=True):
                 results[row] = result
         return results
+
+    def _plan(self) -> tuple[Rollout, ActiveModel] | None:
+        """The rollout this batch serves under, if one runs; its share is a gauge."""
+        plan = self.candidates.plan() if self.candidates is not None else None
+        shown = None if plan is None else (plan[1].tag, plan[0])
+        if shown != self._shown_plan:
+            if self._shown_plan is not None:  # the last candidate no longer meets any record
+                self._share_gauge(self._shown_plan[0], 0.0)
+            if shown is not None:
+                tag, rollout = shown
+                self._share_gauge(tag, 100.0 if not rollout.splits else rollout.share)
+            self._shown_plan = shown
+        return plan
+
+    def _share_gauge(self, tag: str, share: float) -> None:
+        self.context.set_gauge(
+            "candidate_share",
+            share,
+            description="the percent of the keys a rollout's candidate meets (a shadow: 100)",
+            labels={"model": tag},
+        )
+
+    def _served(self, model: ActiveModel, records: int, *, shadow: bool = False) -> None:
+        """Count the records a version served (its outputs), per version and role."""
+        if records:
+            self.context.count(
+                "model_outputs",
+                count=records,
+                description="outputs made, by the model version that made them and its role",
+                labels={"model": model.tag, "role": "shadow" if shadow else "serving"},
+            )
 
     def _candidate_failed(self, candidate: ActiveModel, exc: Exception, rows: int) -> None:
         """The candidate raised on a batch: its rows went to the stable model (or, in a
@@ -379,6 +417,7 @@ class ModelServing(ModelFollower):
             predictions = self.postprocess(kept, outputs)
         finally:
             self._in_use = None
+        self._served(active, len(served), shadow=outlet is self.shadow)
         emitted = self._outputs(predictions, active, latency_ms, outlet or self.out, arm)
         for index, emit in zip(served, emitted, strict=True):
             results[index] = emit

@@ -56,6 +56,20 @@ def _statuses(outputs: list[Any]) -> list[tuple[int, str, str]]:
     ]
 
 
+def _metrics(h: StreamletHarness) -> dict[tuple[str, str, str], float]:
+    """The streamlet's own metrics as its replica exports them: (name, model, role) -> value."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = {}
+    for family in text_string_to_metric_families(generate_latest(h.metrics.registry).decode()):
+        for sample in family.samples:
+            if "model" in sample.labels and sample.name.startswith("streamflow_"):
+                name = sample.name.removeprefix("streamflow_")
+                found[(name, sample.labels["model"], sample.labels.get("role", ""))] = sample.value
+    return found
+
+
 def _stable(h: StreamletHarness, models: WineModels, version: int = 1) -> None:
     model = models[version]
     h.control("model", s.descriptor(version, "KERAS", data=model.keras_file.read_bytes()))
@@ -94,6 +108,11 @@ def test_a_canary_serves_its_share_of_the_keys_and_every_output_says_its_version
     assert [o.headers["streamflow-model"] for o in out] == [
         "wine:2" if c else "wine:1" for c in chosen
     ]
+    # Prometheus says the same: outputs per version, and the candidate's share
+    exported = _metrics(h)
+    assert exported[("model_outputs_total", "wine:2", "serving")] == chosen.sum()
+    assert exported[("model_outputs_total", "wine:1", "serving")] == len(keys) - chosen.sum()
+    assert exported[("candidate_share", "wine:2", "")] == 30.0
     # each part is its own model's answer: the same as that model serving alone
     alone = _harness(tmp_path / "alone", cls)
     _stable(alone, wine_models, 2)
@@ -148,6 +167,10 @@ def test_a_shadow_leaves_the_stable_outputs_as_they_were_and_writes_the_candidat
     assert [o.key for o in shadow] == keys
     assert {o.value["model_version"] for o in shadow} == {2}
     assert {o.headers["streamflow-model"] for o in shadow} == {"wine:2"}
+    exported = _metrics(h)
+    assert exported[("model_outputs_total", "wine:2", "shadow")] == len(keys)
+    assert exported[("model_outputs_total", "wine:1", "serving")] == len(keys)
+    assert exported[("candidate_share", "wine:2", "")] == 100.0
 
 
 def test_promoting_the_candidate_serves_it_to_every_key_without_loading_it_again(
@@ -178,11 +201,14 @@ def test_ending_the_rollout_rolls_back_to_the_stable_version(
     _stable(h, wine_models)
     h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), "CANARY", 50.0))
     s.settle(h, 2)
+    _served(h, _rows(wine_models, 10), _keys(10))
+    assert _metrics(h)[("candidate_share", "wine:2", "")] == 50.0
     said = h.control("model", _candidate(2, None, "END"))
     assert _statuses(said) == [(2, "retired", "candidate")]
     assert "rolled back" in said[0].value["message"]
     out = [o for o in _served(h, _rows(wine_models, 60), _keys(60)) if o.outlet == "out"]
     assert len(out) == 60 and {o.value["model_version"] for o in out} == {1}
+    assert _metrics(h)[("candidate_share", "wine:2", "")] == 0.0  # it meets no record now
 
 
 def test_an_ab_rollout_names_each_outputs_arm(wine_models: WineModels, tmp_path: Path) -> None:
