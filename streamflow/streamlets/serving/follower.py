@@ -233,7 +233,7 @@ class ModelFollower(Streamlet):
             )
         if promoted is not None:  # the candidate itself: it serves every record now
             self._swap.adopt(promoted)
-            self.context.set_state("model", promoted.tag)
+            self._publish_model()
             self._report_loaded(self.context, loaded=True)
             message = f"promoted from candidate: {promoted.description}"
             statuses.append(self._status(name, version, ModelState.SERVING, message))
@@ -266,7 +266,22 @@ class ModelFollower(Streamlet):
         return self._reports(slot.offer(descriptor, self._newest())) or None
 
     def _reports(self, reports: list[Report]) -> list[Emit]:
+        if reports:
+            self._publish_model()
         return [self._status(*report, role=CANDIDATE) for report in reports]
+
+    def _publish_model(self) -> None:
+        """What ``streamflow status`` shows in its model column: the version serving, and
+        a rollout's candidate with what it meets."""
+        current = self.current
+        if current is None:
+            return
+        said = current.tag
+        plan = self.candidates.plan() if self.candidates is not None else None
+        if plan is not None:
+            rollout, candidate = plan
+            said += f" + candidate {candidate.tag} ({rollout.describe()})"
+        self.context.set_state("model", said)
 
     def between_batches(self) -> Emit | list[Emit] | None:
         statuses = []
@@ -289,7 +304,7 @@ class ModelFollower(Streamlet):
                     f"Fix, in the config of streamlet {self.context.streamlet}: {exc.fix}"
                 )
             return self._status(descriptor.name, descriptor.version, ModelState.FAILED, message)
-        self.context.set_state("model", loaded.tag)
+        self._publish_model()
         self._report_loaded(self.context, loaded=True)
         return self._status(loaded.name, loaded.version, ModelState.SERVING, loaded.description)
 

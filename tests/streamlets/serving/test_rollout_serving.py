@@ -203,7 +203,10 @@ def test_ending_the_rollout_rolls_back_to_the_stable_version(
     s.settle(h, 2)
     _served(h, _rows(wine_models, 10), _keys(10))
     assert _metrics(h)[("candidate_share", "wine:2", "")] == 50.0
+    # what `streamflow status` shows in its model column
+    assert h.state["model"] == "wine:1 + candidate wine:2 (canary 50% of the keys)"
     said = h.control("model", _candidate(2, None, "END"))
+    assert h.state["model"] == "wine:1"
     assert _statuses(said) == [(2, "retired", "candidate")]
     assert "rolled back" in said[0].value["message"]
     out = [o for o in _served(h, _rows(wine_models, 60), _keys(60)) if o.outlet == "out"]
