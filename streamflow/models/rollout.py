@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -140,6 +141,8 @@ def candidate_rows(
     return key_hashes(cast("Sequence[bytes]", keys), salt) % BUCKETS < threshold
 
 
+#: Keys longer than this are hashed by their 128-bit digest (see :func:`key_hashes`).
+LONG_KEY = 256
 _PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
 _OFFSET = 0xCBF29CE484222325  # and its offset basis
 
@@ -152,6 +155,17 @@ def key_hashes(keys: Sequence[bytes], salt: int) -> np.ndarray:
     n = len(keys)
     if not n:
         return np.zeros(0, dtype=np.uint64)
+    if any(len(key) > LONG_KEY for key in keys):
+        # a key past LONG_KEY bytes is hashed by its digest: a batch costs at most
+        # n * LONG_KEY bytes and LONG_KEY / 8 steps, whatever key a producer sends
+        keys = [
+            key
+            if len(key) <= LONG_KEY
+            else b"\1"
+            + hashlib.blake2b(key, digest_size=16).digest()
+            + len(key).to_bytes(8, "little")
+            for key in keys
+        ]
     lengths = np.fromiter((len(key) for key in keys), dtype=np.int64, count=n)
     words = max(1, -(-int(lengths.max()) // 8))
     padded = np.zeros((n, words * 8), dtype=np.uint8)

@@ -46,6 +46,14 @@ class Arm:
     latency_p99_ms: float | None = None
     drift_alarm: bool = False  # the drift detector's alarm on its outputs
 
+    def __post_init__(self) -> None:
+        counts = (self.records, self.failures, self.labelled, self.correct)
+        if min(counts) < 0 or self.correct > self.labelled:
+            raise ValueError(
+                f"an arm's counts are not evidence: {self.correct} right of {self.labelled} "
+                f"labelled, {self.records} records, {self.failures} failed"
+            )
+
     @property
     def error_rate(self) -> float:
         served = self.records + self.failures
@@ -92,6 +100,10 @@ class Policy:
                 raise ValueError(f"a step's share {step.share} is not a percent")
             if step.windows < 1 or step.min_records < 0 or step.min_labels < 0:
                 raise ValueError("a step lasts at least one window and needs no negative count")
+            if self.max_labels is not None and step.min_labels > self.max_labels:
+                raise ValueError(
+                    f"a step needs {step.min_labels} labels, past max_labels {self.max_labels}"
+                )
 
 
 class Verdict(enum.StrEnum):
@@ -180,7 +192,15 @@ def decide(policy: Policy, step: int, windows: int, stable: Arm, candidate: Arm)
         return Decision(
             Verdict.PROMOTE, f"the candidate is {better} the stable version: {said}", interval
         )
-    if policy.max_labels is not None and candidate.labelled >= policy.max_labels:
+    undecided = interval is None or interval[0] <= -policy.margin
+    only_labels = all(m.endswith(" labels") for m in missing)  # nothing else is still to come
+    if (
+        policy.labels
+        and policy.max_labels is not None
+        and candidate.labelled >= policy.max_labels
+        and undecided
+        and only_labels
+    ):
         return Decision(
             Verdict.ROLLBACK,
             f"no verdict on accuracy after {candidate.labelled} labels: {said}",

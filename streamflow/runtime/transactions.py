@@ -156,6 +156,7 @@ class ExactlyOnce(Delivery):
                     each.init_transactions(60)
 
     def begin_batch(self) -> None:
+        assert not self._open, "a transaction is open already"
         if self._spare is not None:  # the other one's last transaction is long complete
             self.producer, self._spare = self._spare, self.producer
         try:

@@ -60,6 +60,15 @@ def test_the_hash_of_a_key_is_the_same_everywhere_and_in_every_release() -> None
     assert key_hashes([long], 2)[0] != key_hashes([long[:-1] + b"j"], 2)[0]
 
 
+def test_a_huge_key_costs_a_batch_no_more_than_a_long_one() -> None:
+    # a producer can send a key of a megabyte: a key past LONG_KEY is hashed by its digest,
+    # so the batch's buffer stays within LONG_KEY bytes a row (5000 rows, not 5 GB)
+    keys = [f"k{i}".encode() for i in range(5000)] + [b"x" * 2**20]
+    hashed = key_hashes(keys, 7)
+    assert hashed[:5000].tolist() == key_hashes(keys[:5000], 7).tolist()  # the others unchanged
+    assert hashed[-1] != key_hashes([b"x" * (2**20 - 1)], 7)[0]
+
+
 def test_no_share_meets_nothing_and_all_of_it_meets_everything() -> None:
     assert not candidate_rows(0.0, 1, KEYS[:100]).any()
     assert candidate_rows(100.0, 1, KEYS[:100]).all()

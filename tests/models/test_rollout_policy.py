@@ -112,6 +112,27 @@ def test_the_steps_advance_on_their_minimums_then_promotion_waits_for_the_eviden
     )
 
 
+def test_max_labels_gives_up_only_on_an_undecided_candidate_with_nothing_else_to_wait_for() -> None:
+    policy = Policy(steps=(Step(RolloutMode.CANARY, share=10.0, windows=24),), max_labels=2000)
+    stable, better = Arm(labelled=2000, correct=1700), Arm(labelled=2000, correct=1900)
+    early = decide(policy, 0, 5, stable, better)  # clearly better, the step not over yet
+    assert early.verdict is Verdict.HOLD and "5 of 24 windows" in early.reason
+    assert decide(policy, 0, 24, stable, better).verdict is Verdict.PROMOTE
+    shadow_first = Policy(steps=(Step(RolloutMode.SHADOW, windows=3), CANARY), max_labels=100)
+    assert decide(shadow_first, 0, 1, stable, better).verdict is Verdict.HOLD
+    no_labels = Policy(steps=(CANARY,), labels=False, max_labels=10)
+    assert decide(no_labels, 0, 1, Arm(records=10), Arm(records=10)).verdict is Verdict.PROMOTE
+
+
+def test_counts_that_are_not_evidence_are_refused() -> None:
+    with pytest.raises(ValueError, match="2 right of 1 labelled"):
+        Arm(labelled=1, correct=2)
+    with pytest.raises(ValueError, match="not evidence"):
+        Arm(records=-1)
+    with pytest.raises(ValueError, match="past max_labels 100"):
+        Policy(steps=(Step(RolloutMode.CANARY, min_labels=500),), max_labels=100)
+
+
 def test_guardrails_roll_back_whatever_the_accuracy() -> None:
     policy = Policy(steps=(CANARY,), max_error_rate=0.01, max_latency_p99_ms=50)
     stable = Arm(records=1000, labelled=500, correct=400)

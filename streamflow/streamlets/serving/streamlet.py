@@ -295,13 +295,29 @@ class ModelServing(ModelFollower):
         return self._in_use or self.current
 
     async def process_batch(self, records: list[Record]) -> list[Any]:
+        """The batch through the hooks; its outputs counted per version once it is done
+        (a batch that raises is run again record by record, and counted then)."""
         await self.close_retired()
         active = self.current
         if active is None:
             raise NoModelError("no model is loaded yet (on_no_model: dlq)")
+        results, by = await self._served_batch(active, records)
+        for model, shadow, served in by:
+            self._served(
+                model,
+                sum(1 for r in served if not isinstance(r, BaseException | None)),
+                shadow=shadow,
+            )
+        return results
+
+    async def _served_batch(
+        self, active: ActiveModel, records: list[Record]
+    ) -> tuple[list[Any], list[tuple[ActiveModel, bool, list[Any]]]]:
+        """The batch's results, and who served which of them (model, a shadow?, results)."""
         plan = self._plan()
         if plan is None:
-            return await self._served_records(active, records)
+            results = await self._served_records(active, records)
+            return results, [(active, False, results)]
         rollout, candidate = plan
         if rollout.mode is RolloutMode.SHADOW:
             stable = await self._served_records(active, records)
@@ -309,22 +325,26 @@ class ModelServing(ModelFollower):
                 shadows = await self._served_records(candidate, records, outlet=self.shadow)
             except Exception as exc:  # the stable outputs go on without their shadows
                 self._candidate_failed(candidate, exc, len(records))
-                return stable
-            # a record the candidate fails keeps its stable output alone (no dead letter)
-            return [
-                [result, shadow]
-                if not isinstance(result, BaseException | None)
-                and not isinstance(shadow, BaseException | None)
-                else result
+                return stable, [(active, False, stable)]
+            # a record the candidate fails keeps its stable output alone (no dead letter),
+            # and one the stable model fails has no shadow either
+            paired = [
+                shadow if not isinstance(result, BaseException | None) else None
                 for result, shadow in zip(stable, shadows, strict=True)
             ]
+            results = [
+                result if isinstance(shadow, BaseException | None) else [result, shadow]
+                for result, shadow in zip(stable, paired, strict=True)
+            ]
+            return results, [(active, False, stable), (candidate, True, paired)]
         chosen = candidate_rows(
             rollout.share,
             candidate.version,
             [r.key_bytes for r in records],
             [(r.topic, r.partition, r.offset) for r in records],
         )
-        results: list[Any] = [None] * len(records)
+        results = [None] * len(records)
+        by = []
         for pick, model in ((True, candidate), (False, active)):
             rows = [i for i in range(len(records)) if chosen[i] == pick]
             if not rows:
@@ -337,10 +357,16 @@ class ModelServing(ModelFollower):
                 if model is active:
                     raise
                 self._candidate_failed(candidate, exc, len(rows))  # the stable model serves all
-                return await self._served_records(active, records, arm=rollout.arm(False))
+                results = await self._served_records(active, records, arm=rollout.arm(False))
+                return results, [(active, False, results)]
+            by.append((model, False, served))
             for row, result in zip(rows, served, strict=True):
                 results[row] = result
-        return results
+        return results, by
+
+    def _publish_model(self) -> None:
+        super()._publish_model()
+        self._plan()  # the candidate's share, now: a rollout may end with no traffic after
 
     def _plan(self) -> tuple[Rollout, ActiveModel] | None:
         """The rollout this batch serves under, if one runs; its share is a gauge."""
@@ -417,7 +443,6 @@ class ModelServing(ModelFollower):
             predictions = self.postprocess(kept, outputs)
         finally:
             self._in_use = None
-        self._served(active, len(served), shadow=outlet is self.shadow)
         emitted = self._outputs(predictions, active, latency_ms, outlet or self.out, arm)
         for index, emit in zip(served, emitted, strict=True):
             results[index] = emit
