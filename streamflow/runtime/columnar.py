@@ -34,19 +34,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from confluent_kafka import Message
 
 from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult, Place
 from streamflow.api.descriptor import StreamletDescriptor
 from streamflow.api.streamlet import Backpressure, Record, Streamlet
+from streamflow.runtime.column_coding import ColumnDecoder, ColumnEncoder
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.dlq import TOMBSTONE, Dead
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.ports import Bindings, OutletBinding
-from streamflow.schema.codecs import Codec, DecodeError, EncodeError, error_line
-from streamflow.schema.columns import ColumnCodec, Columns, records_of
-from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
+from streamflow.schema.codecs import DecodeError, EncodeError, error_line
 
 __all__ = ["ColumnInlets", "ColumnarBatch", "ColumnarPath"]
 
@@ -84,12 +82,12 @@ class ColumnarPath:
         self._loop = loop
         self._lineage = lineage
         self._decoders = {
-            topic: (inlet, _Decoder(codec))
+            topic: (inlet, ColumnDecoder(codec))
             for topic, (inlet, codec) in bindings.inlets_by_topic.items()
         }
         self._outlets = bindings.outlets
         self._outlet: OutletBinding = bindings.outlets[descriptor.columns_outlet]
-        self._encoders = {self._outlet.outlet: _Encoder(self._outlet.codec)}
+        self._encoders = {self._outlet.outlet: ColumnEncoder(self._outlet.codec)}
 
     # -- reading -----------------------------------------------------------------
 
@@ -215,7 +213,7 @@ class ColumnarPath:
         failed = dict(result.errors)
         encoder = self._encoders.get(outlet.outlet)
         if encoder is None:
-            encoder = self._encoders[outlet.outlet] = _Encoder(outlet.codec)
+            encoder = self._encoders[outlet.outlet] = ColumnEncoder(outlet.codec)
         encoded, errors = encoder.encode(result.columns, n)
         for index, reason in errors:
             failed.setdefault(index, EncodeError(reason))
@@ -322,9 +320,9 @@ class ColumnInlets:
     """
 
     def __init__(self, bindings: Bindings, inlets: tuple[str, ...]) -> None:
-        self.topics: dict[str, tuple[str, _Decoder]] = {}
+        self.topics: dict[str, tuple[str, ColumnDecoder]] = {}
         for topic, (inlet, codec) in bindings.inlets_by_topic.items():
-            decoder = _Decoder(codec)
+            decoder = ColumnDecoder(codec)
             if inlet in inlets and decoder.columnar:
                 self.topics[topic] = (inlet, decoder)
 
@@ -359,63 +357,3 @@ class ColumnInlets:
                 )
         kept = [i for i, record in enumerate(records) if record is not None]
         return [r for r in records if r is not None], [messages[i] for i in kept]
-
-
-class _Decoder:
-    """A topic's values into columns: natively, or through its codec record by record."""
-
-    def __init__(self, codec: Codec) -> None:
-        self._codec = codec
-        self._columns = ColumnCodec.for_codec(codec)
-
-    @property
-    def columnar(self) -> bool:
-        """Whether the topic has a column form (Avro), rather than records made columns."""
-        return self._columns is not None
-
-    def decode(self, values: list[bytes]) -> Columns:
-        if self._columns is not None:
-            return self._columns.decode(values)
-        records: list[dict[str, Any]] = []
-        rows: list[int] = []
-        errors: list[tuple[int, str]] = []
-        for index, data in enumerate(values):
-            try:
-                records.append(self._codec.decode(data))
-            except DecodeError as exc:
-                errors.append((index, str(exc)))
-                continue
-            except (RegistryUnavailable, RegistryRefused):
-                raise  # never a dead letter: the batch backs off (see the processor)
-            except Exception as exc:  # a codec's own failure on these bytes: still this record's
-                errors.append((index, f"cannot decode: {error_line(exc)}"))
-                continue
-            rows.append(index)
-        return Columns.from_records(
-            self._codec.schema, records, rows=np.asarray(rows, dtype=np.int64), errors=errors
-        )
-
-
-class _Encoder:
-    """Columns into the outlet's bytes: natively, or through its codec record by record."""
-
-    def __init__(self, codec: Codec) -> None:
-        self._codec = codec
-        self._columns = ColumnCodec.for_codec(codec)
-
-    def encode(
-        self, columns: Mapping[str, Any], n: int
-    ) -> tuple[list[bytes | None], list[tuple[int, str]]]:
-        if self._columns is not None:
-            return self._columns.encode(columns, n)
-        encoded: list[bytes | None] = []
-        errors: list[tuple[int, str]] = []
-        for index, value in enumerate(records_of(self._codec.schema, columns, n)):
-            try:
-                encoded.append(self._codec.encode(value))
-            except Exception as exc:
-                encoded.append(None)
-                errors.append(
-                    (index, error_line(exc) if not isinstance(exc, EncodeError) else str(exc))
-                )
-        return encoded, errors

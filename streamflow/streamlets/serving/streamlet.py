@@ -34,6 +34,7 @@ from streamflow.schema import SchemaStore
 from streamflow.streamlets.serving.active import ActiveModel
 from streamflow.streamlets.serving.candidate import CandidateSlot
 from streamflow.streamlets.serving.follower import ModelFollower, close_model
+from streamflow.streamlets.serving.metrics import RolloutMetrics
 
 __all__ = ["ModelServing", "NoModelError", "PreprocessError"]
 
@@ -82,8 +83,7 @@ class ModelServing(ModelFollower):
         self._output_fields: set[str] = set()
         self._scalar_fields: frozenset[str] = frozenset()
         self._in_use: ActiveModel | None = None  # the model a hook call serves
-        self._candidate_failures = 0  # batches a rollout's candidate raised on
-        self._shown_plan: tuple[str, Rollout] | None = None  # the rollout the gauge shows
+        self._rollout_metrics = RolloutMetrics(lambda: self.context)
 
     def candidate_slot(self) -> CandidateSlot:
         return CandidateSlot(
@@ -174,33 +174,16 @@ class ModelServing(ModelFollower):
             failed = NoModelError("no model is loaded yet (on_no_model: dlq)")
             return ColumnResult({}, errors=dict.fromkeys(range(n), failed))
         plan = self._plan()
-        if plan is None:
+        if plan is None or plan[0].mode is RolloutMode.SHADOW:
             columns, errors = await self._served_columns(active, batch)
             self._served(active, n - len(errors))
-            return ColumnResult(
+            stable = ColumnResult(
                 self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
             )
+            if plan is not None:  # a shadow: the candidate's outputs beside, if it makes them
+                stable.outlets.update(await self._shadow_columns(plan[1], batch))
+            return stable
         rollout, candidate = plan
-        if rollout.mode is RolloutMode.SHADOW:
-            columns, errors = await self._served_columns(active, batch)
-            self._served(active, n - len(errors))
-            try:
-                shadow, unserved = await self._served_columns(candidate, batch)
-            except Exception as exc:  # the stable outputs go on without their shadows
-                self._candidate_failed(candidate, exc, n)
-                return ColumnResult(
-                    self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
-                )
-            self._served(candidate, n - len(unserved), shadow=True)
-            beside = ColumnResult(
-                self._with_inputs(shadow, batch), errors=unserved, headers={MODEL: candidate.tag}
-            )
-            return ColumnResult(
-                self._with_inputs(columns, batch),
-                errors=errors,
-                headers={MODEL: active.tag},
-                outlets={"shadow": beside},
-            )
         keys = batch.kafka_keys()
         places = (
             [(p.topic, p.partition, p.offset) for p in batch.places()] if None in keys else None
@@ -235,6 +218,20 @@ class ModelServing(ModelFollower):
             headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
         merged = self._with_inputs(tensor_arrays.merge_rows(n, parts), batch)
         return ColumnResult(merged, errors=split_errors, headers=headers)
+
+    async def _shadow_columns(
+        self, candidate: ActiveModel, batch: ColumnBatch
+    ) -> dict[str, ColumnResult]:
+        """The shadow outlet's result of the batch; none when the candidate raises (the
+        stable outputs go on without their shadows)."""
+        try:
+            shadow, unserved = await self._served_columns(candidate, batch)
+        except Exception as exc:
+            self._candidate_failed(candidate, exc, batch.n)
+            return {}
+        self._served(candidate, batch.n - len(unserved), shadow=True)
+        columns = self._with_inputs(shadow, batch)
+        return {"shadow": ColumnResult(columns, errors=unserved, headers={MODEL: candidate.tag})}
 
     async def _served_columns(
         self, active: ActiveModel, batch: ColumnBatch
@@ -369,56 +366,16 @@ class ModelServing(ModelFollower):
         self._plan()  # the candidate's share, now: a rollout may end with no traffic after
 
     def _plan(self) -> tuple[Rollout, ActiveModel] | None:
-        """The rollout this batch serves under, if one runs; its share is a gauge."""
+        """The rollout this batch serves under, if one runs (its share shown as a gauge)."""
         plan = self.candidates.plan() if self.candidates is not None else None
-        shown = None if plan is None else (plan[1].tag, plan[0])
-        if shown != self._shown_plan:
-            if self._shown_plan is not None:  # the last candidate no longer meets any record
-                self._share_gauge(self._shown_plan[0], 0.0)
-            if shown is not None:
-                tag, rollout = shown
-                self._share_gauge(tag, 100.0 if not rollout.splits else rollout.share)
-            self._shown_plan = shown
+        self._rollout_metrics.show(plan)
         return plan
 
-    def _share_gauge(self, tag: str, share: float) -> None:
-        self.context.set_gauge(
-            "candidate_share",
-            share,
-            description="the percent of the keys a rollout's candidate meets (a shadow: 100)",
-            labels={"model": tag},
-        )
-
     def _served(self, model: ActiveModel, records: int, *, shadow: bool = False) -> None:
-        """Count the records a version served (its outputs), per version and role."""
-        if records:
-            self.context.count(
-                "model_outputs",
-                count=records,
-                description="outputs made, by the model version that made them and its role",
-                labels={"model": model.tag, "role": "shadow" if shadow else "serving"},
-            )
+        self._rollout_metrics.served(model, records, shadow=shadow)
 
     def _candidate_failed(self, candidate: ActiveModel, exc: Exception, rows: int) -> None:
-        """The candidate raised on a batch: its rows went to the stable model (or, in a
-        shadow, had no shadow). Counted, and logged once per hundred."""
-        self._candidate_failures += 1
-        self.context.count(
-            "candidate_failures",
-            count=rows,
-            description="records a rollout's candidate failed on, served by the stable model",
-            labels={"model": candidate.tag},
-        )
-        if self._candidate_failures % 100 == 1:
-            log.warning(
-                "candidate %s failed a batch of %d (%s: %s); the stable model served it "
-                "(%d such batches so far)",
-                candidate.tag,
-                rows,
-                type(exc).__name__,
-                exc,
-                self._candidate_failures,
-            )
+        self._rollout_metrics.candidate_failed(candidate, exc, rows)
 
     async def _served_records(
         self,
