@@ -71,7 +71,8 @@ class ExactlyOnce(Delivery):
     devkit broker, and put 20 ms on each of their records. So a replica keeps two
     transactional producers (``spare``, its transactional id with ``.b``) and takes
     turns: a transaction begins on the producer whose last one ended a whole
-    transaction ago, and met the refusal in 0.1% (``bench.transactions``), with no wait.
+    transaction ago, and met the refusal in 0.1% (a run of that shape, bench/README.md;
+    ``bench.transactions`` measures one producer), with no wait.
     Their offsets commit in the order their transactions do: Kafka keeps, per
     partition, the offset whose commit was appended last. Zombies are fenced by the
     consumer group's generation (KIP-447), whichever producer writes.
