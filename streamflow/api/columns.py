@@ -157,9 +157,10 @@ class ColumnResult:
     ``errors``: rows (by index in the batch) that failed, with why; they become dead
     letters and have no output, whatever their columns hold. ``headers``: set on every
     output record of the batch; a header whose value is a sequence (one value per row)
-    differs by row. ``outlets``: what other outlets get of the same rows, as results of
-    their own (a row each, keyed and with lineage as the batch's outputs are); a row
-    that fails there is dropped and counted, never a dead letter: its input was served.
+    differs by row, and a row whose value is None has none. ``outlets``: what other
+    outlets get of the same rows, as results of their own (a row each, keyed and with
+    lineage as the batch's outputs are); a row that fails there is dropped and counted,
+    never a dead letter: its input was served.
     """
 
     __slots__ = ("columns", "errors", "headers", "outlets")

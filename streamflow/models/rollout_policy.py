@@ -29,10 +29,25 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from streamflow.models.rollout import RolloutMode
 
-__all__ = ["Arm", "Decision", "Policy", "Step", "Verdict", "accuracy_interval", "decide"]
+__all__ = [
+    "Arm",
+    "Decision",
+    "Policy",
+    "PolicyError",
+    "Step",
+    "Verdict",
+    "accuracy_interval",
+    "decide",
+]
+
+
+class PolicyError(ValueError):
+    """A rollout policy that cannot run, and why (the field named)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +119,122 @@ class Policy:
                 raise ValueError(
                     f"a step needs {step.min_labels} labels, past max_labels {self.max_labels}"
                 )
+
+    @classmethod
+    def from_mapping(cls, raw: Any) -> Policy:
+        """A policy from its YAML or JSON form (what ``--policy FILE``, a blueprint's
+        config and a candidate's ``rollout-policy`` parameter hold); PolicyError names
+        the field that is wrong::
+
+            steps:
+              - {mode: shadow, windows: 2, min_records: 200}
+              - {mode: canary, share: 10, windows: 2, min_labels: 100}
+              - {mode: canary, share: 50, min_labels: 300}
+            max_drop: 0.02
+            max_labels: 5000
+            max_error_rate: 0.01
+        """
+        if not isinstance(raw, Mapping):
+            raise PolicyError(f"a rollout policy is a mapping with steps, not {_shown(raw)}")
+        _known(raw, _POLICY_FIELDS, "the policy")
+        steps = raw.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise PolicyError("the policy's steps: give a list of at least one step")
+        parsed = []
+        for index, step in enumerate(steps, 1):
+            where = f"step {index}"
+            if not isinstance(step, Mapping):
+                raise PolicyError(f"{where} is a mapping (mode, share, ...), not {_shown(step)}")
+            _known(step, _STEP_FIELDS, where)
+            mode = str(step.get("mode", "")).upper()
+            if mode not in (RolloutMode.SHADOW, RolloutMode.CANARY):
+                raise PolicyError(
+                    f"{where}'s mode is shadow or canary, not {_shown(step.get('mode'))}"
+                )
+            parsed.append(
+                Step(
+                    RolloutMode(mode),
+                    share=_number(step, "share", where, 0.0),
+                    windows=int(_number(step, "windows", where, 1, whole=True)),
+                    min_records=int(_number(step, "min_records", where, 0, whole=True)),
+                    min_labels=int(_number(step, "min_labels", where, 0, whole=True)),
+                )
+            )
+        limits: dict[str, Any] = {}
+        for name in ("alpha", "margin", "max_drop", "tau", "max_error_rate", "max_latency_p99_ms"):
+            if raw.get(name) is not None:
+                limits[name] = _number(raw, name, "the policy", 0.0)
+        if raw.get("max_labels") is not None:
+            limits["max_labels"] = int(_number(raw, "max_labels", "the policy", 0, whole=True))
+        for name in ("labels", "rollback_on_drift"):
+            if name in raw:
+                if not isinstance(raw[name], bool):
+                    raise PolicyError(
+                        f"the policy's {name} is true or false, not {_shown(raw[name])}"
+                    )
+                limits[name] = raw[name]
+        try:
+            return cls(steps=tuple(parsed), **limits)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The form :meth:`from_mapping` reads (JSON-ready)."""
+        raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "steps"}
+        raw["steps"] = [
+            {
+                "mode": step.mode.value.lower(),
+                "share": step.share,
+                "windows": step.windows,
+                "min_records": step.min_records,
+                "min_labels": step.min_labels,
+            }
+            for step in self.steps
+        ]
+        return raw
+
+
+_POLICY_FIELDS = frozenset(
+    (
+        "steps",
+        "alpha",
+        "margin",
+        "max_drop",
+        "tau",
+        "labels",
+        "max_labels",
+        "max_error_rate",
+        "max_latency_p99_ms",
+        "rollback_on_drift",
+    )
+)
+_STEP_FIELDS = frozenset(("mode", "share", "windows", "min_records", "min_labels"))
+
+
+def _known(raw: Mapping[str, Any], fields: frozenset[str], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in fields)
+    if unknown:
+        raise PolicyError(
+            f"{where} has no field {', '.join(unknown)} (it has: {', '.join(sorted(fields))})"
+        )
+
+
+def _number(
+    raw: Mapping[str, Any], name: str, where: str, default: float, *, whole: bool = False
+) -> float:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PolicyError(f"{where}'s {name} is a number, not {_shown(value)}")
+    if whole and value != int(value):
+        raise PolicyError(f"{where}'s {name} is a whole number, not {value}")
+    if value < 0:
+        raise PolicyError(f"{where}'s {name} cannot be negative ({value})")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 class Verdict(enum.StrEnum):

@@ -20,11 +20,17 @@ the same way (:func:`standing`), so these commands need no state of their own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from streamflow.models.descriptor import ModelDescriptor
-from streamflow.models.rollout import Rollout, RolloutMode, candidate_key
+from streamflow.models.rollout import Rollout, RolloutMode
+from streamflow.models.rollout_standing import (
+    Standing,
+    changed,
+    control_key,
+    ending,
+    promotion,
+    standing,
+)
 from streamflow.operator.model_versions import (
     ModelChannel,
     ModelPushError,
@@ -35,47 +41,6 @@ from streamflow.operator.model_versions import (
 )
 
 __all__ = ["Rollouts", "Standing", "standing"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Standing:
-    """Where one model's rollout stands on the control topic."""
-
-    model: str
-    stable: ModelDescriptor | None
-    candidate: ModelDescriptor | None  # None: no rollout runs
-
-
-def standing(history: Sequence[Mapping[str, Any]], model: str | None = None) -> Standing:
-    """The state the replicas converge on, from the descriptors in the topic's order.
-
-    Whatever the order (a compacted topic can hold a candidate before the stable record
-    a publisher wrote again): the stable version is the newest stable record, and the
-    candidate the latest one newer than it that no END followed, as on a replica."""
-    name = model or (history[-1]["name"] if history else "")
-    descriptors = [ModelDescriptor.from_record(r) for r in history if r["name"] == name]
-    stables = [d for d in descriptors if d.rollout is None]
-    stable = max(stables, key=lambda d: d.version) if stables else None
-    candidate: ModelDescriptor | None = None
-    for descriptor in descriptors:
-        rollout = descriptor.rollout
-        if rollout is None:
-            continue
-        if rollout.mode is RolloutMode.END:
-            if candidate is not None and candidate.version == descriptor.version:
-                candidate = None
-        elif rollout.refusal() is None and (
-            candidate is None
-            or descriptor.version > candidate.version
-            or (
-                descriptor.version == candidate.version
-                and descriptor.artifact == candidate.artifact
-            )
-        ):  # as on a replica: the same version with another artifact is refused
-            candidate = descriptor
-    if candidate is not None and stable is not None and candidate.version <= stable.version:
-        candidate = None
-    return Standing(name, stable, candidate)
 
 
 class Rollouts:
@@ -116,17 +81,17 @@ class Rollouts:
         """The running candidate, to meet what ``rollout`` says now."""
         _check(rollout)
         candidate = self._candidate(model)
-        return self._write([dataclasses.replace(candidate, rollout=rollout)])
+        return self._write([changed(candidate, rollout)])
 
     def promote(self, model: str | None = None) -> Pushed:
         """The candidate becomes the stable version on every replica (no second load)."""
         candidate = self._candidate(model)
-        stable = dataclasses.replace(candidate, rollout=None)
-        return self._write([stable, _end(candidate)], awaited=stable)
+        records = promotion(candidate)
+        return self._write(records, awaited=records[0])
 
     def abort(self, model: str | None = None) -> Pushed:
         """The candidate leaves every replica; the stable version meets every record."""
-        return self._write([_end(self._candidate(model))])
+        return self._write([ending(self._candidate(model))])
 
     def _candidate(self, model: str | None) -> ModelDescriptor:
         now = self.standing(model)
@@ -143,10 +108,7 @@ class Rollouts:
         channel = self.channel
         start = end_offsets(channel.clients, channel.status.name) if channel.status else {}
         records = [
-            (
-                descriptor.name if descriptor.rollout is None else candidate_key(descriptor.name),
-                channel.descriptors.encode(descriptor.to_record()),
-            )
+            (control_key(descriptor), channel.descriptors.encode(descriptor.to_record()))
             for descriptor in descriptors
         ]
         produce_descriptors(channel.clients, channel.control.name, records)
@@ -160,17 +122,6 @@ class Rollouts:
             status_start=start,
             role="stable" if shown.rollout is None else "candidate",
         )
-
-
-def _end(candidate: ModelDescriptor) -> ModelDescriptor:
-    """The record that ends ``candidate``'s rollout: its identity, no artifact."""
-    return ModelDescriptor(
-        candidate.name,
-        candidate.version,
-        candidate.kind,
-        description="the rollout ended",
-        rollout=Rollout(RolloutMode.END),
-    )
 
 
 def _check(rollout: Rollout) -> None:

@@ -251,7 +251,9 @@ class ColumnarPath:
                 mine = variants.get(found)  # type: ignore[assignment]
                 if mine is None:
                     mine = variants[found] = headers + [
-                        (key, _bytes(value)) for (key, _), value in zip(by_row, found, strict=True)
+                        (key, _bytes(value))
+                        for (key, _), value in zip(by_row, found, strict=True)
+                        if value is not None  # a row without this header
                     ]
             out.append((outlet, msg, data, self._with_lineage(mine, msg)))
         if dropped:

@@ -188,13 +188,20 @@ class Engine:
     # -- driving ---------------------------------------------------------------
 
     def write(
-        self, topic: str, data: bytes, key: str | None, schema: str, timestamp_ms: int
+        self,
+        topic: str,
+        data: bytes,
+        key: str | None,
+        schema: str,
+        timestamp_ms: int,
+        *,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> Message:
         return self.broker.append(
             topic,
             data,
             key.encode() if key is not None else None,
-            [(_SCHEMA_HEADER, schema.encode())],
+            [(_SCHEMA_HEADER, schema.encode()), *(headers or [])],
             timestamp_ms=timestamp_ms,
         )
 

@@ -225,16 +225,26 @@ class StreamletHarness:
         key: str | None = None,
         keys: Sequence[str | None] | None = None,
         timestamp_ms: int | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
     ) -> None:
         """Queue records for a data inlet: a dict, raw ``bytes``, or a list of those.
 
         Raw bytes go in undecoded, to test what happens to a record that is not
-        valid for the inlet's schema. ``keys`` gives one key per value.
+        valid for the inlet's schema. ``keys`` gives one key per value; ``headers``
+        go on every record.
         """
         codec = self._port(inlet, kinds=(PortKind.INLET,))
+        extra = [(k, v.encode() if isinstance(v, str) else v) for k, v in (headers or {}).items()]
         for value, record_key in self._with_keys(values, key, keys):
             data = value if isinstance(value, bytes) else codec.encode(value, what="a fed value")
-            self._engine.write(inlet, data, record_key, codec.port.schema, self._tick(timestamp_ms))
+            self._engine.write(
+                inlet,
+                data,
+                record_key,
+                codec.port.schema,
+                self._tick(timestamp_ms),
+                headers=extra,
+            )
 
     def control(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from streamflow.api.columns import columns_of
 from streamflow.api.streamlet import Record
 from streamflow.streamlets.drift import detect, inputs, versions, windows
 from streamflow.streamlets.drift.settings import DriftSettings
+from streamflow.streamlets.served_by import model_of
 
 __all__ = [
     "CONFIDENCE",
@@ -218,18 +218,6 @@ def output_rows(
         np.zeros((len(records), 0), dtype=object),
     )
     return rows, classes
-
-
-def model_of(record: Record) -> tuple[str, int]:
-    """The model that produced an output: its ``streamflow-model`` header, else its fields."""
-    header = record.headers.get("streamflow-model")
-    if header:
-        name, _, version = header.decode("utf-8", "replace").rpartition(":")
-        if version.isdigit():
-            return name, int(version)
-    value: Mapping[str, Any] = record.value
-    version_field = value.get("model_version")
-    return str(value.get("model") or ""), int(version_field) if version_field else 0
 
 
 def _rows(

@@ -17,6 +17,7 @@ Bind the data ports by subclassing::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from streamflow.api.streamlet import Context, Record
 from streamflow.models import tensor_arrays, tensors
 from streamflow.models.rollout import Rollout, RolloutMode, candidate_rows
 from streamflow.schema import SchemaStore
+from streamflow.streamlets.served_by import ARM, FALLBACK, MODEL
 from streamflow.streamlets.serving.active import ActiveModel
 from streamflow.streamlets.serving.candidate import CandidateSlot
 from streamflow.streamlets.serving.follower import ModelFollower, close_model
@@ -39,7 +41,6 @@ from streamflow.streamlets.serving.metrics import RolloutMetrics
 __all__ = ["ModelServing", "NoModelError", "PreprocessError"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
-MODEL, ARM = "streamflow-model", "streamflow-arm"  # the headers that say who served a record
 SHADOW_DESCRIPTION = "a shadowed candidate's outputs, as `out` has them (unused otherwise)"
 
 
@@ -181,7 +182,10 @@ class ModelServing(ModelFollower):
                 self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
             )
             if plan is not None:  # a shadow: the candidate's outputs beside, if it makes them
-                stable.outlets.update(await self._shadow_columns(plan[1], batch))
+                shadows = await self._shadow_columns(plan[1], batch)
+                stable.outlets.update(shadows)
+                if not shadows:
+                    stable.headers[FALLBACK] = plan[1].tag
             return stable
         rollout, candidate = plan
         keys = batch.kafka_keys()
@@ -189,6 +193,7 @@ class ModelServing(ModelFollower):
             [(p.topic, p.partition, p.offset) for p in batch.places()] if None in keys else None
         )
         chosen = candidate_rows(rollout.share, candidate.version, keys, places)
+        fell: np.ndarray | None = None
         parts: list[tuple[np.ndarray, dict[str, Any]]] = []
         split_errors: dict[int, BaseException] = {}
         for rows, model in ((np.flatnonzero(chosen), candidate), (np.flatnonzero(~chosen), active)):
@@ -202,6 +207,7 @@ class ModelServing(ModelFollower):
                     raise
                 # the candidate failed the batch: the stable model serves its rows
                 self._candidate_failed(candidate, exc, len(rows))
+                fell = np.array([candidate.tag if c else None for c in chosen], dtype=object)
                 chosen[:] = False
                 rows = np.arange(n)
                 columns, unserved = await self._served_columns(active, batch)
@@ -216,6 +222,8 @@ class ModelServing(ModelFollower):
         headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
         if rollout.mode is RolloutMode.AB:
             headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
+        if fell is not None:
+            headers[FALLBACK] = fell
         merged = self._with_inputs(tensor_arrays.merge_rows(n, parts), batch)
         return ColumnResult(merged, errors=split_errors, headers=headers)
 
@@ -322,6 +330,7 @@ class ModelServing(ModelFollower):
                 shadows = await self._served_records(candidate, records, outlet=self.shadow)
             except Exception as exc:  # the stable outputs go on without their shadows
                 self._candidate_failed(candidate, exc, len(records))
+                stable = [_fell_back(result, candidate) for result in stable]
                 return stable, [(active, False, stable)]
             # a record the candidate fails keeps its stable output alone (no dead letter),
             # and one the stable model fails has no shadow either
@@ -355,6 +364,10 @@ class ModelServing(ModelFollower):
                     raise
                 self._candidate_failed(candidate, exc, len(rows))  # the stable model serves all
                 results = await self._served_records(active, records, arm=rollout.arm(False))
+                results = [
+                    _fell_back(result, candidate) if chosen[i] else result
+                    for i, result in enumerate(results)
+                ]
                 return results, [(active, False, results)]
             by.append((model, False, served))
             for row, result in zip(rows, served, strict=True):
@@ -454,3 +467,10 @@ class ModelServing(ModelFollower):
             prediction.update(model_fields)
             out.append(outlet(prediction, headers=headers))
         return out
+
+
+def _fell_back(result: Any, candidate: ActiveModel) -> Any:
+    """A stable output of a record the candidate failed, saying so (``streamflow-fallback``)."""
+    if not isinstance(result, Emit):
+        return result
+    return dataclasses.replace(result, headers={**(result.headers or {}), FALLBACK: candidate.tag})

@@ -278,10 +278,11 @@ def test_a_candidate_replayed_before_its_stable_version_waits_for_it_then_serves
 
 
 @pytest.mark.parametrize("mode", ["CANARY", "SHADOW"])
+@pytest.mark.parametrize("cls", [s.classifier_app.WineClassifier, RecordWine])
 def test_a_candidate_that_fails_leaves_every_record_to_the_stable_model(
-    wine_models: WineModels, tmp_path: Path, mode: str
+    wine_models: WineModels, tmp_path: Path, mode: str, cls: type
 ) -> None:
-    h = _harness(tmp_path)
+    h = _harness(tmp_path, cls)
     _stable(h, wine_models)
     h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), mode, 50.0))
     s.settle(h, 2)
@@ -295,6 +296,11 @@ def test_a_candidate_that_fails_leaves_every_record_to_the_stable_model(
     assert len(out) == 80 and {o.value["model_version"] for o in out} == {1}
     assert not [o for o in served if o.outlet == "shadow"]
     assert not h.dead_letters
+    # each record the candidate was to meet says it failed it (the evidence counts them)
+    fell = [o.key for o in out if o.headers.get("streamflow-fallback") == "wine:2"]
+    meant = candidate_rows(50.0, 2, [k.encode() for k in _keys(80)])
+    expected = [k for k, mine in zip(_keys(80), meant, strict=True) if mine or mode == "SHADOW"]
+    assert fell == expected and 0 < len(fell) <= 80
 
 
 def test_a_newer_stable_version_retires_the_candidate(
