@@ -173,6 +173,11 @@ class Policy:
                         f"the policy's {name} is true or false, not {_shown(raw[name])}"
                     )
                 limits[name] = raw[name]
+        if limits.get("labels", True) and "max_labels" not in limits:
+            raise PolicyError(
+                "the policy never ends for a candidate as good as the stable version: set "
+                "max_labels (rolled back with no verdict by then), or labels: false"
+            )
         try:
             return cls(steps=tuple(parsed), **limits)
         except ValueError as exc:

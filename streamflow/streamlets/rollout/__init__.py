@@ -7,6 +7,7 @@ holds, promotes or rolls back the candidate with control records, writing each d
 and why.
 """
 
+from streamflow.streamlets.rollout.controller import RolloutController
 from streamflow.streamlets.rollout.evidence import RolloutEvidence
 
-__all__ = ["RolloutEvidence"]
+__all__ = ["RolloutController", "RolloutEvidence"]
