@@ -42,7 +42,7 @@ class BuiltImages:
 def wine_models_in_place() -> Path:
     """`blueprints/wine/models`, trained there when missing (the app image carries it)."""
     models = WINE / "models"
-    if not (models / "wine-v2.keras").is_file():  # train.py writes v2 last
+    if not (models / "wine-v3.keras").is_file():  # train.py writes v3 last
         subprocess.run(
             [sys.executable, str(WINE / "train.py"), "--out", str(models)],
             check=True,

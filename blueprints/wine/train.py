@@ -10,14 +10,14 @@ Choices, each for a reason:
 * The features are standardised by a Keras `Normalization` layer adapted on the
   training rows, so every artifact takes the raw measurements: a stream carries
   `WineFeatures` as measured, and no pre-processing lives outside the model.
-* Two versions (different seeds and layer sizes) give the live model switch
+* Versions 1 and 2 (different seeds and layer sizes) give the live model switch
   something to switch between whose outputs visibly differ.
 * Each version is written twice: a Keras 3 `.keras` file (loadable with
   `safe_mode=True`, i.e. no pickled code) and a TF SavedModel directory from
   `model.export()`, whose `serving_default` signature TF Serving and KServe read.
 * Seeds are fixed, so a run gives the same weights on the same machine.
 
-    python blueprints/wine/train.py --out DIR [--version 1|2|all] [--epochs N]
+    python blueprints/wine/train.py --out DIR [--version 1|2|3|all] [--epochs N]
 """
 
 from __future__ import annotations
@@ -93,11 +93,14 @@ class Version(NamedTuple):
 
     seed: int
     hidden: tuple[int, ...]
+    epochs: int | None = None  # None: as many as asked for
 
 
 VERSIONS: dict[int, Version] = {
     1: Version(seed=1, hidden=(16,)),
     2: Version(seed=2, hidden=(32, 16)),
+    # worse on purpose, for the rollout example's rollback: a tiny net, barely trained
+    3: Version(seed=3, hidden=(2,), epochs=1),
 }
 
 
@@ -154,6 +157,7 @@ def train_model(version: int = 1, epochs: int = 60) -> keras.Model:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
+    epochs = spec.epochs or epochs
     model.fit(train.x, train.y, epochs=epochs, batch_size=16, shuffle=True, verbose=0)
     return model
 
@@ -208,7 +212,7 @@ def write_samples(path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the artifacts")
-    parser.add_argument("--version", choices=["1", "2", "all"], default="all")
+    parser.add_argument("--version", choices=[*map(str, VERSIONS), "all"], default="all")
     parser.add_argument("--epochs", type=int, default=60)
     args = parser.parse_args(argv)
     versions = list(VERSIONS) if args.version == "all" else [int(args.version)]

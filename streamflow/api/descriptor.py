@@ -110,6 +110,8 @@ class StreamletDescriptor:
     columns_outlet: str = ""
     #: Data inlets whose batches the runtime decodes as columns too (``columns_of``).
     column_inlets: tuple[str, ...] = ()
+    #: The most replicas it can run as (None: any).
+    max_replicas: int | None = None
 
     @property
     def shape(self) -> Shape:
@@ -186,6 +188,7 @@ def describe(cls: type[Streamlet], *, class_path: str | None = None) -> Streamle
         stateful=stateful,
         columns_outlet=columns_outlet,
         column_inlets=column_inlets,
+        max_replicas=getattr(cls, "max_replicas", None),
     )
 
 

@@ -405,6 +405,9 @@ class Streamlet:
     #: Data inlets whose records each batch decodes as columns too: ``columns_of(records)``
     #: gives them (see :mod:`streamflow.api.columns`).
     column_inlets: ClassVar[tuple[str, ...]] = ()
+    #: The most replicas it can run as (None: any); ``verify`` reports a blueprint that
+    #: asks for more. One, for logic that reads the state of every partition at once.
+    max_replicas: ClassVar[int | None] = None
 
     @classmethod
     def check_config(

@@ -240,6 +240,7 @@ def _check(
     verify_autoscale.check_autoscale(
         streamlets, topics=topics, descriptors=descriptors, report=report
     )
+    verify_streamlets.check_replicas(streamlets, descriptors=descriptors, report=report)
     verify_schemas.check_port_schemas(
         streamlets, descriptors=descriptors, store=store, report=report
     )

@@ -249,3 +249,29 @@ def _inside(node: Node, path: tuple[str | int, ...]) -> Node:
             break
         node = found
     return node
+
+
+def check_replicas(
+    streamlets: Mapping[str, StreamletDraft],
+    *,
+    descriptors: Mapping[str, StreamletDescriptor],
+    report: Reporter,
+) -> None:
+    """A streamlet asked to run as more replicas than its class can (``max_replicas``)."""
+    for name, descriptor in descriptors.items():
+        most = descriptor.max_replicas
+        draft = streamlets[name]
+        if most is None:
+            continue
+        asked = draft.autoscale.max if draft.autoscale is not None else draft.replicas
+        if asked > most:
+            node = draft.autoscale_node if draft.autoscale is not None else draft.replicas_node
+            report.error(
+                "too-many-replicas",
+                f"streamlet {name} ({descriptor.class_path}) runs as at most {most} "
+                f"replica{'s' if most != 1 else ''}, not {asked}",
+                node or draft.key,
+                hint=f"set replicas: {most}"
+                if draft.autoscale is None
+                else f"set autoscale.max: {most}",
+            )

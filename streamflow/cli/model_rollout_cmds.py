@@ -11,10 +11,13 @@ delivery guarantee, with no replica restarted and no record lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, NamedTuple
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple
 
 import typer
+import yaml
 from rich.text import Text
 
 from streamflow.cli import apps, model_wait, output, registry_opts
@@ -43,8 +46,9 @@ from streamflow.cli.model_opts import (
 )
 from streamflow.models.kinds import ModelState
 from streamflow.models.rollout import Rollout, RolloutMode
+from streamflow.models.rollout_policy import POLICY_PARAMETER, Policy, PolicyError
 from streamflow.operator import model_versions as versions
-from streamflow.operator.model_rollouts import Rollouts
+from streamflow.operator.model_rollouts import Rollouts, blueprint_policy
 
 __all__ = ["rollout_app"]
 
@@ -55,19 +59,33 @@ rollout_app = typer.Typer(
 )
 
 ModeOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         help="shadow (every record, results to the shadow outlet), canary (a share of the "
-        "keys) or ab (a share, between two named arms)."
+        "keys) or ab (a share, between two named arms). Default: canary, or the policy's "
+        "first step."
     ),
 ]
 ShareOpt = Annotated[
-    float, typer.Option(help="The percent (0-100) of the keys the candidate serves.")
+    float | None,
+    typer.Option(
+        help="The percent (0-100) of the keys the candidate serves. Default: 5, or the "
+        "policy's first step."
+    ),
 ]
 ArmsOpt = Annotated[
     str, typer.Option(help="ab: the stable arm's name and the candidate's, as A,B.")
 ]
 ModelOpt = Annotated[str | None, typer.Option(help="The model (default: the one served).")]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="A rollout policy (YAML or JSON: steps, thresholds) for the application's "
+        "rollout controller to follow; the first step sets --mode and --share.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
 
 
 @rollout_app.command("start")
@@ -79,9 +97,10 @@ def start(
     onnx: OnnxOpt = None,
     url: UrlOpt = None,
     protocol: ProtocolOpt = "v2",
-    mode: ModeOpt = "canary",
-    share: ShareOpt = 5.0,
+    mode: ModeOpt = None,
+    share: ShareOpt = None,
     arms: ArmsOpt = "",
+    policy: PolicyOpt = None,
     version: VersionOpt = None,
     name: ModelOpt = None,
     param: ParamOpt = None,
@@ -93,7 +112,17 @@ def start(
     fmt: FormatOpt = "table",
     quiet: QuietOpt = False,
 ) -> None:
-    """Start a rollout: the next version as a candidate, and wait until every replica has it."""
+    """Start a rollout: the next version as a candidate, and wait until every replica has it.
+
+    With --policy, or a rollout controller in the application with a policy of its own,
+    the controller takes it from there: it moves the candidate through the policy's
+    steps (the first sets --mode and --share) and promotes or rolls it back by evidence."""
+    steps = _policy(policy)
+    if steps is not None:
+        first = steps.steps[0]
+        mode = mode or first.mode.value
+        share = share if share is not None else first.share
+        param = [*(param or []), f"{POLICY_PARAMETER}={json.dumps(steps.to_mapping())}"]
     request = push_request(
         {"keras": keras, "saved_model": saved_model, "onnx": onnx},
         url=url,
@@ -104,11 +133,16 @@ def start(
         by_reference=by_reference,
         description=description,
     )
-    rollout = _rollout(mode, share, arms)
     check_format(fmt)
     app, bootstrap = resolve(target, bootstrap_servers, registry)
     with apps.kafka_errors(bootstrap), push_errors():
         channel = versions.ModelChannel(app, apps.kafka_clients(app, bootstrap), streamlet)
+        if steps is None and mode is None and share is None:
+            # a controller's own policy starts where its first step says
+            own = blueprint_policy(app, channel.control.name)
+            if own is not None:
+                mode, share = own.steps[0].mode.value, own.steps[0].share
+        rollout = _rollout(mode or "canary", 5.0 if share is None else share, arms)
         pushed = Rollouts(channel).start(request, rollout)
         said = Text.assemble(
             "rolling out ",
@@ -229,8 +263,10 @@ def status(
     app, bootstrap = resolve(target, bootstrap_servers, registry)
     with apps.kafka_errors(bootstrap), push_errors():
         clients = apps.kafka_clients(app, bootstrap)
-        now = Rollouts(versions.ModelChannel(app, clients, streamlet)).standing(name)
+        rollouts = Rollouts(versions.ModelChannel(app, clients, streamlet))
+        now = rollouts.standing(name)
         latest = versions.latest_statuses(app, clients, streamlet)
+        decisions = rollouts.decisions(now.model) if now.model else []
     stable, candidate = now.stable, now.candidate
     data = {
         "model": now.model,
@@ -238,6 +274,7 @@ def status(
         "candidate": candidate.version if candidate else None,
         "rollout": candidate.rollout.to_record() if candidate and candidate.rollout else None,
         "replicas": list(latest.values()),
+        "decisions": decisions,
     }
     if fmt != "table":
         output.print_data(data, fmt=fmt)
@@ -249,8 +286,23 @@ def status(
     else:
         said.append(", no rollout runs")
     output.console().print(said)
+    if decisions:
+        output.console().print(_decision_line(decisions[-1]))
     if latest:
         model_wait.print_status_table(latest)
+
+
+def _decision_line(decision: Mapping[str, Any]) -> Text:
+    """``last decision on wine:2: ADVANCE at step 1 of 3 (shadow), 2 windows: why``."""
+    where = f"step {decision['step']} of {decision['steps']}" if decision["step"] else "no step"
+    style = {"ROLLBACK": "red", "PROMOTE": "green", "ADVANCE": "cyan"}.get(
+        decision["verdict"], "yellow"
+    )
+    return Text.assemble(
+        f"last decision on {decision['model']}:{decision['candidate_version']}: ",
+        (decision["verdict"], f"bold {style}"),
+        f" at {where} ({decision['mode']}), {decision['windows']} windows: {decision['reason']}",
+    )
 
 
 def _changed(was: Rollout, *, mode: str | None, share: float | None, arms: str) -> Rollout:
@@ -273,6 +325,19 @@ def _changed(was: Rollout, *, mode: str | None, share: float | None, arms: str) 
     if chosen.upper() == RolloutMode.AB.value and not arms and was.mode is RolloutMode.AB:
         arms = ",".join(was.arms)
     return _rollout(chosen, share or 0.0, arms)
+
+
+def _policy(path: Path | None) -> Policy | None:
+    """The policy in ``path`` (YAML or JSON), checked; a usage error naming what is wrong."""
+    if path is None:
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Policy.from_mapping(raw)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        output.fail(f"--policy {path}: cannot read it: {exc}", exit_code=output.EXIT_USAGE)
+    except PolicyError as exc:
+        output.fail(f"--policy {path}: {exc}", exit_code=output.EXIT_USAGE)
 
 
 def _rollout(mode: str, share: float, arms: str) -> Rollout:

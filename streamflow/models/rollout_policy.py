@@ -35,6 +35,7 @@ from typing import Any
 from streamflow.models.rollout import RolloutMode
 
 __all__ = [
+    "POLICY_PARAMETER",
     "Arm",
     "Decision",
     "Policy",
@@ -44,6 +45,10 @@ __all__ = [
     "accuracy_interval",
     "decide",
 ]
+
+
+#: The candidate descriptor's parameter that carries its rollout policy (JSON).
+POLICY_PARAMETER = "rollout-policy"
 
 
 class PolicyError(ValueError):
@@ -278,7 +283,8 @@ def accuracy_interval(
         * (2 * math.log(1 / alpha) + math.log((variance + t2) / variance))
     )
     difference = candidate.correct / candidate.labelled - stable.correct / stable.labelled
-    return difference - half, difference + half
+    # a difference of accuracies lies in [-1, 1]: the interval says no more than that
+    return max(difference - half, -1.0), min(difference + half, 1.0)
 
 
 def decide(policy: Policy, step: int, windows: int, stable: Arm, candidate: Arm) -> Decision:

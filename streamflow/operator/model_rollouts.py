@@ -20,9 +20,12 @@ the same way (:func:`standing`), so these commands need no state of their own.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from streamflow.blueprint.model import Application, TopicSpec
 from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.rollout import Rollout, RolloutMode
+from streamflow.models.rollout_policy import Policy
 from streamflow.models.rollout_standing import (
     Standing,
     changed,
@@ -38,9 +41,22 @@ from streamflow.operator.model_versions import (
     PushRequest,
     end_offsets,
     produce_descriptors,
+    read_all,
 )
+from streamflow.runtime.codecs import Codecs
+from streamflow.schema import SchemaStore
 
-__all__ = ["Rollouts", "Standing", "standing"]
+__all__ = [
+    "DECISION",
+    "Rollouts",
+    "Standing",
+    "blueprint_policy",
+    "controllers",
+    "decision_topics",
+    "standing",
+]
+
+DECISION = "streamflow.ml.RolloutDecision"
 
 
 class Rollouts:
@@ -51,6 +67,31 @@ class Rollouts:
 
     def standing(self, model: str | None = None) -> Standing:
         return standing(self.channel.history(), model)
+
+    def decisions(self, model: str, candidate: int | None = None) -> list[dict[str, Any]]:
+        """The rollout controllers' decisions about ``model`` (of one candidate version, if
+        given), oldest first: read from every topic a streamlet that follows this control
+        topic writes ``RolloutDecision`` records to (none: no controller runs)."""
+        channel = self.channel
+        app = channel.app
+        found: list[dict[str, Any]] = []
+        codecs = Codecs(app, SchemaStore(app.schema_paths))
+        for topic in decision_topics(app, channel.control.name):
+            codec = codecs.for_topic(topic, DECISION, producing=False)
+            found += read_all(channel.clients, topic.name, codec)
+        mine = [
+            d
+            for d in found
+            if d["model"] == model and (candidate is None or d["candidate_version"] == candidate)
+        ]
+        seen: set[tuple[int, int]] = set()  # a decision read twice is one
+        ordered = []
+        for decision in sorted(mine, key=lambda d: (d["candidate_version"], d["sequence"])):
+            place = (decision["candidate_version"], decision["sequence"])
+            if place not in seen:
+                seen.add(place)
+                ordered.append(decision)
+        return ordered
 
     def start(self, request: PushRequest, rollout: Rollout) -> Pushed:
         """A candidate: the next version, beside the stable one, meeting what ``rollout``
@@ -122,6 +163,42 @@ class Rollouts:
             status_start=start,
             role="stable" if shown.rollout is None else "candidate",
         )
+
+
+def controllers(app: Application, control: str) -> list[str]:
+    """The rollout controllers of ``control``'s model: the streamlets with a control inlet
+    on that topic and an outlet of RolloutDecision."""
+    found = []
+    for name in app.streamlets:
+        descriptor = app.descriptor(name)
+        follows = any(
+            (topic := app.topic_for(name, port.name)) is not None and topic.name == control
+            for port in descriptor.control_inlets
+        )
+        if follows and any(port.schema == DECISION for port in descriptor.outlets):
+            found.append(name)
+    return found
+
+
+def decision_topics(app: Application, control: str) -> list[TopicSpec]:
+    """The topics the rollout controllers of ``control``'s model write their decisions to."""
+    found: list[TopicSpec] = []
+    for name in controllers(app, control):
+        for port in app.descriptor(name).outlets:
+            topic = app.topic_for(name, port.name)
+            if port.schema == DECISION and topic is not None and topic not in found:
+                found.append(topic)
+    return found
+
+
+def blueprint_policy(app: Application, control: str) -> Policy | None:
+    """The policy a controller of ``control``'s model follows for a candidate that brings
+    none (its ``policy`` config), or None."""
+    for name in controllers(app, control):
+        raw = app.streamlets[name].config.get("policy")
+        if raw:
+            return Policy.from_mapping(raw)
+    return None
 
 
 def _check(rollout: Rollout) -> None:

@@ -28,9 +28,11 @@ from ruamel.yaml import YAML
 from streamflow import Inlet, Outlet
 from streamflow.operator.kubernetes import monitoring
 from streamflow.runtime.metrics import Metrics
+from streamflow.streamlets.rollout import RolloutController
 from streamflow.streamlets.serving import ModelServing
 from streamflow.testkit import StreamletHarness
 from tests.streamlets.drift import drift_support as drift
+from tests.streamlets.rollout import rollout_support as rollouts
 
 ROOT = Path(__file__).parents[2]
 OPERATOR_DIR = ROOT / "operator"
@@ -202,8 +204,16 @@ def exported() -> dict[str, set[str]]:
     )
     serving.setup()
     serving.between_batches()  # the runtime exports what a streamlet reported after each turn
+    controller = StreamletHarness(RolloutController)  # one rollout, rolled back
+    controller.control("model", rollouts.descriptor(1), key="wine")
+    controller.control("model", rollouts.candidate(2, "CANARY", 10.0), key="wine#candidate")
+    controller.feed(
+        "evidence", rollouts.window(0, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10)
+    )
+    controller.run()
     samples: dict[str, set[str]] = {}
-    for registry in (metrics.registry, detector.metrics.registry, serving.metrics.registry):
+    registries = (metrics, detector.metrics, serving.metrics, controller.metrics)
+    for registry in (r.registry for r in registries):
         for family in text_string_to_metric_families(generate_latest(registry).decode()):
             for sample in family.samples:
                 samples.setdefault(sample.name, set()).update(sample.labels)
@@ -216,6 +226,8 @@ def test_the_own_metrics_come_from_the_streamlets_that_report_them(
     assert exported["streamflow_drift_detected"] >= {"app", "detector", "source", "partition"}
     assert exported["streamflow_drift_windows_total"] >= {"detector", "source", "drifted"}
     assert exported["streamflow_model_loaded"] == {"app", "streamlet", "replica"}
+    assert exported["streamflow_rollout_decisions_total"] >= {"model", "verdict"}
+    assert exported["streamflow_rollout_step"] >= {"model"}
 
 
 def names_in(text: str) -> set[str]:

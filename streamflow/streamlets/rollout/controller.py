@@ -40,7 +40,15 @@ from streamflow.api.state import Store
 from streamflow.api.streamlet import Record, Streamlet
 from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.rollout import Rollout, RolloutMode
-from streamflow.models.rollout_policy import Arm, Decision, Policy, PolicyError, Verdict, decide
+from streamflow.models.rollout_policy import (
+    POLICY_PARAMETER,
+    Arm,
+    Decision,
+    Policy,
+    PolicyError,
+    Verdict,
+    decide,
+)
 from streamflow.models.rollout_standing import (
     Standing,
     changed,
@@ -50,10 +58,8 @@ from streamflow.models.rollout_standing import (
 )
 from streamflow.streamlets.rollout import tally
 
-__all__ = ["POLICY_PARAMETER", "RolloutController", "policy_of"]
+__all__ = ["RolloutController", "policy_of"]
 
-#: The candidate descriptor's parameter that carries its rollout policy (JSON).
-POLICY_PARAMETER = "rollout-policy"
 DECISION = "streamflow.ml.RolloutDecision"
 _STATE = "rollout/"  # + the model's name: what the current step has summed, and done
 
@@ -263,6 +269,18 @@ class RolloutController(Streamlet):
             else None,
             "time": int(time.time() * 1000),
         }
+        tag = now.candidate.tag
+        self.context.count(
+            "rollout_decisions",
+            description="a rollout controller's decisions, by candidate and verdict",
+            labels={"model": tag, "verdict": decision.verdict.value},
+        )
+        self.context.set_gauge(
+            "rollout_step",
+            value["step"],
+            description="the step of its policy a candidate's rollout is at (0: none of them)",
+            labels={"model": tag},
+        )
         return self.decisions(value, key=now.model)
 
 

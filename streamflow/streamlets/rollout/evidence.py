@@ -65,6 +65,7 @@ class RolloutEvidence(Streamlet):
     """Evidence per model version and window, with delayed labels joined by key."""
 
     stateful = True
+    max_replicas = 1  # a label looks for its prediction in the store of every partition
 
     predictions = Inlet(PREDICTIONS, description="the serving streamlet's outputs")
     labels = Inlet(LABELS, description="the true values, keyed as the predictions are")

@@ -7,7 +7,6 @@ promotion or a rollback, with each decision saying why.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -15,78 +14,8 @@ import pytest
 from streamflow.models.rollout_policy import Policy, PolicyError
 from streamflow.streamlets.rollout import RolloutController
 from streamflow.testkit import StreamletHarness
-
-POLICY: dict[str, Any] = {
-    "steps": [
-        {"mode": "shadow", "windows": 1, "min_records": 100},
-        {"mode": "canary", "share": 10, "windows": 2},
-        {"mode": "canary", "share": 50, "min_labels": 200},
-    ],
-    "max_drop": 0.0,
-    "max_labels": 4000,
-    "max_error_rate": 0.05,
-}
-
-
-def _descriptor(
-    version: int, rollout: dict[str, Any] | None = None, **parameters: str
-) -> dict[str, Any]:
-    return {
-        "name": "wine",
-        "version": version,
-        "kind": "ONNX",
-        "data": b"model bytes",
-        "location": None,
-        "sha256": None,
-        "parameters": parameters,
-        "description": "",
-        "created_at": 0,
-        "rollout": rollout,
-    }
-
-
-def _candidate(version: int, mode: str, share: float = 0.0, policy: Any = POLICY) -> dict[str, Any]:
-    parameters = {"rollout-policy": policy if isinstance(policy, str) else json.dumps(policy)}
-    return _descriptor(version, {"mode": mode, "share": share, "arms": []}, **parameters)
-
-
-def _version(
-    version: int, shadow: bool, records: int, labelled: int, correct: int, failures: int = 0
-) -> dict[str, Any]:
-    return {
-        "version": version,
-        "shadow": shadow,
-        "records": records,
-        "failures": failures,
-        "labelled": labelled,
-        "correct": correct,
-        "squared_error": 0.0,
-        "unlabelled": 0,
-        "classes": {"0": records // 2, "1": records - records // 2},
-        "latency": [0, 0, records],
-        "latency_p50_ms": None,
-        "latency_p99_ms": None,
-    }
-
-
-def _evidence(
-    window: int, versions: list[dict[str, Any]], partition: int = 0, **shared: int
-) -> dict[str, Any]:
-    return {
-        "model": "wine",
-        "inlet": "predictions",
-        "partition": partition,
-        "window": window,
-        "start_time": window * 10_000,
-        "end_time": (window + 1) * 10_000,
-        "versions": versions,
-        "compared": shared.get("compared", 0),
-        "agreed": shared.get("agreed", 0),
-        "distance": None,
-        "unmatched_labels": 0,
-        "duplicate_labels": 0,
-        "time": 0,
-    }
+from tests.streamlets.rollout import rollout_support as r
+from tests.streamlets.rollout.rollout_support import POLICY
 
 
 def _harness() -> StreamletHarness:
@@ -109,29 +38,13 @@ def _turn(
     return decisions, control
 
 
-def _window(
-    index: int,
-    *,
-    stable: tuple[int, int, int],
-    candidate: tuple[int, int, int],
-    shadow: bool = False,
-    failures: int = 0,
-) -> dict[str, Any]:
-    return _evidence(
-        index,
-        [_version(1, False, *stable), _version(2, shadow, *candidate, failures=failures)],
-        compared=stable[0] if shadow else 0,
-        agreed=stable[0] - 3 if shadow else 0,
-    )
-
-
 def test_a_good_candidate_is_walked_through_every_step_and_promoted() -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "SHADOW"), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "SHADOW"), key="wine#candidate")
     h.clear()
     decisions, control = _turn(
-        h, [_window(0, stable=(200, 0, 0), candidate=(200, 0, 0), shadow=True)]
+        h, [r.window(0, stable=(200, 0, 0), candidate=(200, 0, 0), shadow=True)]
     )
     assert [d["verdict"] for d in decisions] == ["ADVANCE"]
     assert decisions[0]["step"] == 1 and decisions[0]["agreement"] == pytest.approx(197 / 200)
@@ -139,17 +52,17 @@ def test_a_good_candidate_is_walked_through_every_step_and_promoted() -> None:
         ("wine#candidate", {"mode": "CANARY", "share": 10.0, "arms": []})
     ]
     # the canary step needs two windows: the first holds, and says why
-    decisions, control = _turn(h, [_window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
+    decisions, control = _turn(h, [r.window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
     assert [d["verdict"] for d in decisions] == ["HOLD"] and not control
     assert "1 of 2 windows" in decisions[0]["reason"]
-    decisions, control = _turn(h, [_window(2, stable=(180, 50, 40), candidate=(20, 50, 47))])
+    decisions, control = _turn(h, [r.window(2, stable=(180, 50, 40), candidate=(20, 50, 47))])
     assert [d["verdict"] for d in decisions] == ["ADVANCE"]
     assert control[0][1]["rollout"]["share"] == 50.0
     # the last step: labels decide, with the always-valid interval
     verdicts = []
     for index in range(3, 40):
         decisions, control = _turn(
-            h, [_window(index, stable=(100, 100, 80), candidate=(100, 100, 95))]
+            h, [r.window(index, stable=(100, 100, 80), candidate=(100, 100, 95))]
         )
         verdicts += [d["verdict"] for d in decisions]
         if control:
@@ -163,19 +76,19 @@ def test_a_good_candidate_is_walked_through_every_step_and_promoted() -> None:
     sequences = [d["sequence"] for d in h.values("decisions")]
     assert sequences == sorted(sequences)
     # promoted: no rollout runs, so more evidence decides nothing
-    decisions, control = _turn(h, [_window(99, stable=(100, 100, 80), candidate=(100, 100, 95))])
+    decisions, control = _turn(h, [r.window(99, stable=(100, 100, 80), candidate=(100, 100, 95))])
     assert not decisions and not control
     h.teardown()
 
 
 def test_a_worse_candidate_is_rolled_back_and_the_decision_names_the_evidence() -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
     h.clear()
     for index in range(40):
         decisions, control = _turn(
-            h, [_window(index, stable=(100, 100, 90), candidate=(100, 100, 70))]
+            h, [r.window(index, stable=(100, 100, 90), candidate=(100, 100, 70))]
         )
         if control:
             break
@@ -189,11 +102,11 @@ def test_a_worse_candidate_is_rolled_back_and_the_decision_names_the_evidence() 
 
 def test_too_many_failures_roll_back_at_once() -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
     h.clear()
     decisions, control = _turn(
-        h, [_window(0, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10)]
+        h, [r.window(0, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10)]
     )
     assert decisions[0]["verdict"] == "ROLLBACK" and "failed 10.0%" in decisions[0]["reason"]
     assert control[0][1]["rollout"]["mode"] == "END"
@@ -201,20 +114,20 @@ def test_too_many_failures_roll_back_at_once() -> None:
 
 def test_a_restarted_controller_goes_on_where_it_was_and_decides_nothing_twice() -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
     h.clear()
-    first = _window(0, stable=(180, 50, 40), candidate=(20, 50, 47))
+    first = r.window(0, stable=(180, 50, 40), candidate=(20, 50, 47))
     decisions, _ = _turn(h, [first])
     assert [d["verdict"] for d in decisions] == ["HOLD"]
     h.teardown()
     again = h.restarted()
-    again.control("model", _descriptor(1), key="wine")  # the control topic, replayed
-    again.control("model", _candidate(2, "CANARY", 10.0), key="wine#candidate")
+    again.control("model", r.descriptor(1), key="wine")  # the control topic, replayed
+    again.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
     again.clear()
     decisions, control = _turn(again, [first])  # the same window, read again
     assert not decisions and not control
-    decisions, control = _turn(again, [_window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
+    decisions, control = _turn(again, [r.window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
     assert [d["verdict"] for d in decisions] == ["ADVANCE"]  # two windows: the step is done
     assert decisions[0]["sequence"] == 2 and decisions[0]["candidate"]["records"] == 40
     again.teardown()
@@ -222,10 +135,10 @@ def test_a_restarted_controller_goes_on_where_it_was_and_decides_nothing_twice()
 
 def test_a_share_set_by_hand_off_the_policy_is_left_alone() -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "CANARY", 33.0), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 33.0), key="wine#candidate")
     h.clear()
-    decisions, control = _turn(h, [_window(0, stable=(100, 100, 90), candidate=(100, 100, 10))])
+    decisions, control = _turn(h, [r.window(0, stable=(100, 100, 90), candidate=(100, 100, 10))])
     assert not decisions and not control
 
 
@@ -242,13 +155,13 @@ def test_a_share_set_by_hand_off_the_policy_is_left_alone() -> None:
 )
 def test_a_hostile_policy_is_refused_and_the_candidate_rolled_back(policy: Any, said: str) -> None:
     h = _harness()
-    h.control("model", _descriptor(1), key="wine")
-    h.control("model", _candidate(2, "CANARY", 10.0, policy=policy), key="wine#candidate")
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0, policy=policy), key="wine#candidate")
     h.clear()
-    decisions, control = _turn(h, [_window(0, stable=(100, 0, 0), candidate=(100, 0, 0))])
+    decisions, control = _turn(h, [r.window(0, stable=(100, 0, 0), candidate=(100, 0, 0))])
     assert decisions[0]["verdict"] == "ROLLBACK" and said in decisions[0]["reason"]
     assert [r["rollout"]["mode"] for _, r in control] == ["END"]
-    decisions, control = _turn(h, [_window(1, stable=(100, 0, 0), candidate=(100, 0, 0))])
+    decisions, control = _turn(h, [r.window(1, stable=(100, 0, 0), candidate=(100, 0, 0))])
     assert not decisions and not control  # once
 
 
