@@ -17,11 +17,12 @@ the statuses read, with the codec their topic's format calls for
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
+from streamflow.blueprint.model import Application
 from streamflow.cli import apps, model_wait, output, registry_opts
 from streamflow.cli.model_opts import (
     BootstrapOpt,
@@ -47,6 +48,8 @@ from streamflow.cli.model_opts import (
     resolve,
 )
 from streamflow.operator import model_versions as versions
+from streamflow.operator.model_rollouts import Rollouts, decision_topics
+from streamflow.runtime.clients import KafkaClients
 
 __all__ = ["register"]
 
@@ -116,14 +119,39 @@ def status(
     """Show the model and version each replica serves, and the latest event of each."""
     app, bootstrap = resolve(target, bootstrap_servers, registry)
     with apps.kafka_errors(bootstrap), push_errors():
-        latest = versions.latest_statuses(app, apps.kafka_clients(app, bootstrap), streamlet)
-    if fmt != "table":
-        output.print_data(list(latest.values()), fmt=fmt)
-        return
+        clients = apps.kafka_clients(app, bootstrap)
+        latest = versions.latest_statuses(app, clients, streamlet)
+        if fmt != "table":
+            output.print_data(list(latest.values()), fmt=fmt)
+            return
+        decided = _last_decisions(app, clients, streamlet)
     if not latest:
         output.console().print("no model status yet")
         return
     model_wait.print_status_table(latest)
+    for name, decision in decided:
+        output.console().print(Text.assemble(f"{name}: ", model_wait.decision_line(decision)))
+
+
+def _last_decisions(
+    app: Application, clients: KafkaClients, streamlet: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The last rollout decision about the model of each serving streamlet (``streamlet``
+    only, if given) that a rollout controller judges."""
+    found = []
+    for name in [streamlet] if streamlet else app.streamlets:
+        try:
+            channel = versions.ModelChannel(app, clients, name)
+        except versions.ModelPushError:
+            continue  # serves no model
+        if not decision_topics(app, channel.control.name):
+            continue
+        rollouts = Rollouts(channel)
+        model = rollouts.standing().model
+        decisions = rollouts.decisions(model) if model else []
+        if decisions:
+            found.append((name, decisions[-1]))
+    return found
 
 
 def register(app: typer.Typer) -> None:

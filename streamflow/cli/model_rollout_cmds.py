@@ -12,9 +12,9 @@ delivery guarantee, with no replica restarted and no record lost.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, NamedTuple
 
 import typer
 import yaml
@@ -287,22 +287,9 @@ def status(
         said.append(", no rollout runs")
     output.console().print(said)
     if decisions:
-        output.console().print(_decision_line(decisions[-1]))
+        output.console().print(model_wait.decision_line(decisions[-1]))
     if latest:
         model_wait.print_status_table(latest)
-
-
-def _decision_line(decision: Mapping[str, Any]) -> Text:
-    """``last decision on wine:2: ADVANCE at step 1 of 3 (shadow), 2 windows: why``."""
-    where = f"step {decision['step']} of {decision['steps']}" if decision["step"] else "no step"
-    style = {"ROLLBACK": "red", "PROMOTE": "green", "ADVANCE": "cyan"}.get(
-        decision["verdict"], "yellow"
-    )
-    return Text.assemble(
-        f"last decision on {decision['model']}:{decision['candidate_version']}: ",
-        (decision["verdict"], f"bold {style}"),
-        f" at {where} ({decision['mode']}), {decision['windows']} windows: {decision['reason']}",
-    )
 
 
 def _changed(was: Rollout, *, mode: str | None, share: float | None, arms: str) -> Rollout:

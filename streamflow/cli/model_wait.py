@@ -14,13 +14,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
 from streamflow.models.kinds import ModelState
 from streamflow.operator import model_versions as versions
 
-__all__ = ["Awaited", "await_status", "check_served", "print_status_table"]
+__all__ = ["Awaited", "await_status", "check_served", "decision_line", "print_status_table"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,3 +127,16 @@ def print_status_table(statuses: dict[str, dict[str, Any]]) -> None:
             when,
         )
     output.console().print(table)
+
+
+def decision_line(decision: Mapping[str, Any]) -> Text:
+    """``last decision on wine:2: ADVANCE at step 1 of 3 (shadow), 2 windows: why``."""
+    where = f"step {decision['step']} of {decision['steps']}" if decision["step"] else "no step"
+    style = {"ROLLBACK": "red", "PROMOTE": "green", "ADVANCE": "cyan"}.get(
+        decision["verdict"], "yellow"
+    )
+    return Text.assemble(
+        f"last decision on {decision['model']}:{decision['candidate_version']}: ",
+        (decision["verdict"], f"bold {style}"),
+        f" at {where} ({decision['mode']}), {decision['windows']} windows: {decision['reason']}",
+    )

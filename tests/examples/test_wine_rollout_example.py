@@ -3,14 +3,18 @@
 A user's second terminal starts two rollouts with `streamflow model rollout start`:
 version 3 of train.py (worse on purpose) is rolled back by the application's controller
 while it is still a shadow, with no record served by it; version 2 is walked through the
-policy given with `--policy` and promoted. Labels arrive 50 wines after their predictions.
-Throughout, the classifier runs exactly-once: every wine written is predicted once.
+policy given with `--policy` and promoted, though the controller, the evidence and a
+classifier replica are killed (-9) halfway. Labels arrive 50 wines after their
+predictions. `streamflow ui` shows the rollout in Chromium. Throughout, the classifier
+runs exactly-once: every wine written is predicted once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -19,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from playwright.sync_api import Browser, expect
 
 from tests.model_fixtures import WineModels
 from tests.running import CliRun
 from tests.waiting import wait_until
+from tests.web.test_ui_browser import Deployed, browser, screenshot, ui
+
+__all__ = ["browser"]  # a fixture, shared with the web view's own browser tests
 
 ROOT = Path(__file__).resolve().parents[2]
 BLUEPRINT = ROOT / "blueprints" / "wine" / "rollout.yaml"
@@ -96,8 +104,29 @@ def _keys(bootstrap: str, topic: str) -> list[tuple[str, str]]:
         consumer.close()
 
 
+def _replica_pid(home: Path, streamlet: str, replica: int) -> int:
+    """The pid of a replica `streamflow run` started for this test's home."""
+    wanted = [
+        b"--streamlet",
+        streamlet.encode(),
+        b"--replica",
+        str(replica).encode(),
+    ]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        joined = b"\0".join(args)
+        if str(home).encode() in joined and b"\0".join(wanted) in joined:
+            return int(entry.name)
+    raise AssertionError(f"no process runs {streamlet}-{replica}")
+
+
 def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_itself(
-    wine_models: WineModels, tmp_path: Path
+    wine_models: WineModels, tmp_path: Path, browser: Browser
 ) -> None:
     home, log = tmp_path / "home", tmp_path / "run.log"
     env = _env(home)
@@ -144,9 +173,26 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
             range(1, len(now["decisions"]) + 1)
         )
 
-        # a good one (v2), with its own policy: walked through its steps, then promoted
+        # a good one (v2), with its own policy: walked through its steps, then promoted,
+        # though the controller, the evidence and a classifier replica are killed (-9)
+        # once the first step is done: each goes on from its changelog, nothing twice
         _cli(env, "model", "rollout", "start", APP, "classifier",
              "--keras", str(wine_models.v2.keras_file), "--policy", str(policy), "-q")  # fmt: skip
+        run.wait(
+            lambda text: "rollout of wine:3 (stable 1), step 1 of 2 (shadow 100%): ADVANCE" in text,
+            what="the controller advancing wine:3 past its shadow",
+            timeout=240,
+        )
+        for streamlet, replica in (("controller", 0), ("evidence", 0), ("classifier", 0)):
+            os.kill(_replica_pid(home, streamlet, replica), signal.SIGKILL)
+        run.wait(
+            lambda text: all(
+                f"{name}-0 exited with signal SIGKILL" in text
+                for name in ("controller", "evidence", "classifier")
+            ),
+            what="the supervisor seeing the three killed",
+            timeout=60,
+        )
         run.wait(
             lambda text: "rollout of wine:3 (stable 1), step 2 of 2 (canary 50%): PROMOTE" in text,
             what="the controller promoting wine:3",
@@ -158,10 +204,35 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
         decisions = [d for d in _status(env)["decisions"] if d["candidate_version"] == 3]
         verdicts = [d["verdict"] for d in decisions]
         assert verdicts[-1] == "PROMOTE" and "ADVANCE" in verdicts and "ROLLBACK" not in verdicts
+        # decided once each, across the kills: one advance, one promotion, numbered in turn
+        logged = run.log()
+        for verdict in ("ADVANCE", "PROMOTE"):
+            said = rf"rollout of wine:3 \(stable 1\), step \d of 2 \([a-z]+ [\d.]+%\): {verdict}:"
+            assert len(re.findall(said, logged)) == 1, verdict
+        assert verdicts.count("ADVANCE") == 1 and verdicts.count("PROMOTE") == 1, verdicts
+        assert [d["sequence"] for d in decisions] == list(range(1, len(decisions) + 1))
+        table = _cli(env, "model", "status", APP)
+        assert "classifier: last decision on wine:3: PROMOTE at step 2 of 2 (canary)" in table
         advance = verdicts.index("ADVANCE")
         assert {d["step"] for d in decisions[: advance + 1]} == {1}
         assert {d["step"] for d in decisions[advance + 1 :]} == {2}
         assert decisions[-1]["interval_low"] > -0.05
+
+        # the web view: the rollout, both versions' evidence and the decisions, on the page
+        with ui(Deployed(tmp_path, APP, {})) as url:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            expect(page.get_by_test_id("rollout-verdict")).to_have_attribute(
+                "data-verdict", "promote", timeout=60_000
+            )
+            expect(page.get_by_test_id("rollout-split")).to_contain_text(
+                "stable wine:1, candidate wine:3"
+            )
+            shown = page.get_by_test_id("rollout-decision")
+            expect(shown.first).to_contain_text("promote")
+            assert shown.count() == min(len(decisions), 12), (shown.count(), len(decisions))
+            screenshot(page, "ui-rollout.png", tmp_path)
+            page.close()
 
         # exactly-once: every wine written so far is predicted once, and none by wine:2
         runtime = json.loads((home / "apps" / APP / "runtime.json").read_text())

@@ -247,3 +247,49 @@ def test_autoscale_status_is_passed_through_when_present() -> None:
     shown = by_name(snap["streamlets"])["classifier"]["autoscale"]
     assert shown["replicas"] == 2 and shown["reason"].startswith("lag 480")
     assert by_name(snap["streamlets"])["drift"]["autoscale"] is None
+
+
+def _decision(candidate: int, sequence: int, verdict: str, **extra: Any) -> dict[str, Any]:
+    arm = {"records": 90, "failures": 10, "labelled": 40, "correct": 30, "latency_p99_ms": 2.5}
+    return {
+        "model": "wine",
+        "stable_version": 1,
+        "candidate_version": candidate,
+        "sequence": sequence,
+        "step": 2,
+        "steps": 3,
+        "mode": "canary",
+        "share": 25.0,
+        "verdict": verdict,
+        "reason": f"reason {sequence}",
+        "windows": 4,
+        "stable": arm,
+        "candidate": {**arm, "correct": 20},
+        "interval_low": -0.4,
+        "interval_high": 0.1,
+        "agreement": None,
+        "distance": 0.1,
+        "time": dt.datetime(2025, 1, 1, 0, sequence, tzinfo=dt.UTC),
+        **extra,
+    }
+
+
+def test_the_rollout_is_the_newest_candidates_with_its_decisions_newest_first() -> None:
+    decisions = [_decision(2, 1, "HOLD"), _decision(2, 2, "ROLLBACK")]
+    decisions += [_decision(3, n, "HOLD") for n in range(1, 16)] + [_decision(3, 16, "ADVANCE")]
+    snap = build(
+        None, snapshot.Reading(at=0.0), records=snapshot.Records(decisions={"c": decisions})
+    )
+    rollout = snap["rollout"]
+    assert (rollout["candidate_version"], rollout["verdict"], rollout["ended"]) == (
+        3,
+        "ADVANCE",
+        False,
+    )
+    assert [d["sequence"] for d in rollout["history"]] == list(range(16, 4, -1))  # the newest 12
+    stable, candidate = rollout["arms"]
+    assert (stable["role"], stable["version"], stable["accuracy"]) == ("stable", 1, 0.75)
+    assert (candidate["accuracy"], candidate["error_rate"]) == (0.5, 0.1)
+    assert rollout["interval"] == [-0.4, 0.1]
+    assert rollout["time"] == dt.datetime(2025, 1, 1, 0, 16, tzinfo=dt.UTC).timestamp()
+    assert build(None, snapshot.Reading(at=0.0))["rollout"] is None

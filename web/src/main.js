@@ -3,7 +3,7 @@
 import "./style.css";
 import { h, setText } from "./dom.js";
 import { GraphView } from "./graph.js";
-import { DeadLetters, driftPanel, explanationPanel, replicasPanel, writerSchemasPanel } from "./panels.js";
+import { DeadLetters, driftPanel, explanationPanel, replicasPanel, rolloutPanel, writerSchemasPanel } from "./panels.js";
 
 const main = document.getElementById("main");
 const connection = document.querySelector("[data-testid=connection]");
@@ -66,6 +66,7 @@ function showApp(name) {
     graph.update(snap);
     const has = (role) => snap.streamlets.some((s) => s.roles.includes(role));
     side.replaceChildren(
+      ...(has("rollout") ? [rolloutPanel(snap)] : []),
       ...(has("drift") ? [driftPanel(snap)] : []),
       ...(has("explain") ? [explanationPanel(snap)] : []),
       ...writerSchemasPanel(snap),

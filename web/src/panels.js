@@ -1,6 +1,6 @@
-// The side panels: the drift verdict, an explanation sample, every replica with its model,
-// dead letters that new writer schemas caused, and the dead letters of one streamlet (read
-// when asked for, with their error headers).
+// The side panels: the drift verdict, a rollout and its decisions, an explanation sample,
+// every replica with its model, dead letters that new writer schemas caused, and the dead
+// letters of one streamlet (read when asked for, with their error headers).
 import { ago, count, h, rate, setText } from "./dom.js";
 
 export function driftPanel(snap) {
@@ -27,6 +27,45 @@ export function driftPanel(snap) {
     }
   }
   return card("Drift", "drift-panel", body);
+}
+
+export function rolloutPanel(snap) {
+  const r = snap.rollout;
+  if (!r) {
+    return card("Rollout", "rollout-panel", [
+      h("p", { class: "muted", testid: "rollout-verdict", "data-verdict": "none" },
+        "No rollout decided yet: start one with `streamflow model rollout start`."),
+    ]);
+  }
+  const where = r.step ? `step ${r.step} of ${r.steps}` : "off the policy's steps";
+  const split = r.mode === "shadow" ? "shadow of every record" : `canary ${r.share}% of the keys`;
+  const cls = { PROMOTE: "verdict good", ROLLBACK: "verdict bad" }[r.verdict] || "verdict";
+  const pct = (v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)}%`);
+  const body = [
+    h("div", { class: cls, testid: "rollout-verdict", "data-verdict": r.verdict.toLowerCase() },
+      `${r.model}:${r.candidate_version} ${r.verdict.toLowerCase()}`,
+      h("span", { class: "muted small" }, ` · ${ago(r.time, snap.time)}`)),
+    h("div", { class: "small", testid: "rollout-split" },
+      `stable ${r.model}:${r.stable_version}, candidate ${r.model}:${r.candidate_version}: ${r.ended ? "ended at" : ""} ${where}, ${split}, ${r.windows} windows`),
+    h("table", { testid: "rollout-evidence" },
+      h("thead", {}, h("tr", {}, ...["version", "records", "labelled", "accuracy", "failed", "p99 ms"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, ...r.arms.map((a) => h("tr", {},
+        h("td", {}, `${a.role} ${a.version}`),
+        h("td", { class: "num" }, count(a.records)),
+        h("td", { class: "num" }, count(a.labelled)),
+        h("td", { class: "num" }, pct(a.accuracy)),
+        h("td", { class: "num" }, pct(a.error_rate)),
+        h("td", { class: "num" }, a.latency_p99_ms === null ? "–" : a.latency_p99_ms.toFixed(1)))))),
+    r.interval ? h("div", { class: "small" }, `candidate − stable accuracy in [${pct(r.interval[0])}, ${pct(r.interval[1])}] (always valid)`) : null,
+    r.agreement === null ? null : h("div", { class: "small muted" }, `agreement on shadowed records ${pct(r.agreement)}`),
+    h("div", { class: "small" }, r.reason),
+    ...r.history.map((d) => h("div", { class: "report", testid: "rollout-decision" },
+      h("span", { class: d.verdict === "ROLLBACK" ? "dot bad" : d.verdict === "HOLD" ? "dot" : "dot good" }),
+      h("b", {}, d.verdict.toLowerCase()),
+      h("span", { class: "muted" }, ` #${d.sequence} step ${d.step} (${d.mode}${d.mode === "shadow" ? "" : ` ${d.share}%`}) · ${ago(d.time, snap.time)}`),
+      h("div", { class: "small" }, d.reason))),
+  ];
+  return card("Rollout", "rollout-panel", body);
 }
 
 export function explanationPanel(snap) {

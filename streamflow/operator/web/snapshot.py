@@ -19,6 +19,7 @@ from typing import Any
 from streamflow.blueprint.graph import Edge, Graph
 from streamflow.operator import targets
 from streamflow.operator.targets import writer_schemas as writers
+from streamflow.operator.web.rollouts import DECISION, latest_rollout
 from streamflow.operator.web.scrape import ReplicaMetrics
 
 __all__ = ["DRIFT_REPORT", "EXPLANATION", "Reading", "Records", "build", "rates"]
@@ -39,10 +40,12 @@ class Reading:
 
 @dataclass(frozen=True)
 class Records:
-    """What the topic reader last found: DriftReports and Explanations, by producing streamlet."""
+    """What the topic reader last found: DriftReports, Explanations and RolloutDecisions, by
+    producing streamlet."""
 
     drift: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     explanations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    decisions: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     problem: str | None = None  # why the topics could not be read, if they could not
 
 
@@ -133,6 +136,7 @@ def build(
         "edges": edges,
         "drift": _latest_drift(records),
         "explanation": _latest_explanation(records),
+        "rollout": latest_rollout(records.decisions, _epoch),
         "records_problem": records.problem,
     }
 
@@ -163,6 +167,7 @@ def _streamlet(
                 ("drift", DRIFT_REPORT in produced),
                 ("explain", EXPLANATION in produced),
                 ("model", MODEL_DESCRIPTOR in followed),
+                ("rollout", DECISION in produced),
             )
             if present
         ),

@@ -1,4 +1,5 @@
-"""Reading the report topics for the web view: drift verdicts, explanations, dead letters.
+"""Reading the report topics for the web view: drift verdicts, explanations, rollout
+decisions, dead letters.
 
 The verdicts and explanations are records on topics the application already
 writes, so the web view reads the newest of them rather than asking any
@@ -28,7 +29,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streamflow.blueprint.graph import Graph
 from streamflow.blueprint.model import Application
-from streamflow.operator.web import snapshot
+from streamflow.operator.web import rollouts, snapshot
 from streamflow.runtime import peek
 from streamflow.runtime.clients import watermarks
 from streamflow.schema import SchemaStore
@@ -46,8 +47,9 @@ _PER_TOPIC = 40  # the newest records read per topic: every key (source, partiti
 
 
 def report_topics(graph: Graph) -> dict[str, tuple[str, str]]:
-    """``{topic: (producing streamlet, schema)}`` for the DriftReport and Explanation topics."""
-    wanted = (snapshot.DRIFT_REPORT, snapshot.EXPLANATION)
+    """``{topic: (producing streamlet, schema)}`` for the DriftReport, Explanation and
+    RolloutDecision topics."""
+    wanted = (snapshot.DRIFT_REPORT, snapshot.EXPLANATION, rollouts.DECISION)
     return {
         e.topic: (e.streamlet, e.schema)
         for e in graph.edges
@@ -90,6 +92,8 @@ class TopicReader:
         self._ends: dict[str, tuple[int, ...]] = {}
         self._drift: dict[str, dict[str, dict[str, Any]]] = {}
         self._explanations: dict[str, dict[str, Any]] = {}
+        # a controller's decisions by (model, candidate, sequence): read again, kept once
+        self._decisions: dict[str, dict[tuple[str, int, int], dict[str, Any]]] = {}
         self._problem: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -107,6 +111,7 @@ class TopicReader:
             return snapshot.Records(
                 drift={s: list(by_key.values()) for s, by_key in self._drift.items()},
                 explanations=dict(self._explanations),
+                decisions={s: list(by_key.values()) for s, by_key in self._decisions.items()},
                 problem=self._problem,
             )
 
@@ -160,6 +165,11 @@ class TopicReader:
                 partition = offsets[0].get("partition", -1)
                 key = f"{value.get('detector')}:{value.get('source')}:{partition}"
                 self._drift.setdefault(streamlet, {})[key] = value
+            elif schema == rollouts.DECISION:
+                mine = self._decisions.setdefault(streamlet, {})
+                mine[(value["model"], value["candidate_version"], value["sequence"])] = value
+                for oldest in sorted(mine)[: max(0, len(mine) - _PER_TOPIC)]:
+                    del mine[oldest]
             else:
                 self._explanations[streamlet] = value
 

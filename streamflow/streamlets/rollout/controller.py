@@ -177,7 +177,7 @@ class RolloutController(Streamlet):
         if not acts and not new_window:
             store.set(_STATE + model, mine)
             return []
-        outputs = [self._decision(mine, now, policy, step, decision)]
+        outputs = [self._decision(mine, now, policy, step, decision, drift_alarm=alarm)]
         if acts:
             mine["acted"] = decision.verdict.value
             outputs += self._act(policy, step, candidate, decision)
@@ -239,6 +239,8 @@ class RolloutController(Streamlet):
         policy: Policy | None,
         step: int | None,
         decision: Decision,
+        *,
+        drift_alarm: bool = False,
     ) -> Emit:
         assert now.candidate is not None and now.candidate.rollout is not None
         assert now.stable is not None
@@ -260,7 +262,7 @@ class RolloutController(Streamlet):
             "reason": decision.reason,
             "windows": len(mine.get("windows", [])),
             "stable": _arm_record(stable),
-            "candidate": _arm_record(candidate),
+            "candidate": {**_arm_record(candidate), "drift_alarm": drift_alarm},
             "interval_low": interval[0] if interval else None,
             "interval_high": interval[1] if interval else None,
             "agreement": mine["agreed"] / compared if compared else None,

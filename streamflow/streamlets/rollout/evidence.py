@@ -57,7 +57,7 @@ __all__ = ["RolloutEvidence"]
 EVIDENCE = "streamflow.ml.RolloutEvidence"
 PREDICTIONS, LABELS, SHADOW = "predictions", "labels", "shadow"
 _CLOCK = "clock"  # the partition's event time
-_EXPIRED = "expired"  # the first window whose entries are still kept
+_BUCKETS = "buckets"  # the windows (of their own times) that entries are indexed under
 _SHARED = "_"  # the window's counters that belong to no version
 
 
@@ -105,8 +105,8 @@ class RolloutEvidence(Streamlet):
         if record.inlet == LABELS and self.time_field:
             value = record.value.get(self.time_field)
             if isinstance(value, dt.datetime):  # a timestamp-millis field
-                return int(value.timestamp() * 1000)
-            if not isinstance(value, int | float) or isinstance(value, bool):
+                value = int(value.timestamp() * 1000)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"the label's {self.time_field} is not a time in ms: {value!r}")
             return int(value)
         return record.timestamp_ms
@@ -152,7 +152,7 @@ class RolloutEvidence(Streamlet):
         if old is not None and self._index(old["t"]) != self._index(time_ms):
             store.delete(_index_key(self._index(old["t"]), key))
         store.set(_entry_key(key), entry)
-        store.set(_index_key(self._index(time_ms), key), 1)
+        self._indexed(store, time_ms, key)
 
     def _label(self, store: Store, record: Record, time_ms: int) -> None:
         """Score the predictions the label meets; keep it for those still to come."""
@@ -184,7 +184,7 @@ class RolloutEvidence(Streamlet):
         if seen is not None:
             store.delete(_index_key(self._index(seen["t"]), key))
         store.set(_entry_key(key), {"l": label, "t": time_ms, "m": met})
-        store.set(_index_key(self._index(time_ms), key), 1)
+        self._indexed(store, time_ms, key)
 
     def _meets(self, first_ms: int, second_ms: int) -> bool:
         return abs(first_ms - second_ms) <= self._horizon_ms
@@ -230,7 +230,6 @@ class RolloutEvidence(Streamlet):
         clock = store.get(_CLOCK)
         if clock is None:
             store.set(_CLOCK, time_ms)
-            store.set(_EXPIRED, self._index(time_ms))
             return []
         if time_ms <= clock:
             return []
@@ -250,15 +249,18 @@ class RolloutEvidence(Streamlet):
         return closed
 
     def _expire(self, store: Store, inlet: str, time_ms: int, *, into: str) -> None:
-        """Forget what is past its horizon and grace; count the unmet, in window ``into``."""
+        """Forget what is past its horizon and grace; count the unmet, in window ``into``.
+        Only the windows entries are kept under are visited, whatever times records
+        claim, so a time far in the past or the future costs nothing more."""
         keep_ms = self._horizon_ms + int(self.grace.total_seconds() * 1000)
-        first = store.get(_EXPIRED, 0)
         last = (time_ms - keep_ms) // self._window_ms  # windows before it are whole past
-        if last <= first:
+        buckets: list[int] = store.get(_BUCKETS) or []
+        past = [index for index in buckets if index < last]
+        if not past:
             return
         counts = store.get(into) or {"model": self.model}
-        for index in range(first, last):
-            for name in store.keys(f"x/{index:013d}/"):
+        for index in past:
+            for name in store.keys(_index_key(index, "")):
                 key = name[16:]
                 store.delete(name)
                 entry = store.get(_entry_key(key))
@@ -273,8 +275,16 @@ class RolloutEvidence(Streamlet):
                     counts.setdefault(_role(entry["v"], entry["s"]), tally.empty())[
                         "unlabelled"
                     ] += 1
-        store.set(_EXPIRED, last)
+        store.set(_BUCKETS, [index for index in buckets if index >= last])
         store.set(into, counts)
+
+    def _indexed(self, store: Store, time_ms: int, key: str) -> None:
+        """Index ``key``'s entry under the window of ``time_ms``, for its expiry."""
+        index = self._index(time_ms)
+        store.set(_index_key(index, key), 1)
+        buckets: list[int] = store.get(_BUCKETS) or []
+        if index not in buckets:
+            store.set(_BUCKETS, sorted([*buckets, index]))
 
     def _evidence(self, record: Record, index: int, counts: dict[str, Any]) -> Emit:
         model = counts.pop("model", "") or self.model

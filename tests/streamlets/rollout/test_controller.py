@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamflow import ControlInlet
 from streamflow.models.rollout_policy import Policy, PolicyError
 from streamflow.streamlets.rollout import RolloutController
 from streamflow.testkit import StreamletHarness
@@ -174,3 +175,45 @@ def test_the_policy_round_trips_and_names_what_is_wrong() -> None:
         )
     with pytest.raises(PolicyError, match="labels is true or false"):
         Policy.from_mapping({**POLICY, "labels": "yes"})
+
+
+class DriftJudged(RolloutController):
+    """A controller that also follows a drift detector's alerts."""
+
+    drift = ControlInlet("drift", "streamflow.ml.DriftReport")
+
+
+def _drift_report(version: int, drifted: bool) -> dict[str, Any]:
+    return {
+        "detector": "wine-drift",
+        "source": "outputs",
+        "model": "wine",
+        "model_version": version,
+        "model_version_from": "predictions",
+        "config_version": 0,
+        "window": {"index": 3, "records": 100, "start_time": 0, "end_time": 0, "offsets": []},
+        "features": [],
+        "signals": [],
+        "drifted": drifted,
+        "severity": "HIGH" if drifted else "NONE",
+        "message": "",
+        "replica": "",
+        "time": 0,
+    }
+
+
+@pytest.mark.parametrize("drifted_version", [1, 2])
+def test_a_drift_alarm_on_the_candidates_outputs_rolls_it_back(drifted_version: int) -> None:
+    h = StreamletHarness(DriftJudged)
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.control("drift", _drift_report(drifted_version, True), key="wine-drift:outputs:0")
+    h.clear()
+    decisions, control = _turn(h, [r.window(0, stable=(100, 0, 0), candidate=(100, 0, 0))])
+    if drifted_version == 1:  # the stable version drifting is no verdict on the candidate
+        assert [d["verdict"] for d in decisions] == ["HOLD"] and not control
+    else:
+        assert [d["verdict"] for d in decisions] == ["ROLLBACK"]
+        assert "drift detector raised an alarm" in decisions[0]["reason"]
+        assert decisions[0]["candidate"]["drift_alarm"] is True
+    h.teardown()

@@ -206,3 +206,24 @@ def test_tally_arithmetic() -> None:
     assert js_distance({"0": 10}, {"0": 5}) == 0.0
     assert js_distance({"0": 10}, {"1": 5}) == 1.0
     assert js_distance({}, {"1": 5}) is None
+
+
+def test_label_times_far_off_cost_nothing_and_a_negative_one_is_a_dead_letter() -> None:
+    """An adversary's labels: one from 1970 and one ten years ahead cost no more than any
+    (only windows that hold entries are visited), and are counted unmatched once they expire;
+    a negative time is refused alone, with the reason."""
+    h = _harness()
+    h.feed("labels", _label("ancient", 1, 1), key="ancient", timestamp_ms=T0)
+    h.feed("labels", _label("sooner", 1, T0), key="sooner", timestamp_ms=T0)
+    h.feed("labels", _label("late", 2, -5), key="late", timestamp_ms=T0)
+    ten_years = T0 + 10 * 365 * 86_400_000
+    h.feed("labels", _label("future", 1, ten_years), key="future", timestamp_ms=T0)
+    h.run()
+    assert [(d.key, d.error) for d in h.dead_letters] == [
+        ("late", "ValueError: the label's known_at is not a time in ms: -5")
+    ]
+    h.feed("labels", _label("after", 1, ten_years + 2 * HORIZON_MS), key="after", timestamp_ms=T0)
+    h.run()
+    totals = _totals(h.values("evidence"))
+    assert totals["unmatched_labels"] == 3  # ancient, sooner and future: expired unmet
+    h.teardown()
