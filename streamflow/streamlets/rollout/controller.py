@@ -150,6 +150,8 @@ class RolloutController(Streamlet):
             return []  # under manual control
         step = _step_of(policy, candidate.rollout)
         mine = self._summed(store, model, candidate.version, step)
+        if mine["acted"] is not None:
+            return []  # decided and acted: this step is over once the control topic says so
         place = f"{value['inlet']}/{value['partition']}/{value['window']}"
         if place in mine["seen"]:
             return []  # read again (a replayed batch): counted already
@@ -173,7 +175,7 @@ class RolloutController(Streamlet):
         )
         arms = _arm(mine["stable"]), _arm(mine["candidate"], drift_alarm=alarm)
         decision = decide(policy, step, len(mine["windows"]), *arms)
-        acts = decision.verdict is not Verdict.HOLD and mine["acted"] is None
+        acts = decision.verdict is not Verdict.HOLD
         if not acts and not new_window:
             store.set(_STATE + model, mine)
             return []

@@ -217,3 +217,30 @@ def test_a_drift_alarm_on_the_candidates_outputs_rolls_it_back(drifted_version: 
         assert "drift detector raised an alarm" in decisions[0]["reason"]
         assert decisions[0]["candidate"]["drift_alarm"] is True
     h.teardown()
+
+
+def test_after_acting_nothing_more_is_decided_until_the_control_topic_says_so() -> None:
+    """Evidence goes on arriving between the controller's act and its record coming back
+    on the control topic: no second verdict (the e2e saw a promotion decided twice)."""
+    h = _harness()
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.clear()
+    h.feed("evidence", [r.window(0, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10)])
+    h.run()
+    assert [d["verdict"] for d in h.values("decisions")] == ["ROLLBACK"]
+    written = h.outputs("control")
+    h.clear()
+    h.feed(
+        "evidence",
+        [r.window(i, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10) for i in (1, 2)],
+    )
+    h.run()
+    assert not h.values("decisions") and not h.outputs("control")
+    for key, record in written:  # now it comes back: the rollout is over
+        h.control("model", record, key=key)
+    h.clear()
+    h.feed("evidence", [r.window(3, stable=(90, 0, 0), candidate=(90, 0, 0))])
+    h.run()
+    assert not h.values("decisions") and not h.outputs("control")
+    h.teardown()
