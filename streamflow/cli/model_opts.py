@@ -123,7 +123,7 @@ def follow(
     elif statuses:
         model_wait.print_status_table(statuses)
     if waits:
-        model_wait.check_served(statuses, awaited, how.app)
+        model_wait.check_served(statuses, awaited, how.app, role=pushed.role)
 
 
 def check_format(fmt: str) -> None:

@@ -20,7 +20,7 @@ import typer
 import yaml
 from rich.text import Text
 
-from streamflow.cli import apps, model_wait, output, registry_opts
+from streamflow.cli import apps, model_backtest_cmds, model_wait, output, registry_opts
 from streamflow.cli.model_opts import (
     BootstrapOpt,
     ByReferenceOpt,
@@ -48,7 +48,7 @@ from streamflow.models.kinds import ModelState
 from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.models.rollout_policy import POLICY_PARAMETER, Policy, PolicyError
 from streamflow.operator import model_versions as versions
-from streamflow.operator.model_rollouts import Rollouts, blueprint_policy
+from streamflow.operator.model_rollouts import Rollouts, blueprint_policy, controllers
 
 __all__ = ["rollout_app"]
 
@@ -114,14 +114,16 @@ def start(
 ) -> None:
     """Start a rollout: the next version as a candidate, and wait until every replica has it.
 
-    With --policy, or a rollout controller in the application with a policy of its own,
-    the controller takes it from there: it moves the candidate through the policy's
-    steps (the first sets --mode and --share) and promotes or rolls it back by evidence."""
+    With --policy, or a rollout controller with a policy in the application:
+    the controller moves the candidate through the policy's steps,
+    then promotes it or rolls it back by evidence.
+    The policy's first step sets --mode and --share."""
     steps = _policy(policy)
     if steps is not None:
         first = steps.steps[0]
         mode = mode or first.mode.value
         share = share if share is not None else first.share
+        _on_a_step(steps, _rollout(mode, share, arms))
         param = [*(param or []), f"{POLICY_PARAMETER}={json.dumps(steps.to_mapping())}"]
     request = push_request(
         {"keras": keras, "saved_model": saved_model, "onnx": onnx},
@@ -143,6 +145,11 @@ def start(
             if own is not None:
                 mode, share = own.steps[0].mode.value, own.steps[0].share
         rollout = _rollout(mode or "canary", 5.0 if share is None else share, arms)
+        if steps is not None and not controllers(app, channel.control.name):
+            output.console().print(
+                f"note: no rollout controller follows {channel.control.name} in {app.name}: "
+                "the policy waits for one (add a RolloutController to the blueprint)"
+            )
         pushed = Rollouts(channel).start(request, rollout)
         said = Text.assemble(
             "rolling out ",
@@ -327,6 +334,21 @@ def _policy(path: Path | None) -> Policy | None:
         output.fail(f"--policy {path}: {exc}", exit_code=output.EXIT_USAGE)
 
 
+def _on_a_step(policy: Policy, rollout: Rollout) -> None:
+    """A usage error for a start the controller would leave alone (off the policy's steps)."""
+    if policy.step_of(rollout.mode, rollout.share) is None:
+        steps = ", ".join(
+            s.mode.value.lower() if s.mode is RolloutMode.SHADOW else f"canary {s.share:g}"
+            for s in policy.steps
+        )
+        output.fail(
+            f"--mode {rollout.mode.value.lower()} --share {rollout.share:g} is not a step of "
+            f"the policy ({steps}): its controller would leave the rollout alone",
+            hint="leave --mode and --share out to start at its first step",
+            exit_code=output.EXIT_USAGE,
+        )
+
+
 def _rollout(mode: str, share: float, arms: str) -> Rollout:
     """The rollout the options ask for; a usage error for one out of its bounds."""
     try:
@@ -341,3 +363,6 @@ def _rollout(mode: str, share: float, arms: str) -> Rollout:
     if refusal:
         output.fail(refusal, exit_code=output.EXIT_USAGE)
     return rollout
+
+
+rollout_app.command("backtest")(model_backtest_cmds.backtest)

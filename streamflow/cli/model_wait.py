@@ -92,9 +92,21 @@ def _served(states: Mapping[str, str], replicas: int, goal: ModelState = ModelSt
     return ", ".join([f"{serving}/{replicas} replicas", *others])
 
 
-def check_served(statuses: dict[str, dict[str, Any]], awaited: Awaited, app: Application) -> None:
-    """Exit 1, naming each replica that does not serve the version, and why."""
+def check_served(
+    statuses: dict[str, dict[str, Any]], awaited: Awaited, app: Application, *, role: str = ""
+) -> None:
+    """Exit 1, naming each replica that does not serve the version, and why. A candidate
+    every replica retired already (a rollout controller judged it in the meantime) was
+    started: said, not failed."""
     missing = versions.unserved(statuses, awaited.goal)
+    ended = [s for s in statuses.values() if s.get("state") == str(ModelState.RETIRED)]
+    if role == "candidate" and missing and statuses and len(ended) == len(statuses):
+        output.console().print(
+            f"{awaited.model}:{awaited.version} started, and its rollout has ended already "
+            f"({ended[0].get('message', '')}): see `streamflow model rollout status "
+            f"{app.name} {awaited.streamlet}`"
+        )
+        return
     if missing:
         done = "served" if awaited.goal is ModelState.SERVING else str(awaited.goal)
         output.fail(

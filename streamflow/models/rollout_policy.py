@@ -188,6 +188,14 @@ class Policy:
         except ValueError as exc:
             raise PolicyError(str(exc)) from None
 
+    def step_of(self, mode: RolloutMode, share: float) -> int | None:
+        """The index of the step a rollout meeting ``mode`` and ``share`` is at (a shadow's
+        share does not matter); None if it is at none of them."""
+        for index, step in enumerate(self.steps):
+            if step.mode is mode and (mode is RolloutMode.SHADOW or abs(step.share - share) < 1e-9):
+                return index
+        return None
+
     def to_mapping(self) -> dict[str, Any]:
         """The form :meth:`from_mapping` reads (JSON-ready)."""
         raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "steps"}

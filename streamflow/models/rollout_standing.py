@@ -38,7 +38,7 @@ class Standing:
         stable, candidate = self.stable, self.candidate
         rollout = descriptor.rollout
         if rollout is None:
-            if stable is None or descriptor.version >= stable.version:
+            if stable is None or descriptor.version > stable.version:  # the first of a version
                 stable = descriptor
         elif rollout.mode is RolloutMode.END:
             if candidate is not None and candidate.version == descriptor.version:

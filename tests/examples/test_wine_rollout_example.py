@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from playwright.sync_api import Browser, expect
 
@@ -31,6 +32,8 @@ from tests.waiting import wait_until
 from tests.web.test_ui_browser import Deployed, browser, screenshot, ui
 
 __all__ = ["browser"]  # a fixture, shared with the web view's own browser tests
+
+pytestmark = pytest.mark.timeout(600)  # two rollouts, three kills and a browser on 2 cores
 
 ROOT = Path(__file__).resolve().parents[2]
 BLUEPRINT = ROOT / "blueprints" / "wine" / "rollout.yaml"

@@ -62,6 +62,7 @@ __all__ = ["RolloutController", "policy_of"]
 
 DECISION = "streamflow.ml.RolloutDecision"
 _STATE = "rollout/"  # + the model's name: what the current step has summed, and done
+_LATEST = "latest/"  # + the model's name: the latest evidence window seen
 
 
 def policy_of(candidate: ModelDescriptor, default: Mapping[str, Any]) -> Policy | None:
@@ -107,19 +108,16 @@ class RolloutController(Streamlet):
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         self._standing: dict[str, Standing] = {}
-        self._drift: dict[str, tuple[str, int, bool]] = {}  # alerts: key -> model, version, drifted
+        self._drifted: set[tuple[str, int]] = set()  # (model, version) a detector alarmed on
 
     # -- where the rollout stands: the control topic ---------------------------------------
 
     def on_control(self, inlet: str, record: Record) -> None:
         if inlet == "drift":  # a subclass's DriftReport inlet: the latest verdict per key
             report = record.value
-            if report.get("source") == "outputs":
-                self._drift[record.key or ""] = (
-                    report.get("model", ""),
-                    report.get("model_version", 0),
-                    bool(report.get("drifted")),
-                )
+            if report.get("source") == "outputs" and report.get("drifted"):
+                # sticky: a later calm window of the stable version does not clear it
+                self._drifted.add((report.get("model", ""), report.get("model_version", 0)))
             return None
         try:
             descriptor = ModelDescriptor.from_record(record.value)
@@ -136,26 +134,33 @@ class RolloutController(Streamlet):
     def process(self, record: Record) -> list[Emit]:
         value = record.value
         model = value["model"]
+        store = self.state.of(record)
+        before = store.get(_LATEST + model, -1)  # the latest window seen before this one
+        if value["window"] > before:
+            store.set(_LATEST + model, value["window"])
         now = self._standing.get(model)
         if now is None or now.candidate is None or now.stable is None:
             return []  # no rollout runs: nothing to judge
         candidate, stable = now.candidate, now.stable
         assert candidate.rollout is not None
-        store = self.state.of(record)
         try:
             policy = policy_of(candidate, self.policy)
         except PolicyError as exc:
             return self._refused(store, now, f"its rollout policy is refused: {exc}")
         if policy is None:
             return []  # under manual control
-        step = _step_of(policy, candidate.rollout)
-        mine = self._summed(store, model, candidate.version, step)
+        step = policy.step_of(candidate.rollout.mode, candidate.rollout.share)
+        mine = self._summed(store, model, _identity(candidate), step, before)
         if mine["acted"] is not None:
             return []  # decided and acted: this step is over once the control topic says so
         place = f"{value['inlet']}/{value['partition']}/{value['window']}"
         if place in mine["seen"]:
             return []  # read again (a replayed batch): counted already
         mine["seen"].append(place)
+        if value["window"] < mine["from_window"]:
+            store.set(_STATE + model, mine)
+            return []  # a window that ended before this step: the last step's share made it
+        mine["last_window"] = max(mine["last_window"], value["window"])
         new_window = value["window"] not in mine["windows"]
         if new_window:
             mine["windows"].append(value["window"])
@@ -169,10 +174,7 @@ class RolloutController(Streamlet):
         if step is None:
             store.set(_STATE + model, mine)
             return []  # off the policy's steps (set by hand): no verdict of ours
-        alarm = any(
-            drifted and (name, version) == (model, candidate.version)
-            for name, version, drifted in self._drift.values()
-        )
+        alarm = (model, candidate.version) in self._drifted
         arms = _arm(mine["stable"]), _arm(mine["candidate"], drift_alarm=alarm)
         decision = decide(policy, step, len(mine["windows"]), *arms)
         acts = decision.verdict is not Verdict.HOLD
@@ -186,13 +188,18 @@ class RolloutController(Streamlet):
         store.set(_STATE + model, mine)
         return outputs
 
-    def _summed(self, store: Store, model: str, version: int, step: int | None) -> dict[str, Any]:
-        """What the current step has summed: started afresh for a new candidate or step."""
+    def _summed(
+        self, store: Store, model: str, rollout: list[int], step: int | None, before: int = -1
+    ) -> dict[str, Any]:
+        """What the current step has summed: started afresh for a new rollout (a candidate
+        written again by ``rollout start``, even of the same version) or a new step, which
+        counts only windows after the last one the step before it saw."""
         mine: dict[str, Any] | None = store.get(_STATE + model)
-        if mine is None or mine["version"] != version:
-            mine = {"version": version, "sequence": 0, "step": -2}
+        if mine is None or mine["rollout"] != rollout:
+            mine = {"rollout": rollout, "sequence": 0, "step": -2, "last_window": before}
         if mine["step"] != (step if step is not None else -1):
             mine.update(
+                from_window=mine["last_window"] + 1,
                 step=step if step is not None else -1,
                 seen=[],
                 windows=[],
@@ -207,7 +214,7 @@ class RolloutController(Streamlet):
     def _refused(self, store: Store, now: Standing, why: str) -> list[Emit]:
         assert now.candidate is not None and now.stable is not None
         model = now.model
-        mine = self._summed(store, model, now.candidate.version, None)
+        mine = self._summed(store, model, _identity(now.candidate), None)
         if mine["acted"] is not None:
             return []
         mine["acted"] = Verdict.ROLLBACK.value
@@ -288,14 +295,10 @@ class RolloutController(Streamlet):
         return self.decisions(value, key=now.model)
 
 
-def _step_of(policy: Policy, rollout: Rollout) -> int | None:
-    """The index of the policy's step the rollout is at; None if it is at none of them."""
-    for index, step in enumerate(policy.steps):
-        if step.mode is rollout.mode and (
-            step.mode is RolloutMode.SHADOW or abs(step.share - rollout.share) < 1e-9
-        ):
-            return index
-    return None
+def _identity(candidate: ModelDescriptor) -> list[int]:
+    """One rollout of a candidate: its version and when its descriptor was made (the
+    controller's own records keep it; ``rollout start`` makes a new one)."""
+    return [candidate.version, int(candidate.created_at.timestamp() * 1000)]
 
 
 def _arm(counters: Mapping[str, Any], *, drift_alarm: bool = False) -> Arm:

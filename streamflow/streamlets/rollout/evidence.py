@@ -2,8 +2,9 @@
 
 :class:`RolloutEvidence` reads a serving streamlet's outputs (``predictions``), a labels
 topic (``labels``: the record key, the true value, and when it became known) and,
-optionally, the candidate's shadow outputs (``shadow``). Per window of each partition it
-writes a ``RolloutEvidence`` record, keyed by the model's name, with each version's
+optionally, the candidate's shadow outputs (``shadow``). Per window of each partition, and
+per model seen (or only ``model``), it writes a ``RolloutEvidence`` record, keyed by the
+model's name, with each version's
 records, failures (records its candidate role failed, served by the stable version
 instead), latency buckets, predicted classes, and the labels that met its predictions:
 how many, how many right (or their squared error); also how often a shadowed candidate
@@ -21,7 +22,12 @@ gives, as long as each record is read no later than ``grace`` (of its partition'
 time) after the records it must meet have expired.
 
 Time is event time: a prediction's record timestamp; a label's ``time_field``, or its
-record timestamp. A partition's clock is the latest time it has seen; a window closes,
+record timestamp. A label cannot be known after it was written: one whose time is past its
+record's timestamp (and ``grace``) is refused, alone, saying so; one known longer before
+it was written than ``horizon + grace`` can meet no prediction kept, and is counted
+unmatched at once. So no label moves a clock further than its own record's time, and
+what is kept is bounded by the horizon, whatever times a labels producer writes.
+A partition's clock is the latest time it has seen; a window closes,
 and its evidence is written, when the clock passes its end. Everything the streamlet
 keeps is in the changelog-backed state, so a restarted replica goes on where the last
 stopped (under exactly-once, without counting a record twice).
@@ -94,6 +100,11 @@ class RolloutEvidence(Streamlet):
     def process(self, record: Record) -> list[Emit]:
         store = self.state.of(record)
         time_ms = self._time_of(record)
+        if record.inlet == LABELS and time_ms < record.timestamp_ms - self._keep_ms:
+            # known long before it was written: no prediction it could meet is kept
+            closed = self._advance(store, record, record.timestamp_ms)
+            self._shared(store, self.model, "unmatched")
+            return closed
         closed = self._advance(store, record, time_ms)
         if record.inlet == LABELS:
             self._label(store, record, time_ms)
@@ -108,6 +119,13 @@ class RolloutEvidence(Streamlet):
                 value = int(value.timestamp() * 1000)
             if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"the label's {self.time_field} is not a time in ms: {value!r}")
+            grace_ms = int(self.grace.total_seconds() * 1000)
+            if value > record.timestamp_ms + grace_ms:
+                raise ValueError(
+                    f"the label's {self.time_field} {int(value)} is later than the record "
+                    f"itself ({record.timestamp_ms}, grace {grace_ms} ms): a label is known "
+                    "before it is written"
+                )
             return int(value)
         return record.timestamp_ms
 
@@ -119,8 +137,9 @@ class RolloutEvidence(Streamlet):
         shadow = record.inlet == SHADOW
         predicted = _scalar(record.value.get(self.prediction_field))
         window = _window_key(self._index(store.get(_CLOCK, time_ms)))
-        counts = store.get(window) or {"model": name}
-        mine = counts.setdefault(_role(version, shadow), tally.empty())
+        counts = store.get(window) or {}
+        ours = counts.setdefault(name, {})
+        mine = ours.setdefault(_role(version, shadow), tally.empty())
         mine["records"] += 1
         if self.task == "classification" and predicted is not None:
             mine["classes"][str(predicted)] = mine["classes"].get(str(predicted), 0) + 1
@@ -129,17 +148,18 @@ class RolloutEvidence(Streamlet):
             tally.tally_latency(mine, float(latency))
         failed = tag_of(record.headers.get(FALLBACK))
         if failed is not None and (not self.model or failed[0] == self.model):
-            counts.setdefault(_role(failed[1], False), tally.empty())["failures"] += 1
+            theirs = counts.setdefault(failed[0], {})
+            theirs.setdefault(_role(failed[1], False), tally.empty())["failures"] += 1
         if key is None:  # no key, nothing to join
             store.set(window, counts)
             return
         old = store.get(_entry_key(key))
-        entry = {"v": version, "s": shadow, "p": predicted, "t": time_ms, "m": False}
+        entry = {"n": name, "v": version, "s": shadow, "p": predicted, "t": time_ms, "m": False}
         if old is not None and old["m"] and old["v"] == version:
             entry["m"] = True  # read again (at-least-once): its label counted already
         other = self._find(PREDICTIONS if shadow else SHADOW, key)
         if other is not None:  # the same record, served by the other version
-            shared = counts.setdefault(_SHARED, {})
+            shared = ours.setdefault(_SHARED, {})
             shared["compared"] = shared.get("compared", 0) + 1
             shared["agreed"] = shared.get("agreed", 0) + int(other[1]["p"] == predicted)
         seen = self._find(LABELS, key)
@@ -157,14 +177,10 @@ class RolloutEvidence(Streamlet):
     def _label(self, store: Store, record: Record, time_ms: int) -> None:
         """Score the predictions the label meets; keep it for those still to come."""
         key = _key_of(record)
-        window = _window_key(self._index(store.get(_CLOCK, time_ms)))
         seen = store.get(_entry_key(key)) if key is not None else None
         if key is None or (seen is not None and self._meets(seen["t"], time_ms)):
-            counts = store.get(window) or {"model": self.model}
-            shared = counts.setdefault(_SHARED, {})
-            why = "unmatched" if key is None else "duplicates"  # a key's first label counts
-            shared[why] = shared.get(why, 0) + 1
-            store.set(window, counts)
+            # a key's first label counts
+            self._shared(store, self.model, "unmatched" if key is None else "duplicates")
             return
         label = _scalar(record.value.get(self.label_field))
         met = False
@@ -175,9 +191,10 @@ class RolloutEvidence(Streamlet):
             where, entry = found
             met = True
             clock = _window_key(self._index(where.get(_CLOCK, entry["t"])))
-            counts = where.get(clock) or {"model": self.model}
+            counts = where.get(clock) or {}
+            theirs = counts.setdefault(entry["n"], {})
             self._score(
-                counts.setdefault(_role(entry["v"], entry["s"]), tally.empty()), entry["p"], label
+                theirs.setdefault(_role(entry["v"], entry["s"]), tally.empty()), entry["p"], label
             )
             where.set(clock, counts)
             where.set(_entry_key(key), {**entry, "m": True})
@@ -185,6 +202,19 @@ class RolloutEvidence(Streamlet):
             store.delete(_index_key(self._index(seen["t"]), key))
         store.set(_entry_key(key), {"l": label, "t": time_ms, "m": met})
         self._indexed(store, time_ms, key)
+
+    def _shared(self, store: Store, model: str, name: str) -> None:
+        """Count one of the window's own (no version's): unmatched or duplicate labels."""
+        window = _window_key(self._index(store.get(_CLOCK, 0)))
+        counts = store.get(window) or {}
+        shared = counts.setdefault(model, {}).setdefault(_SHARED, {})
+        shared[name] = shared.get(name, 0) + 1
+        store.set(window, counts)
+
+    @property
+    def _keep_ms(self) -> int:
+        """How long past its time an entry is kept: the horizon and the grace."""
+        return self._horizon_ms + int(self.grace.total_seconds() * 1000)
 
     def _meets(self, first_ms: int, second_ms: int) -> bool:
         return abs(first_ms - second_ms) <= self._horizon_ms
@@ -245,20 +275,21 @@ class RolloutEvidence(Streamlet):
                 break
             counts = store.get(name)
             store.delete(name)
-            closed.append(self._evidence(record, index, counts))
+            closed += [
+                self._evidence(record, index, model, mine) for model, mine in sorted(counts.items())
+            ]
         return closed
 
     def _expire(self, store: Store, inlet: str, time_ms: int, *, into: str) -> None:
         """Forget what is past its horizon and grace; count the unmet, in window ``into``.
         Only the windows entries are kept under are visited, whatever times records
         claim, so a time far in the past or the future costs nothing more."""
-        keep_ms = self._horizon_ms + int(self.grace.total_seconds() * 1000)
-        last = (time_ms - keep_ms) // self._window_ms  # windows before it are whole past
+        last = (time_ms - self._keep_ms) // self._window_ms  # windows before it are whole past
         buckets: list[int] = store.get(_BUCKETS) or []
         past = [index for index in buckets if index < last]
         if not past:
             return
-        counts = store.get(into) or {"model": self.model}
+        counts = store.get(into) or {}
         for index in past:
             for name in store.keys(_index_key(index, "")):
                 key = name[16:]
@@ -267,12 +298,14 @@ class RolloutEvidence(Streamlet):
                 if entry is None or self._index(entry["t"]) != index:
                     continue  # replaced by a later one, indexed on its own
                 store.delete(_entry_key(key))
+                if entry["m"]:
+                    continue
                 if inlet == LABELS:
-                    if not entry["m"]:
-                        shared = counts.setdefault(_SHARED, {})
-                        shared["unmatched"] = shared.get("unmatched", 0) + 1
-                elif not entry["m"]:
-                    counts.setdefault(_role(entry["v"], entry["s"]), tally.empty())[
+                    shared = counts.setdefault(self.model, {}).setdefault(_SHARED, {})
+                    shared["unmatched"] = shared.get("unmatched", 0) + 1
+                else:
+                    theirs = counts.setdefault(entry["n"], {})
+                    theirs.setdefault(_role(entry["v"], entry["s"]), tally.empty())[
                         "unlabelled"
                     ] += 1
         store.set(_BUCKETS, [index for index in buckets if index >= last])
@@ -286,8 +319,8 @@ class RolloutEvidence(Streamlet):
         if index not in buckets:
             store.set(_BUCKETS, sorted([*buckets, index]))
 
-    def _evidence(self, record: Record, index: int, counts: dict[str, Any]) -> Emit:
-        model = counts.pop("model", "") or self.model
+    def _evidence(self, record: Record, index: int, model: str, counts: dict[str, Any]) -> Emit:
+        """A window's evidence of one model (its versions, and the window's own counts)."""
         shared = counts.pop(_SHARED, {})
         versions = []
         for role, mine in sorted(counts.items()):

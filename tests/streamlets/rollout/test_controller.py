@@ -244,3 +244,40 @@ def test_after_acting_nothing_more_is_decided_until_the_control_topic_says_so() 
     h.run()
     assert not h.values("decisions") and not h.outputs("control")
     h.teardown()
+
+
+def test_windows_that_ended_before_a_step_do_not_count_for_it() -> None:
+    """A lagging partition's window of the last step's share comes after the advance: it
+    counts for nothing (the review saw it satisfy the next step's two windows at once)."""
+    h = _harness()
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "SHADOW"), key="wine#candidate")
+    h.clear()
+    decisions, _ = _turn(h, [r.window(5, stable=(200, 0, 0), candidate=(200, 0, 0), shadow=True)])
+    assert [d["verdict"] for d in decisions] == ["ADVANCE"]
+    late = [
+        r.evidence(i, [r.version(1, False, 90, 0, 0), r.version(2, False, 10, 0, 0)], partition=1)
+        for i in (3, 4)
+    ]
+    decisions, control = _turn(h, late)
+    assert not decisions and not control
+    decisions, control = _turn(h, [r.window(6, stable=(180, 50, 40), candidate=(20, 50, 47))])
+    assert [d["verdict"] for d in decisions] == ["HOLD"] and decisions[0]["windows"] == 1
+    assert decisions[0]["candidate"]["records"] == 20
+
+
+def test_the_same_version_rolled_out_again_is_judged_afresh() -> None:
+    """Rolled back, then started again by `rollout start --version 2`: a new rollout, with
+    nothing carried over (the review saw the first one's rollback stick)."""
+    h = _harness()
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 10.0), key="wine#candidate")
+    h.clear()
+    decisions, _ = _turn(h, [r.window(0, stable=(90, 0, 0), candidate=(90, 0, 0), failures=10)])
+    assert [d["verdict"] for d in decisions] == ["ROLLBACK"]
+    again = r.candidate(2, "CANARY", 10.0) | {"created_at": 5_000}
+    h.control("model", again, key="wine#candidate")
+    h.clear()
+    decisions, _ = _turn(h, [r.window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
+    assert [d["verdict"] for d in decisions] == ["HOLD"]
+    assert (decisions[0]["sequence"], decisions[0]["windows"]) == (1, 1)
