@@ -50,6 +50,7 @@ def test_a_backtest_serves_recorded_input_with_both_versions_and_says_the_same_t
     env["COLUMNS"] = "200"
     pushed = _cli(
         env, "model", "push", str(copy), "classifier", "--onnx", str(wine_models.v1.onnx_file),
+        "--name", "wine",
         "-b", kafka_bootstrap, "--timeout", "0",
     )  # fmt: skip
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr

@@ -166,7 +166,8 @@ def _streamlet(
             for role, present in (
                 ("drift", DRIFT_REPORT in produced),
                 ("explain", EXPLANATION in produced),
-                ("model", MODEL_DESCRIPTOR in followed),
+                # a rollout controller follows the model topic too, but serves no model
+                ("model", MODEL_DESCRIPTOR in followed and DECISION not in produced),
                 ("rollout", DECISION in produced),
             )
             if present
