@@ -97,8 +97,42 @@ class RolloutEvidence(Streamlet):
 
     # -- the streamlet's logic -----------------------------------------------------------
 
-    def process(self, record: Record) -> list[Emit]:
-        store = self.state.of(record)
+    def process_batch(self, records: list[Record]) -> list[list[Emit]]:
+        """Each record's closed windows; the windows' counters are kept in memory for the
+        batch and written to the state once at its end (not once per record)."""
+        self._open: dict[tuple[int, str], tuple[Store, dict[str, Any]]] = {}
+        self._stores: dict[tuple[str, int], Store] = {}  # one object per store in a batch
+        try:
+            out = [self._one(record) for record in records]
+            for (_, window), (store, counts) in self._open.items():
+                store.set(window, counts)
+        finally:
+            self._open, self._stores = {}, {}
+        return out
+
+    def _store(self, inlet: str, partition: int) -> Store:
+        found = self._stores.get((inlet, partition))
+        if found is None:
+            found = self._stores[(inlet, partition)] = self.state.partition(inlet, partition)
+        return found
+
+    def _counts(self, store: Store, window: str) -> dict[str, Any]:
+        """The counters of ``window`` in ``store``, as this batch has them (a store is one
+        object for the whole batch: :meth:`_store`)."""
+        found = self._open.get((id(store), window))
+        if found is None:
+            found = self._open[(id(store), window)] = (store, store.get(window) or {})
+        return found[1]
+
+    def _written(self, store: Store) -> None:
+        """Write this batch's counters of ``store`` now (its windows are about to close)."""
+        for (owner, window), (mine, counts) in list(self._open.items()):
+            if owner == id(store):
+                mine.set(window, counts)
+                del self._open[(owner, window)]
+
+    def _one(self, record: Record) -> list[Emit]:
+        store = self._store(record.inlet, record.partition)
         time_ms = self._time_of(record)
         if record.inlet == LABELS and time_ms < record.timestamp_ms - self._keep_ms:
             # known long before it was written: no prediction it could meet is kept
@@ -137,7 +171,7 @@ class RolloutEvidence(Streamlet):
         shadow = record.inlet == SHADOW
         predicted = _scalar(record.value.get(self.prediction_field))
         window = _window_key(self._index(store.get(_CLOCK, time_ms)))
-        counts = store.get(window) or {}
+        counts = self._counts(store, window)
         ours = counts.setdefault(name, {})
         mine = ours.setdefault(_role(version, shadow), tally.empty())
         mine["records"] += 1
@@ -151,7 +185,6 @@ class RolloutEvidence(Streamlet):
             theirs = counts.setdefault(failed[0], {})
             theirs.setdefault(_role(failed[1], False), tally.empty())["failures"] += 1
         if key is None:  # no key, nothing to join
-            store.set(window, counts)
             return
         old = store.get(_entry_key(key))
         entry = {"n": name, "v": version, "s": shadow, "p": predicted, "t": time_ms, "m": False}
@@ -168,7 +201,6 @@ class RolloutEvidence(Streamlet):
             entry["m"] = True
             if not seen[1]["m"]:
                 seen[0].set(_entry_key(key), {**seen[1], "m": True})
-        store.set(window, counts)
         if old is not None and self._index(old["t"]) != self._index(time_ms):
             store.delete(_index_key(self._index(old["t"]), key))
         store.set(_entry_key(key), entry)
@@ -191,12 +223,11 @@ class RolloutEvidence(Streamlet):
             where, entry = found
             met = True
             clock = _window_key(self._index(where.get(_CLOCK, entry["t"])))
-            counts = where.get(clock) or {}
+            counts = self._counts(where, clock)
             theirs = counts.setdefault(entry["n"], {})
             self._score(
                 theirs.setdefault(_role(entry["v"], entry["s"]), tally.empty()), entry["p"], label
             )
-            where.set(clock, counts)
             where.set(_entry_key(key), {**entry, "m": True})
         if seen is not None:
             store.delete(_index_key(self._index(seen["t"]), key))
@@ -206,10 +237,8 @@ class RolloutEvidence(Streamlet):
     def _shared(self, store: Store, model: str, name: str) -> None:
         """Count one of the window's own (no version's): unmatched or duplicate labels."""
         window = _window_key(self._index(store.get(_CLOCK, 0)))
-        counts = store.get(window) or {}
-        shared = counts.setdefault(model, {}).setdefault(_SHARED, {})
+        shared = self._counts(store, window).setdefault(model, {}).setdefault(_SHARED, {})
         shared[name] = shared.get(name, 0) + 1
-        store.set(window, counts)
 
     @property
     def _keep_ms(self) -> int:
@@ -236,7 +265,7 @@ class RolloutEvidence(Streamlet):
         for held_inlet, partition in self.state.held():
             if held_inlet != inlet:
                 continue
-            store = self.state.partition(held_inlet, partition)
+            store = self._store(held_inlet, partition)
             entry = store.get(name)
             if entry is not None:
                 return store, entry
@@ -268,6 +297,7 @@ class RolloutEvidence(Streamlet):
         if current == self._index(clock):
             return []
         self._expire(store, record.inlet, time_ms, into=_window_key(self._index(clock)))
+        self._written(store)  # the windows below are read from the state
         closed = []
         for name in store.keys("w/"):
             index = int(name[2:])
@@ -289,7 +319,7 @@ class RolloutEvidence(Streamlet):
         past = [index for index in buckets if index < last]
         if not past:
             return
-        counts = store.get(into) or {}
+        counts = self._counts(store, into)
         for index in past:
             for name in store.keys(_index_key(index, "")):
                 key = name[16:]
@@ -309,7 +339,6 @@ class RolloutEvidence(Streamlet):
                         "unlabelled"
                     ] += 1
         store.set(_BUCKETS, [index for index in buckets if index >= last])
-        store.set(into, counts)
 
     def _indexed(self, store: Store, time_ms: int, key: str) -> None:
         """Index ``key``'s entry under the window of ``time_ms``, for its expiry."""
