@@ -170,7 +170,7 @@ class ColumnResult:
         columns: Mapping[str, Any],
         *,
         errors: Mapping[int, BaseException] | None = None,
-        headers: Mapping[str, str | bytes | Sequence[str | bytes]] | None = None,
+        headers: Mapping[str, str | bytes | Sequence[str | bytes | None]] | None = None,
         outlets: Mapping[str, ColumnResult] | None = None,
     ) -> None:
         self.columns = columns

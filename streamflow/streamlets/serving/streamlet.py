@@ -184,8 +184,11 @@ class ModelServing(ModelFollower):
             if plan is not None:  # a shadow: the candidate's outputs beside, if it makes them
                 shadows = await self._shadow_columns(plan[1], batch)
                 stable.outlets.update(shadows)
+                tag = plan[1].tag  # the records it failed say so (the evidence counts them)
                 if not shadows:
-                    stable.headers[FALLBACK] = plan[1].tag
+                    stable.headers[FALLBACK] = tag
+                elif missed := shadows["shadow"].errors:
+                    stable.headers[FALLBACK] = [tag if i in missed else None for i in range(n)]
             return stable
         rollout, candidate = plan
         keys = batch.kafka_keys()
@@ -193,38 +196,42 @@ class ModelServing(ModelFollower):
             [(p.topic, p.partition, p.offset) for p in batch.places()] if None in keys else None
         )
         chosen = candidate_rows(rollout.share, candidate.version, keys, places)
-        fell: np.ndarray | None = None
-        parts: list[tuple[np.ndarray, dict[str, Any]]] = []
+        fell = np.zeros(n, dtype=bool)  # rows the candidate failed: the stable model served
+        parts: list[tuple[np.ndarray, dict[str, Any], ActiveModel]] = []
         split_errors: dict[int, BaseException] = {}
-        for rows, model in ((np.flatnonzero(chosen), candidate), (np.flatnonzero(~chosen), active)):
-            if not len(rows):
-                continue
-            part = batch if len(rows) == n else batch.take(rows.tolist())
+        mine, theirs = np.flatnonzero(chosen), np.flatnonzero(~chosen)
+        if len(mine):
+            part = batch if len(mine) == n else batch.take(mine.tolist())
             try:
-                columns, unserved = await self._served_columns(model, part)
-            except Exception as exc:
-                if model is active:
-                    raise
-                # the candidate failed the batch: the stable model serves its rows
-                self._candidate_failed(candidate, exc, len(rows))
-                fell = np.array([candidate.tag if c else None for c in chosen], dtype=object)
-                chosen[:] = False
-                rows = np.arange(n)
-                columns, unserved = await self._served_columns(active, batch)
-                parts, split_errors = [(rows, columns)], {}
-                split_errors.update({int(rows[i]): why for i, why in unserved.items()})
-                break
-            parts.append((rows, columns))
-            split_errors.update({int(rows[i]): why for i, why in unserved.items()})
-        for rows, _ in parts:
-            mine = candidate if chosen[rows[0]] else active
-            self._served(mine, len(rows) - sum(1 for r in rows.tolist() if r in split_errors))
+                columns, unserved = await self._served_columns(candidate, part)
+            except Exception as exc:  # the candidate failed the batch: the stable model serves
+                self._candidate_failed(candidate, exc, len(mine))
+                fell[mine], unserved, columns = True, {}, {}
+                mine, theirs = mine[:0], np.arange(n)
+            if unserved:  # rows the candidate cannot take: the stable model serves them
+                first = next(iter(unserved.values()))
+                self._candidate_failed(candidate, first, len(unserved))  # type: ignore[arg-type]
+                refused = mine[sorted(unserved)]
+                fell[refused] = True
+                theirs = np.sort(np.concatenate([theirs, refused]))
+            if len(mine) and columns:  # a column per row it was given: the stable part's win
+                parts.append((mine, columns, candidate))
+        if len(theirs):
+            part = batch if len(theirs) == n else batch.take(theirs.tolist())
+            columns, unserved = await self._served_columns(active, part)
+            parts.append((theirs, columns, active))  # after the candidate's: its rows win
+            split_errors.update({int(theirs[i]): why for i, why in unserved.items()})
+        chosen[fell] = False
+        for model, rows in ((candidate, np.flatnonzero(chosen)), (active, theirs)):
+            self._served(model, sum(1 for r in rows.tolist() if r not in split_errors))
         headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
         if rollout.mode is RolloutMode.AB:
             headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
-        if fell is not None:
-            headers[FALLBACK] = fell
-        merged = self._with_inputs(tensor_arrays.merge_rows(n, parts), batch)
+        if fell.any():
+            headers[FALLBACK] = np.array([candidate.tag if f else None for f in fell], dtype=object)
+        merged = self._with_inputs(
+            tensor_arrays.merge_rows(n, [(rows, columns) for rows, columns, _ in parts]), batch
+        )
         return ColumnResult(merged, errors=split_errors, headers=headers)
 
     async def _shadow_columns(
@@ -338,11 +345,15 @@ class ModelServing(ModelFollower):
                 shadow if not isinstance(result, BaseException | None) else None
                 for result, shadow in zip(stable, shadows, strict=True)
             ]
-            results = [
-                result if isinstance(shadow, BaseException | None) else [result, shadow]
-                for result, shadow in zip(stable, paired, strict=True)
-            ]
-            return results, [(active, False, stable), (candidate, True, paired)]
+            both: list[Any] = []
+            for result, shadow in zip(stable, shadows, strict=True):
+                if isinstance(result, BaseException | None) or shadow is None:
+                    both.append(result)
+                elif isinstance(shadow, BaseException):  # it failed this one: said, and counted
+                    both.append(_fell_back(result, candidate))
+                else:
+                    both.append([result, shadow])
+            return both, [(active, False, stable), (candidate, True, paired)]
         chosen = candidate_rows(
             rollout.share,
             candidate.version,
@@ -351,6 +362,8 @@ class ModelServing(ModelFollower):
         )
         results = [None] * len(records)
         by = []
+        fell: set[int] = set()  # records the candidate refused: the stable model serves them
+        refused: list[int] = []
         for pick, model in ((True, candidate), (False, active)):
             rows = [i for i in range(len(records)) if chosen[i] == pick]
             if not rows:
@@ -369,9 +382,23 @@ class ModelServing(ModelFollower):
                     for i, result in enumerate(results)
                 ]
                 return results, [(active, False, results)]
+            if model is candidate:  # records it cannot take: the stable model serves them
+                refused = [row for row, r in zip(rows, served, strict=True) if _refused(r)]
+                if refused:
+                    first = next(r for r in served if _refused(r))
+                    self._candidate_failed(candidate, first, len(refused))
+                    chosen[refused] = False
+                    served = [None if _refused(r) else r for r in served]
+            else:
+                served = [
+                    _fell_back(r, candidate) if row in fell else r
+                    for row, r in zip(rows, served, strict=True)
+                ]
             by.append((model, False, served))
             for row, result in zip(rows, served, strict=True):
-                results[row] = result
+                if result is not None or model is active:
+                    results[row] = result
+            fell = set(refused) if model is candidate else set()
         return results, by
 
     def _publish_model(self) -> None:
@@ -467,6 +494,11 @@ class ModelServing(ModelFollower):
             prediction.update(model_fields)
             out.append(outlet(prediction, headers=headers))
         return out
+
+
+def _refused(result: Any) -> bool:
+    """A record a model could not take as input (its own mapping refused it)."""
+    return isinstance(result, PreprocessError)
 
 
 def _fell_back(result: Any, candidate: ActiveModel) -> Any:

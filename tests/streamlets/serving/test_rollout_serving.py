@@ -317,3 +317,50 @@ def test_a_newer_stable_version_retires_the_candidate(
     served = _served(h, _rows(wine_models, 20), _keys(20))
     assert not [o for o in served if o.outlet == "shadow"]
     assert {o.value["model_version"] for o in served if o.outlet == "out"} == {3}
+
+
+class _Picky:
+    """A candidate's mapping that refuses the wines whose id ends in 7 (as a candidate
+    with inputs of its own would refuse records that do not fit them)."""
+
+    def __init__(self, mapping: Any) -> None:
+        self._mapping = mapping
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mapping, name)
+
+    def encode_columns(self, columns: Any) -> None:
+        return None  # record by record, so that some can be refused
+
+    def encode(self, values: Any) -> Any:
+        from streamflow.models.tensor_specs import RecordErrors
+
+        refused = {i: "not for me" for i, v in enumerate(values) if v["id"].endswith("7")}
+        if refused:
+            raise RecordErrors(refused)
+        return self._mapping.encode(values)
+
+
+@pytest.mark.parametrize("mode", ["CANARY", "SHADOW"])
+@pytest.mark.parametrize("cls", [s.classifier_app.WineClassifier, RecordWine])
+def test_records_a_candidate_refuses_are_served_by_the_stable_model_not_dead_lettered(
+    wine_models: WineModels, tmp_path: Path, cls: type, mode: str
+) -> None:
+    h = _harness(tmp_path, cls)
+    _stable(h, wine_models)
+    h.control("model", _candidate(2, wine_models.v2.keras_file.read_bytes(), mode, 100.0))
+    s.settle(h, 2)
+    current = h.streamlet.candidates.current  # type: ignore[attr-defined]
+    object.__setattr__(current, "mapping", _Picky(current.mapping))
+    outputs = _served(h, _rows(wine_models, 60), _keys(60))
+    served = [o for o in outputs if o.outlet == "out"]
+    assert not h.dead_letters
+    assert len(served) == 60
+    by_id = {o.value["id"]: o for o in served}
+    canary = mode == "CANARY"
+    for wine_id, out in by_id.items():
+        refused = wine_id.endswith("7")
+        assert out.value["model_version"] == (1 if refused or not canary else 2), wine_id
+        assert (out.headers.get("streamflow-fallback") == "wine:2") is refused, wine_id
+    shadowed = {o.value["id"] for o in outputs if o.outlet == "shadow"}
+    assert shadowed == (set() if canary else {i for i in by_id if not i.endswith("7")})
