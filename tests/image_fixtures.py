@@ -15,8 +15,11 @@ because the application's image carries them.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,11 +46,24 @@ def wine_models_in_place() -> Path:
     """`blueprints/wine/models`, trained there when missing (the app image carries it)."""
     models = WINE / "models"
     if not (models / "wine-v3.keras").is_file():  # train.py writes v3 last
-        subprocess.run(
-            [sys.executable, str(WINE / "train.py"), "--out", str(models)],
-            check=True,
-            timeout=600,
-        )
+        # trained outside the project (on its file system), then moved in: a test that
+        # reads the wine example's files meanwhile (`build --dry-run` hashes them) never
+        # meets a file still being written (CI saw a FileNotFoundError from one)
+        partial = Path(tempfile.mkdtemp(prefix="streamflow-wine-models-", dir=ROOT.parent))
+        try:
+            subprocess.run(
+                [sys.executable, str(WINE / "train.py"), "--out", str(partial)],
+                check=True,
+                timeout=600,
+            )
+            models.mkdir(exist_ok=True)
+            for entry in sorted(partial.iterdir(), key=lambda p: p.name == "wine-v3.keras"):
+                target = models / entry.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                os.replace(entry, target)  # the file that says "done" goes last
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return models
 
 
