@@ -12,9 +12,10 @@ delivery guarantee, with no replica restarted and no record lost.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import typer
 import yaml
@@ -48,7 +49,7 @@ from streamflow.models.kinds import ModelState
 from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.models.rollout_policy import POLICY_PARAMETER, Policy, PolicyError
 from streamflow.operator import model_versions as versions
-from streamflow.operator.model_rollouts import Rollouts, blueprint_policy, controllers
+from streamflow.operator.model_rollouts import Rollouts, Standing, blueprint_policy, controllers
 
 __all__ = ["rollout_app"]
 
@@ -261,12 +262,28 @@ def status(
     target: TargetArg,
     streamlet: StreamletArg,
     name: ModelOpt = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            "-w",
+            help="Then print each decision of the rollout's controller as it is made, "
+            "until the rollout ends (promoted or rolled back).",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="With --watch: give up after this many seconds (0: never).")
+    ] = 0.0,
     bootstrap_servers: BootstrapOpt = None,
     registry: registry_opts.RegistryOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Show the stable version, the candidate and its share, and what each replica said."""
     check_format(fmt)
+    if watch and fmt != "table":
+        output.fail(
+            "--watch prints lines as they come: use it with -o table", exit_code=output.EXIT_USAGE
+        )
     app, bootstrap = resolve(target, bootstrap_servers, registry)
     with apps.kafka_errors(bootstrap), push_errors():
         clients = apps.kafka_clients(app, bootstrap)
@@ -297,6 +314,40 @@ def status(
         output.console().print(model_wait.decision_line(decisions[-1]))
     if latest:
         model_wait.print_status_table(latest)
+    if watch:
+        with apps.kafka_errors(bootstrap), push_errors():
+            _watch(rollouts, now, decisions, timeout)
+
+
+_WATCH_POLL_S = 2.0  # how often --watch reads the decisions topic again
+
+
+def _watch(rollouts: Rollouts, now: Standing, seen: list[dict[str, Any]], timeout: float) -> None:
+    """Print each new decision about the running candidate until one ends the rollout;
+    exit 1 when ``timeout`` passes first."""
+    candidate = now.candidate
+    if candidate is None:
+        output.console().print("no rollout runs: nothing to watch")
+        return
+    said = {(d["candidate_version"], d["sequence"]) for d in seen}
+    output.error_console().print(
+        f"watching the rollout of {candidate.tag} (Ctrl-C stops watching, not the rollout)"
+    )
+    deadline = time.monotonic() + timeout if timeout else None
+    while deadline is None or time.monotonic() < deadline:
+        for decision in rollouts.decisions(now.model, candidate.version):
+            place = (decision["candidate_version"], decision["sequence"])
+            if place in said:
+                continue
+            said.add(place)
+            output.console().print(model_wait.decision_line(decision))
+            if decision["verdict"] in ("PROMOTE", "ROLLBACK"):
+                return
+        if rollouts.standing(now.model).candidate is None:  # ended by hand (promote, abort)
+            output.console().print(f"the rollout of {candidate.tag} has ended")
+            return
+        time.sleep(_WATCH_POLL_S)
+    output.fail(f"the rollout of {candidate.tag} did not end within {timeout:g}s")
 
 
 def _changed(was: Rollout, *, mode: str | None, share: float | None, arms: str) -> Rollout:

@@ -144,6 +144,7 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
         ],
         env=env, log_file=log,
     )  # fmt: skip
+    watcher: subprocess.Popen[str] | None = None
     try:
         run.wait(
             lambda text: text.count("stable model wine:1 serving") >= 2,
@@ -181,6 +182,12 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
         # once the first step is done: each goes on from its changelog, nothing twice
         _cli(env, "model", "rollout", "start", APP, "classifier",
              "--keras", str(wine_models.v2.keras_file), "--policy", str(policy), "-q")  # fmt: skip
+        # a second terminal follows it: each decision as it is made, until the end
+        watcher = subprocess.Popen(
+            [str(STREAMFLOW), "model", "rollout", "status", APP, "classifier",
+             "--watch", "--timeout", "400"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         run.wait(
             lambda text: "rollout of wine:3 (stable 1), step 1 of 2 (shadow 100%): ADVANCE" in text,
             what="the controller advancing wine:3 past its shadow",
@@ -214,6 +221,11 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
             assert len(re.findall(said, logged)) == 1, verdict
         assert verdicts.count("ADVANCE") == 1 and verdicts.count("PROMOTE") == 1, verdicts
         assert [d["sequence"] for d in decisions] == list(range(1, len(decisions) + 1))
+        watched, _ = watcher.communicate(timeout=120)
+        assert watcher.returncode == 0, watched
+        lines = [line for line in watched.splitlines() if "last decision on wine:3" in line]
+        assert "PROMOTE at step 2 of 2" in lines[-1], watched
+        assert any("ADVANCE at step 1 of 2" in line for line in lines), watched
         table = _cli(env, "model", "status", APP)
         assert "classifier: last decision on wine:3: PROMOTE at step 2 of 2 (canary)" in table
         advance = verdicts.index("ADVANCE")
@@ -256,6 +268,8 @@ def test_a_worse_candidate_is_rolled_back_and_a_good_one_promoted_by_the_app_its
         assert by["wine:2"] == 0 and by["wine:1"] > 0 and by["wine:3"] > 0, by
         text = run.interrupt(timeout=90)
     finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
         run.close()
     assert "replica failed" not in text and "Traceback" not in text, text[-5000:]
 
