@@ -75,7 +75,7 @@ def js_distance(first: Mapping[str, int], second: Mapping[str, int]) -> float | 
     if not n1 or not n2:
         return None
     divergence = 0.0
-    for label in set(first) | set(second):
+    for label in sorted(set(first) | set(second)):  # one order: the same float every run
         p, q = first.get(label, 0) / n1, second.get(label, 0) / n2
         m = (p + q) / 2
         if p:
