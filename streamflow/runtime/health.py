@@ -229,11 +229,16 @@ def _handler(state: HealthState, metrics: Metrics) -> Callable[..., BaseHTTPRequ
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])
             status, ctype, body = route() if route else _json(404, {"error": "not found"})
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                # a probe that gave up (timed out on a loaded machine) hung up: nothing to
+                # answer, and no traceback in the replica's log
+                self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return
