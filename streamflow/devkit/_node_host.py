@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -287,6 +288,32 @@ def ctr(socket_path: Path, *args: str, what: str, timeout: float = 60.0) -> str:
     if result.returncode != 0:
         raise DevkitError(f"containerd could not {what}: {result.stderr.strip()}")
     return result.stdout
+
+
+def archive_names(archive: Path) -> set[str]:
+    """The image references an archive carries: an OCI archive's ref names in
+    index.json, a docker-save archive's RepoTags in manifest.json; none when unreadable."""
+    try:
+        with tarfile.open(archive) as tar:
+            documents = {m.name: tar.extractfile(m) for m in tar if m.name in _ARCHIVE_INDEXES}
+            parsed = {name: json.load(file) for name, file in documents.items() if file}
+    except (OSError, tarfile.TarError, ValueError):
+        return set()
+    names: set[str] = set()
+    index = parsed.get("index.json")
+    for entry in index.get("manifests", []) if isinstance(index, dict) else []:
+        annotations = entry.get("annotations") if isinstance(entry, dict) else None
+        if isinstance(annotations, dict) and _REF_NAME in annotations:
+            names.add(str(annotations[_REF_NAME]))
+    manifest = parsed.get("manifest.json")
+    for entry in manifest if isinstance(manifest, list) else []:
+        tags = entry.get("RepoTags") if isinstance(entry, dict) else None
+        names |= {str(tag) for tag in tags or []}
+    return names
+
+
+_ARCHIVE_INDEXES = ("index.json", "manifest.json")
+_REF_NAME = "org.opencontainers.image.ref.name"
 
 
 def ctr_ok(socket_path: Path) -> bool:
