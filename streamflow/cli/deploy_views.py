@@ -19,6 +19,7 @@ from rich.text import Text
 
 from streamflow.blueprint.model import Application
 from streamflow.cli import output, progress
+from streamflow.cli.model_wait import decision_line
 from streamflow.operator import targets
 from streamflow.operator.kubernetes import spec
 
@@ -67,6 +68,10 @@ def print_status(status: targets.AppStatus) -> None:
     for streamlet in status.streamlets:
         if streamlet.autoscale is not None:
             console.print(autoscale_line(streamlet.name, streamlet.autoscale))
+    for streamlet in status.streamlets:
+        if streamlet.last_decision is not None:
+            line = Text.assemble((streamlet.name, "bold"), "  ")
+            console.print(line.append_text(decision_line(streamlet.last_decision)), soft_wrap=True)
     for line in writer_schema_lines(status):
         console.print(line, soft_wrap=True)  # one line per writer schema, however long
     for line in replica_lines(status):

@@ -20,6 +20,7 @@ the same way (:func:`standing`), so these commands need no state of their own.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from streamflow.blueprint.model import Application, TopicSpec
@@ -43,6 +44,7 @@ from streamflow.operator.model_versions import (
     produce_descriptors,
     read_all,
 )
+from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 
@@ -53,6 +55,7 @@ __all__ = [
     "blueprint_policy",
     "controllers",
     "decision_topics",
+    "read_decisions",
     "standing",
 ]
 
@@ -74,24 +77,9 @@ class Rollouts:
         topic writes ``RolloutDecision`` records to (none: no controller runs)."""
         channel = self.channel
         app = channel.app
-        found: list[dict[str, Any]] = []
+        topics = decision_topics(app, channel.control.name)
         codecs = Codecs(app, SchemaStore(app.schema_paths))
-        for topic in decision_topics(app, channel.control.name):
-            codec = codecs.for_topic(topic, DECISION, producing=False)
-            found += read_all(channel.clients, topic.name, codec)
-        mine = [
-            d
-            for d in found
-            if d["model"] == model and (candidate is None or d["candidate_version"] == candidate)
-        ]
-        seen: set[tuple[int, int]] = set()  # a decision read twice is one
-        ordered = []
-        for decision in sorted(mine, key=lambda d: (d["candidate_version"], d["sequence"])):
-            place = (decision["candidate_version"], decision["sequence"])
-            if place not in seen:
-                seen.add(place)
-                ordered.append(decision)
-        return ordered
+        return read_decisions(channel.clients, codecs, topics, model, candidate)
 
     def start(self, request: PushRequest, rollout: Rollout) -> Pushed:
         """A candidate: the next version, beside the stable one, meeting what ``rollout``
@@ -163,6 +151,34 @@ class Rollouts:
             status_start=start,
             role="stable" if shown.rollout is None else "candidate",
         )
+
+
+def read_decisions(
+    clients: KafkaClients,
+    codecs: Codecs,
+    topics: Iterable[TopicSpec],
+    model: str,
+    candidate: int | None = None,
+) -> list[dict[str, Any]]:
+    """The decisions about ``model`` (of one candidate version, if given) on ``topics``,
+    oldest first; a decision read twice (a controller's retry) is one."""
+    found: list[dict[str, Any]] = []
+    for topic in topics:
+        codec = codecs.for_topic(topic, DECISION, producing=False)
+        found += read_all(clients, topic.name, codec)
+    mine = [
+        d
+        for d in found
+        if d["model"] == model and (candidate is None or d["candidate_version"] == candidate)
+    ]
+    seen: set[tuple[int, int]] = set()
+    ordered = []
+    for decision in sorted(mine, key=lambda d: (d["candidate_version"], d["sequence"])):
+        place = (decision["candidate_version"], decision["sequence"])
+        if place not in seen:
+            seen.add(place)
+            ordered.append(decision)
+    return ordered
 
 
 def controllers(app: Application, control: str) -> list[str]:

@@ -1,13 +1,17 @@
-"""What the operator learns from a streamlet's class: its config, and whether it serves HTTP.
+"""What the operator learns from a streamlet's class: its config, whether it serves HTTP,
+and which topics carry its models' rollout.
 
 The children need two things only the class knows: the config with its
 defaults filled in (the ConfigMap), and whether the streamlet is an HTTP
-ingress (``Logic.SERVE``) and so needs a Service. :func:`facts` reads
-them from the class. The operator calls it only in the verifier's child
-process (:mod:`~streamflow.operator.kubernetes.verify_child`), after the
-application verified, and receives plain :class:`Facts` back: the operator's
-own process never imports an application's classes, so two applications
-whose modules share a name cannot see each other's.
+ingress (``Logic.SERVE``) and so needs a Service. The rollout status
+(:mod:`~streamflow.operator.kubernetes.rollout_status`) needs a third: a serving
+streamlet's model control topic, and the topics its rollout controllers write
+their decisions to. :func:`facts` reads them from the class. The operator
+calls it only in the verifier's child process
+(:mod:`~streamflow.operator.kubernetes.verify_child`), after the application
+verified, and receives plain :class:`Facts` back: the operator's own process
+never imports an application's classes, so two applications whose modules
+share a name cannot see each other's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from streamflow.api.config import config_problems
 from streamflow.api.descriptor import ClassLoadError, DeclarationError, StreamletDescriptor
 from streamflow.api.streamlet import Logic
 from streamflow.blueprint.model import Application
+from streamflow.operator.model_rollouts import decision_topics
+from streamflow.operator.model_versions import ModelPushError, model_topics
 
 __all__ = ["Facts", "facts"]
 
@@ -31,6 +37,8 @@ class Facts:
     http_port: int | None = None
     problems: list[str] = field(default_factory=list)
     unknown_class: str | None = None
+    control_topic: str | None = None  # a serving streamlet's model control topic
+    decision_topics: tuple[str, ...] = ()  # where its rollout controllers decide
 
 
 def facts(app: Application, streamlet: str) -> Facts:
@@ -43,7 +51,23 @@ def facts(app: Application, streamlet: str) -> Facts:
         return Facts(config=raw, unknown_class=f"{streamlet}: {message}")
     problems = [f"{streamlet}: {p}" for p in config_problems(descriptor, raw)]
     resolved = {**_defaults(descriptor), **raw}
-    return Facts(config=resolved, http_port=_http_port(descriptor, resolved), problems=problems)
+    control, decisions = _rollout_topics(app, streamlet)
+    return Facts(
+        config=resolved,
+        http_port=_http_port(descriptor, resolved),
+        problems=problems,
+        control_topic=control,
+        decision_topics=decisions,
+    )
+
+
+def _rollout_topics(app: Application, streamlet: str) -> tuple[str | None, tuple[str, ...]]:
+    """A serving streamlet's control topic and its controllers' decision topics."""
+    try:
+        control, _ = model_topics(app, streamlet)
+    except ModelPushError:  # it serves no model
+        return None, ()
+    return control.name, tuple(t.name for t in decision_topics(app, control.name))
 
 
 def _defaults(descriptor: StreamletDescriptor) -> dict[str, Any]:

@@ -81,6 +81,42 @@ def _autoscale_status() -> dict[str, Any]:
     }
 
 
+def _rollout_status() -> dict[str, Any]:
+    """``status.rollouts.<streamlet>``: its model's versions and the last decision (see
+    rollout_status.py)."""
+    version = {"type": "integer", "minimum": 0}
+    decision = {
+        "type": "object",
+        "properties": {
+            "candidate": version,
+            "sequence": version,
+            "verdict": _string(enum=["HOLD", "ADVANCE", "PROMOTE", "ROLLBACK"]),
+            "step": version,
+            "steps": version,
+            "mode": _string(),
+            "share": {"type": "number"},
+            "reason": _string(),
+            "windows": version,
+            "decidedAt": _string(format="date-time"),
+        },
+    }
+    return {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "model": _string(),
+                "stable": version,
+                "candidate": version,
+                "mode": _string(enum=["shadow", "canary", "ab"]),
+                "share": {"type": "number", "description": "Percent of the keys (canary, ab)."},
+                "arms": {"type": "array", "items": _string()},
+                "lastDecision": decision,
+            },
+        },
+    }
+
+
 def status_schema() -> dict[str, Any]:
     """The OpenAPI v3 schema of ``status``, written only by the operator."""
     count = {"type": "integer", "minimum": 0}
@@ -116,6 +152,7 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {"type": "array", "items": condition},
             "autoscale": _autoscale_status(),
+            "rollouts": _rollout_status(),
             "verified": {
                 "type": "object",
                 "description": "The spec that last verified, and what the verifier learnt.",

@@ -48,6 +48,7 @@ from streamflow.operator.kubernetes.autoscaler import Autoscaler
 from streamflow.operator.kubernetes.client import KubeAccess, api_message
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.operator.kubernetes.reconcile import Reconciler
+from streamflow.operator.kubernetes.rollout_status import RolloutStatus
 
 __all__ = [
     "LEGACY_FINALIZER",
@@ -238,8 +239,11 @@ def periodic_work(
     resync_s: float = 60.0,
     autoscaler: Autoscaler | None = None,
     autoscale_s: float = 5.0,
+    rollouts: RolloutStatus | None = None,
+    rollouts_s: float = 5.0,
 ) -> list[periodic.Periodic]:
-    """The resync of every application, and the autoscaler's ticks for the autoscaled ones."""
+    """The resync of every application, the autoscaler's ticks for the autoscaled ones,
+    and the rollout status of each application's serving streamlets."""
     work = [periodic.Periodic(known, every_s=resync_s, action=reconciler.reconcile, name="resync")]
     if autoscaler is not None:
         work.append(
@@ -250,6 +254,10 @@ def periodic_work(
                 wants=_autoscaled,
                 name="autoscale",
             )
+        )
+    if rollouts is not None:
+        work.append(
+            periodic.Periodic(known, every_s=rollouts_s, action=rollouts.tick, name="rollouts")
         )
     return work
 

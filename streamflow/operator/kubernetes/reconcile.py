@@ -219,6 +219,11 @@ class Reconciler:
         entries = scaling.entries(resource.name, scalers, body.get("status"), deployments)
         if entries:
             new["autoscale"] = entries
+        rollouts = {  # written by the rollout status; carried over while its streamlet is
+            s: e for s, e in (previous.get(ROLLOUTS) or {}).items() if s in resource.app.streamlets
+        }
+        if rollouts:
+            new[ROLLOUTS] = rollouts
         new[recorded.FIELD] = recorded.record(key, verdict)
         if self._write_status(body, new) and autoscaling and autoscaling.reason == "KedaMissing":
             before = status.condition(body.get("status"), scaling.AUTOSCALING) or {}
@@ -399,6 +404,9 @@ class Reconciler:
         return True
 
 
+ROLLOUTS = "rollouts"  # status.rollouts: see rollout_status.py
+
+
 def _template_checksum(deployment: Mapping[str, Any]) -> str:
     template = (deployment.get("spec") or {}).get("template") or {}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
@@ -408,7 +416,7 @@ def _template_checksum(deployment: Mapping[str, Any]) -> str:
 def _with_nulls(body: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """A merge patch that also removes streamlets no longer in the status (or autoscaled)."""
     patch = dict(new)
-    for key in ("streamlets", "autoscale"):
+    for key in ("streamlets", "autoscale", ROLLOUTS):
         old = (body.get("status") or {}).get(key)
         if key in new:
             patch[key] = {**{s: None for s in old or {}}, **new[key]}

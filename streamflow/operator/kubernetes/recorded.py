@@ -35,7 +35,14 @@ def record(key: str, verdict: Verdict) -> dict[str, Any]:
         "key": key,
         "problems": list(verdict.problems),
         "streamlets": {
-            name: {"config": dict(facts.config), "httpPort": facts.http_port}
+            name: {
+                "config": dict(facts.config),
+                "httpPort": facts.http_port,
+                **({"controlTopic": facts.control_topic} if facts.control_topic else {}),
+                **(
+                    {"decisionTopics": list(facts.decision_topics)} if facts.decision_topics else {}
+                ),
+            }
             for name, facts in verdict.facts.items()
         },
     }
@@ -48,7 +55,12 @@ def restore(previous: Mapping[str, Any] | None, key: str) -> Verdict | None:
         return None
     try:
         facts = {
-            str(name): Facts(config=dict(item["config"]), http_port=item.get("httpPort"))
+            str(name): Facts(
+                config=dict(item["config"]),
+                http_port=item.get("httpPort"),
+                control_topic=item.get("controlTopic"),
+                decision_topics=tuple(map(str, item.get("decisionTopics") or ())),
+            )
             for name, item in (recorded.get("streamlets") or {}).items()
         }
         return Verdict(problems=list(recorded.get("problems") or []), facts=facts)

@@ -31,6 +31,7 @@ from streamflow.operator.kubernetes.client import KubeAccess
 from streamflow.operator.kubernetes.executor import Cluster
 from streamflow.operator.kubernetes.job_verifier import JobVerifier
 from streamflow.operator.kubernetes.reconcile import Reconciler
+from streamflow.operator.kubernetes.rollout_status import RolloutStatus
 from streamflow.operator.kubernetes.verify import AppVerifier, Verifier
 
 __all__ = ["VERIFY_IN", "Operator"]
@@ -50,12 +51,14 @@ class Operator:
         resync_s: float = 60.0,
         liveness_endpoint: str | None = None,
         autoscale_s: float = 5.0,
+        rollouts_s: float = 5.0,
         keda_installed: Callable[[], bool] | None = None,
         allowed_images: Sequence[str] = (),
         verify_in: str = "job",
         verifier: AppVerifier | None = None,
     ) -> None:
-        """``autoscale_s``: how often autoscaled streamlets are measured; ``keda_installed``
+        """``autoscale_s``: how often autoscaled streamlets are measured; ``rollouts_s``: how
+        often the serving streamlets' rollouts are read into the status; ``keda_installed``
         overrides asking the cluster whether it serves KEDA's ScaledObjects (tests);
         ``allowed_images``: the image patterns an application may use (empty: none;
         ``streamflow operator run`` defaults them to its own image's registry);
@@ -81,6 +84,7 @@ class Operator:
             verifier=verifier,
         )
         self.autoscaler = Autoscaler(self.reconciler)
+        self.rollouts = RolloutStatus(self.reconciler)
         self.known = periodic.Known()
         self.registry = handlers.build_registry(
             self.reconciler,
@@ -94,6 +98,8 @@ class Operator:
             resync_s=resync_s,
             autoscaler=self.autoscaler,
             autoscale_s=autoscale_s,
+            rollouts=self.rollouts,
+            rollouts_s=rollouts_s,
         )
 
     def run(

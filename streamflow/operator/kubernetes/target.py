@@ -32,6 +32,7 @@ from streamflow.operator.kubernetes import (
     leftovers,
     names,
     pods,
+    rollout_status,
     scaling,
     spec,
 )
@@ -305,16 +306,22 @@ class KubernetesTarget:
 def _streamlet_status(
     app: Application, streamlet: str, recorded: Mapping[str, Any], found: list[Any]
 ) -> targets.StreamletStatus:
-    """An autoscaled streamlet wants what the operator last decided, not ``spec.replicas``."""
+    """An autoscaled streamlet wants what the operator last decided, not ``spec.replicas``;
+    a serving streamlet's model and last decision are its ``status.rollouts`` entry."""
     spec_ = app.streamlets[streamlet]
+    model, decision = rollout_status.shown(
+        (recorded.get(rollout_status.FIELD) or {}).get(streamlet)
+    )
     if spec_.autoscale is None:
-        return pods.streamlet_status(streamlet, spec_.replicas, found)
-    counts = (recorded.get("streamlets") or {}).get(streamlet) or {}
-    desired = int(counts.get("desired", spec_.replicas))
-    entry = scaling.recorded(recorded).get(streamlet)
-    autoscale = scaling.autoscale_status(spec_.autoscale, entry, replicas=desired)
-    status = pods.streamlet_status(streamlet, desired, found)
-    return dataclasses.replace(status, autoscale=autoscale)
+        status = pods.streamlet_status(streamlet, spec_.replicas, found)
+    else:
+        counts = (recorded.get("streamlets") or {}).get(streamlet) or {}
+        desired = int(counts.get("desired", spec_.replicas))
+        entry = scaling.recorded(recorded).get(streamlet)
+        autoscale = scaling.autoscale_status(spec_.autoscale, entry, replicas=desired)
+        status = pods.streamlet_status(streamlet, desired, found)
+        status = dataclasses.replace(status, autoscale=autoscale)
+    return dataclasses.replace(status, model=status.model or model, last_decision=decision)
 
 
 def _names_an_object(exc: ApiException) -> bool:

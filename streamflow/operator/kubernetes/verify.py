@@ -118,7 +118,12 @@ def read_answer(output: str) -> Verdict:
             answer = json.loads(text)
             problems = list(answer["problems"])
             facts = {
-                name: Facts(config=dict(item["config"]), http_port=item.get("http_port"))
+                name: Facts(
+                    config=dict(item["config"]),
+                    http_port=item.get("http_port"),
+                    control_topic=item.get("control_topic"),
+                    decision_topics=tuple(map(str, item.get("decision_topics") or ())),
+                )
                 for name, item in (answer.get("streamlets") or {}).items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -8,7 +8,8 @@ JSON document, on one line behind the prefix
 
     streamflow-verify-answer: {
      "problems": [{"code", "severity", "message", "where", "hint"}, ...],
-     "streamlets": {name: {"config": {...}, "http_port": int | null}}}
+     "streamlets": {name: {"config": {...}, "http_port": int | null,
+                            "control_topic": str | null, "decision_topics": [str]}}}
 
 It runs the very verifier ``streamflow verify`` runs (:func:`verify_text`),
 on the application written back as a blueprint, so the operator refuses what
@@ -95,7 +96,12 @@ def verify_application(application: Mapping[str, Any], *, root: Path) -> dict[st
     if result.application is not None:
         for name in result.application.streamlets:
             found = classes.facts(result.application, name)
-            streamlets[name] = {"config": found.config, "http_port": found.http_port}
+            streamlets[name] = {
+                "config": found.config,
+                "http_port": found.http_port,
+                "control_topic": found.control_topic,
+                "decision_topics": list(found.decision_topics),
+            }
     return {"problems": problems, "streamlets": streamlets}
 
 

@@ -9,7 +9,7 @@ phase from Deployments instead (``kubernetes/status.py``), in the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,6 +68,9 @@ class StreamletStatus:
     # dead letters of records whose writer schema the streamlet cannot read, by schema
     # (summed over the replicas that answered; a target that cannot ask them says none)
     writer_schemas: tuple[WriterSchemaDeadLetters, ...] = ()
+    # a serving streamlet's rollout: its controllers' last decision, as the
+    # RolloutDecision record's fields (a target that does not read them says none)
+    last_decision: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
