@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -293,7 +293,7 @@ def await_statuses(
     topic = channel.status.name
     reader.assign([TopicPartition(topic, p, o) for p, o in pushed.status_start.items()])
     deadline = time.monotonic() + timeout
-    expected = _expected(channel.streamlet, count)
+    expected = _expected(channel.streamlet, count, states)
     try:
         while not all(r in final for r in expected) and time.monotonic() < deadline:
             for msg in reader.consume(100, 0.5):
@@ -312,10 +312,11 @@ def await_statuses(
                     states[record["replica"]] = record["state"]
                     if record["state"] in FINAL_STATES:
                         final[record["replica"]] = record
+            expected = _expected(channel.streamlet, count, states)
             if time.monotonic() - counted >= _RECOUNT_S or all(r in final for r in expected):
                 # before ending, make sure no replica was added meanwhile
                 count, counted = replicas(), time.monotonic()
-                expected = _expected(channel.streamlet, count)
+                expected = _expected(channel.streamlet, count, states)
             progress(states, count)
     finally:
         reader.close()
@@ -344,9 +345,17 @@ def unserved(
     ]
 
 
-def _expected(streamlet: str, replicas: int) -> list[str]:
-    """The replicas' names as they report them (``classifier-0``, ...)."""
-    return [f"{streamlet}-{index}" for index in range(replicas)]
+def _expected(streamlet: str, replicas: int, heard: Mapping[str, Any]) -> list[str]:
+    """The replicas to hear from: ``classifier-0`` ... as the local target names them.
+    Where replicas name themselves otherwise (on Kubernetes, by their pod's name hashed),
+    the ones heard from, then a stand-in for each of ``replicas`` still silent."""
+    indexed = [f"{streamlet}-{index}" for index in range(replicas)]
+    if all(name in indexed for name in heard):
+        return indexed
+    silent = max(0, replicas - len(heard))
+    return sorted(heard) + [
+        f"{streamlet} (replica {n + 1} of {silent} unheard)" for n in range(silent)
+    ]
 
 
 def reader_of(clients: KafkaClients) -> Consumer:
@@ -356,23 +365,43 @@ def reader_of(clients: KafkaClients) -> Consumer:
 
 def end_offsets(clients: KafkaClients, topic: str) -> dict[int, int]:
     """Where each partition of ``topic`` ends now."""
+    return ends_of(clients, [topic])[topic]
+
+
+def ends_of(clients: KafkaClients, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+    """Where each partition of each of ``topics`` ends now, asked by one client."""
     consumer = reader_of(clients)
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {p: watermarks(consumer, TopicPartition(topic, p))[1] for p in meta.partitions}
+        found = {}
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            found[topic] = {
+                p: watermarks(consumer, TopicPartition(topic, p))[1] for p in meta.partitions
+            }
+        return found
     finally:
         consumer.close()
 
 
 def read_all(clients: KafkaClients, topic: str, codec: Codec) -> list[dict[str, Any]]:
     """Every decodable record of a (small, compacted) topic, oldest first."""
+    return read_range(clients, topic, codec)[0]
+
+
+def read_range(
+    clients: KafkaClients, topic: str, codec: Codec, start: Mapping[int, int] | None = None
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """The decodable records of ``topic`` from ``start`` (each partition's offset; its
+    beginning when not given) to where it ends now, oldest first; and where the read got
+    to in each partition (its end, unless the read ran out of time first)."""
     consumer = reader_of(clients)
     records: list[tuple[int, dict[str, Any]]] = []
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         ends = {p: watermarks(consumer, TopicPartition(topic, p)) for p in meta.partitions}
-        pending = {p for p, (low, high) in ends.items() if high > low}
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        first = {p: max(low, (start or {}).get(p, 0)) for p, (low, _) in ends.items()}
+        pending = {p for p, (_, high) in ends.items() if high > first[p]}
+        consumer.assign([TopicPartition(topic, p, first[p]) for p in meta.partitions])
         deadline = time.monotonic() + _READ_ALL_S
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(500, 0.5):
@@ -386,9 +415,14 @@ def read_all(clients: KafkaClients, topic: str, codec: Codec) -> list[dict[str, 
             for tp in consumer.position(consumer.assignment()):
                 if tp.offset >= ends[tp.partition][1]:
                     pending.discard(tp.partition)
+        reached = {p: high for p, (_, high) in ends.items()}
+        if pending:  # out of time: where each partition still short of its end got to
+            for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
+                reached[tp.partition] = max(first[tp.partition], tp.offset)
     finally:
         consumer.close()
-    return [r for _, r in sorted(records, key=lambda item: item[0])]
+    ordered = [r for _, r in sorted(records, key=lambda item: item[0])]
+    return ordered, reached
 
 
 def _codec(codecs: Codecs, topic: TopicSpec, schema: str, *, producing: bool) -> Codec:

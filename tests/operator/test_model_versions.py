@@ -160,3 +160,19 @@ def test_the_count_comes_from_the_targets_status_and_else_the_spec() -> None:
     assert count() == 0
     nothing = versions.replica_count(Target(None), app(3), "classifier")  # type: ignore[arg-type]
     assert nothing() == 3  # no deployment at all: the spec's
+
+
+def test_replicas_named_by_their_pods_count_by_how_many_run() -> None:
+    """On Kubernetes a replica's name is its pod's name hashed (`classifier-1312532417`),
+    not its index: the wait counts the replicas heard from (this waited for
+    `classifier-0` and `classifier-1`, which never report, on the real node)."""
+    pods = ["classifier-1312532417", "classifier-3666402345"]
+    outcome, took, _ = wait(lambda: 2, [status(pods[0]), status(pods[1])], timeout=5.0)
+    assert sorted(outcome.statuses) == pods and outcome.served and outcome.replicas == 2
+    assert took < 4.0
+
+    outcome, _, _ = wait(lambda: 2, [status(pods[0])], timeout=1.0)  # one is silent
+    assert not outcome.served
+    assert versions.unserved(outcome.statuses) == [
+        "classifier (replica 1 of 1 unheard) (no report: no final report within 1s)"
+    ]

@@ -95,7 +95,7 @@ def _rollout_status() -> dict[str, Any]:
             "steps": version,
             "mode": _string(),
             "share": {"type": "number"},
-            "reason": _string(),
+            "reason": _string(maxLength=1024),
             "windows": version,
             "decidedAt": _string(format="date-time"),
         },

@@ -27,12 +27,16 @@ from streamflow.operator.kubernetes.verify import Verdict
 __all__ = ["FIELD", "passed_before", "record", "restore"]
 
 FIELD = "verified"
+#: What a record's facts hold: 2 added the serving streamlets' rollout topics, so a record
+#: of an earlier operator is verified again once, to learn them.
+FACTS = 2
 
 
 def record(key: str, verdict: Verdict) -> dict[str, Any]:
     """``status.verified`` for a verdict that passed."""
     return {
         "key": key,
+        "facts": FACTS,
         "problems": list(verdict.problems),
         "streamlets": {
             name: {
@@ -53,6 +57,8 @@ def restore(previous: Mapping[str, Any] | None, key: str) -> Verdict | None:
     recorded = (previous or {}).get(FIELD)
     if not isinstance(recorded, Mapping) or recorded.get("key") != key:
         return None
+    if recorded.get("facts") != FACTS:
+        return None  # an earlier operator's: verified again, to learn what it lacks
     try:
         facts = {
             str(name): Facts(

@@ -25,7 +25,9 @@ the reconcile carries it over, as it does ``status.autoscale``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,8 +43,8 @@ from streamflow.operator.kubernetes.classes import Facts
 from streamflow.operator.kubernetes.reconcile import ROLLOUTS as FIELD
 from streamflow.operator.kubernetes.reconcile import Reconciler
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
-from streamflow.operator.model_rollouts import read_decisions
-from streamflow.operator.model_versions import DESCRIPTOR, end_offsets, read_all
+from streamflow.operator.model_rollouts import DECISION
+from streamflow.operator.model_versions import DESCRIPTOR, ends_of, read_range
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
@@ -56,25 +58,31 @@ Offsets = dict[str, dict[int, int]]  # topic -> partition -> end offset
 Reader = Callable[[AppResource, str, Facts], dict[str, Any] | None]
 
 
+@dataclass(frozen=True)
+class _Read:
+    ends: Offsets  # where the control and decision topics ended when read
+    now: Standing
+    newest: dict[str, dict[str, Any]]  # model -> its newest decision
+
+
 @dataclass
 class RolloutStatus:
     reconciler: Reconciler
     read: Reader | None = None  # the broker unless given (tests)
-    # per (namespace, resource, streamlet): the topics' end offsets when last read, and
-    # the entry read then
-    _seen: dict[tuple[str, str, str], tuple[Offsets, dict[str, Any] | None]] = field(
-        default_factory=dict
-    )
+    # per (namespace, resource, its uid, streamlet): what was read, and where it ended
+    _seen: dict[tuple[str, str, str, str], _Read] = field(default_factory=dict)
 
     def tick(self, namespace: str, name: str) -> dict[str, Any]:
         """One round for one application: the entries written (none when nothing changed)."""
-        cluster = self.reconciler.cluster
-        body = cluster.get_app(namespace, name)
+        body = self.reconciler.cluster.get_app(namespace, name)
         resource = _parsed(body)
-        serving = _serving(body, resource) if resource is not None else {}
-        self._forget(namespace, name, keep=set(serving))
-        if body is None or resource is None:
+        serving = _serving(body, resource) if resource is not None else None
+        if body is None or resource is None or serving is None:
+            # gone, invalid, or its spec not verified as it is now: the status keeps
+            # what it said until the verifier has spoken (the pods run the old spec)
             return {}
+        uid = str(body["metadata"].get("uid") or "")
+        self._forget(namespace, name, keep={(uid, s) for s in serving})
         if admission.refuse_spec(resource, allowed_images=self.reconciler.allowed_images):
             return {}  # the reconcile reports it; no client is built for it here
         found: dict[str, dict[str, Any] | None] = {}
@@ -84,29 +92,23 @@ class RolloutStatus:
             except (KafkaException, RuntimeError, admission.RefusedError, ValueError) as exc:
                 _LOG.warning("%s/%s: cannot read the rollout of %s: %s", namespace, name,
                              streamlet, exc)  # fmt: skip
-        return self._record(namespace, name, found, keep=set(serving))
+        if not _patch(body, found, keep=set(serving)):
+            return {}  # as the status says already: no second read, no lock
+        return self._record(namespace, name, found)
 
     def _record(
-        self,
-        namespace: str,
-        name: str,
-        found: Mapping[str, dict[str, Any] | None],
-        *,
-        keep: set[str],
+        self, namespace: str, name: str, found: Mapping[str, dict[str, Any] | None]
     ) -> dict[str, Any]:
         cluster = self.reconciler.cluster
         with self.reconciler.lock(namespace, name):
             body = cluster.get_app(namespace, name)  # afresh: a reconcile may have written
-            if body is None or body["metadata"].get("deletionTimestamp"):
+            resource = _parsed(body)
+            serving = _serving(body, resource) if resource is not None else None
+            if body is None or serving is None:
                 return {}
-            before = dict((body.get("status") or {}).get(FIELD) or {})
-            patch: dict[str, Any] = {s: None for s in before if s not in keep}
-            patch |= {
-                s: merge_patch(before.get(s), e)
-                for s, e in found.items()
-                if e is not None and before.get(s) != e
-            }
-            patch |= {s: None for s, e in found.items() if e is None and s in before}
+            patch = _patch(
+                body, {s: e for s, e in found.items() if s in serving}, keep=set(serving)
+            )
             if patch:
                 cluster.patch_status(namespace, name, {FIELD: patch})
         return patch
@@ -114,33 +116,55 @@ class RolloutStatus:
     def _from_broker(
         self, resource: AppResource, streamlet: str, facts: Facts
     ) -> dict[str, Any] | None:
-        """Read from the topics only when they moved since the last read."""
+        """Read what moved since the last read: the (compacted) control topic again when it
+        did, the decision topics from where they ended (they only grow)."""
         settings = admission.client_settings(resource, credentials=self.reconciler.credentials)
         if not settings.bootstrap:
             raise ValueError("spec.kafka.bootstrap is not set")
         clients = KafkaClients(bootstrap=settings.bootstrap, config=dict(settings.config))
-        key = (resource.namespace, resource.name, streamlet)
-        topics = [t for t in (facts.control_topic, *facts.decision_topics) if t]
-        ends = {topic: end_offsets(clients, topic) for topic in topics}
-        seen = self._seen.get(key)
-        if seen is not None and seen[0] == ends:
-            return seen[1]
+        key = (resource.namespace, resource.name, resource.uid, streamlet)
         app = resource.app
-        codecs = Codecs(app, SchemaStore())  # the built-in schemas: no class, no user file
         control = _topic(app, facts.control_topic)
-        history = read_all(
-            clients, control.name, codecs.for_topic(control, DESCRIPTOR, producing=False)
-        )
-        now = standing(history)
         decided = [_topic(app, name) for name in facts.decision_topics]
-        decisions = read_decisions(clients, codecs, decided, now.model) if now.model else []
-        found = entry(now, decisions[-1] if decisions else None)
-        self._seen[key] = (ends, found)
-        return found
+        ends = ends_of(clients, [topic.name for topic in [control, *decided]])
+        last = self._seen.get(key)
+        if last is not None and last.ends == ends:
+            return entry(last.now, last.newest.get(last.now.model))
+        if last is not None and (
+            set(last.ends) != set(ends)  # the spec names other topics
+            or any(  # or a topic was made anew: start over
+                ends[t].get(p, 0) < at
+                for t, offsets in last.ends.items()
+                for p, at in offsets.items()
+            )
+        ):
+            last = None
+        codecs = Codecs(app, SchemaStore())  # the built-in schemas: no class, no user file
+        read_to = {control.name: ends[control.name]}
+        if last is not None and last.ends[control.name] == ends[control.name]:
+            now = last.now
+        else:
+            codec = codecs.for_topic(control, DESCRIPTOR, producing=False)
+            history, reached = read_range(clients, control.name, codec)
+            now = standing(history)
+            if reached != ends[control.name]:
+                read_to[control.name] = {}  # read short: read it whole again next time
+        newest = dict(last.newest) if last is not None else {}
+        for topic in decided:
+            codec = codecs.for_topic(topic, DECISION, producing=False)
+            start = last.ends.get(topic.name) if last is not None else None
+            records, read_to[topic.name] = read_range(clients, topic.name, codec, start)
+            for decision in records:
+                model = decision["model"]
+                if model not in newest or _place(decision) > _place(newest[model]):
+                    newest[model] = decision
+        self._seen[key] = _Read(read_to, now, newest)
+        return entry(now, newest.get(now.model))
 
-    def _forget(self, namespace: str, name: str, *, keep: set[str]) -> None:
+    def _forget(self, namespace: str, name: str, *, keep: set[tuple[str, str]]) -> None:
+        """Drop what was read for this application's other incarnations and streamlets."""
         for key in list(self._seen):  # a snapshot: other applications' ticks run too
-            if key[:2] == (namespace, name) and key[2] not in keep:
+            if key[:2] == (namespace, name) and key[2:] not in keep:
                 self._seen.pop(key, None)
 
 
@@ -148,17 +172,17 @@ def entry(now: Standing, decision: Mapping[str, Any] | None) -> dict[str, Any] |
     """``status.rollouts.<streamlet>`` from where the rollout stands and the newest decision."""
     if now.stable is None and now.candidate is None:
         return None
-    out: dict[str, Any] = {"model": now.model}
+    out: dict[str, Any] = {"model": _bounded(now.model)}
     if now.stable is not None:
         out["stable"] = now.stable.version
     if now.candidate is not None and now.candidate.rollout is not None:
         rollout = now.candidate.rollout
         out["candidate"] = now.candidate.version
         out["mode"] = rollout.mode.value.lower()
-        if rollout.splits:
-            out["share"] = rollout.share
+        if rollout.splits and (share := _finite(rollout.share)) is not None:
+            out["share"] = share
         if rollout.arms:
-            out["arms"] = list(rollout.arms)
+            out["arms"] = [_bounded(arm) for arm in rollout.arms]
     if decision is not None:
         out["lastDecision"] = {
             "candidate": decision["candidate_version"],
@@ -167,10 +191,11 @@ def entry(now: Standing, decision: Mapping[str, Any] | None) -> dict[str, Any] |
             "step": decision["step"],
             "steps": decision["steps"],
             "mode": decision["mode"],
-            "share": decision["share"],
-            "reason": decision["reason"],
+            "reason": _bounded(decision["reason"]),
             "windows": decision["windows"],
         }
+        if (share := _finite(decision["share"])) is not None:
+            out["lastDecision"]["share"] = share
         decided = _time(decision.get("time"))
         if decided is not None:
             out["lastDecision"]["decidedAt"] = decided
@@ -217,12 +242,32 @@ def merge_patch(before: Any, after: Mapping[str, Any]) -> dict[str, Any]:
     return patch
 
 
+#: The longest text of a record the status carries: a record is the writer's to fill, and
+#: the status object goes to every watcher of the resource.
+MAX_TEXT = 1024
+
+
+def _bounded(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def _finite(value: Any) -> float | None:
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 def _time(value: Any) -> str | None:
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return None
+
+
+def _place(decision: Mapping[str, Any]) -> tuple[int, int]:
+    """Where a decision falls: its candidate, then its number in that candidate's rollout."""
+    return int(decision["candidate_version"]), int(decision["sequence"])
 
 
 def _topic(app: Application, name: str | None) -> TopicSpec:
@@ -232,16 +277,55 @@ def _topic(app: Application, name: str | None) -> TopicSpec:
     return topic
 
 
-def _serving(body: Mapping[str, Any] | None, resource: AppResource) -> dict[str, Facts]:
-    """The serving streamlets the verifier found in this spec, with their facts."""
+def _patch(
+    body: Mapping[str, Any], found: Mapping[str, dict[str, Any] | None], *, keep: set[str]
+) -> dict[str, Any]:
+    """The merge patch of ``status.rollouts`` from what it says in ``body`` to ``found``;
+    a streamlet not in ``keep`` leaves it, one not read this time stays as it was."""
+    before = dict((body.get("status") or {}).get(FIELD) or {})
+    patch: dict[str, Any] = {s: None for s in before if s not in keep}
+    for streamlet, now in found.items():
+        if now is None and streamlet in before:
+            patch[streamlet] = None
+        elif now is not None and before.get(streamlet) != now:
+            patch[streamlet] = merge_patch(before.get(streamlet), now)
+    return patch
+
+
+def _serving(body: Mapping[str, Any] | None, resource: AppResource) -> dict[str, Facts] | None:
+    """The serving streamlets the verifier found in this spec, with their facts (None: the
+    spec is not verified as it is now). The topics come from the verifier, which runs the
+    application's own image: each is held to the spec's wiring, so a resource cannot send
+    the operator to read a topic its streamlet does not follow, or one in a registry
+    format (the operator has no registry of its own)."""
     verdict = recorded.restore((body or {}).get("status"), verify_job.spec_key(resource))
     if verdict is None:
-        return {}
+        return None
+    app = resource.app
     return {
-        name: facts
+        name: dataclasses.replace(facts, decision_topics=tuple(decided))
         for name, facts in verdict.facts.items()
-        if facts.control_topic and name in resource.app.streamlets
+        if name in app.streamlets
+        and facts.control_topic
+        and _wired(app, facts.control_topic, consumer=name)
+        for decided in [
+            [t for t in facts.decision_topics if _wired(app, t, producing_from=facts.control_topic)]
+        ]
     }
+
+
+def _wired(
+    app: Application, topic: str, *, consumer: str | None = None, producing_from: str | None = None
+) -> bool:
+    """Whether ``topic`` is the spec's, without a registry, and consumed by ``consumer`` or
+    produced by a streamlet that consumes ``producing_from``."""
+    spec_ = app.topics.get(topic)
+    if spec_ is None or spec_.format.uses_registry:
+        return False
+    if consumer is not None:
+        return any(port.streamlet == consumer for port in spec_.consumers)
+    followers = {port.streamlet for port in app.topics[producing_from or ""].consumers}
+    return any(port.streamlet in followers for port in spec_.producers)
 
 
 def _parsed(body: dict[str, Any] | None) -> AppResource | None:

@@ -16,7 +16,7 @@ from streamflow.models.descriptor import ModelDescriptor
 from streamflow.models.kinds import ModelKind
 from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.models.rollout_standing import Standing
-from streamflow.operator.kubernetes import spec, verify_job
+from streamflow.operator.kubernetes import recorded, spec, verify_job
 from streamflow.operator.kubernetes.classes import Facts
 from streamflow.operator.kubernetes.rollout_status import RolloutStatus, entry, merge_patch
 from streamflow.operator.kubernetes.spec import AppResource
@@ -70,15 +70,37 @@ class Reader:
         return self.answer
 
 
-def verified_serving(cluster: FakeCluster, streamlet: str | None) -> None:
-    """The verifier's record, as a reconcile leaves it, with ``streamlet`` serving models."""
+def verified_serving(
+    cluster: FakeCluster, streamlet: str | None, *, control: str = "", decisions: str = ""
+) -> None:
+    """The verifier's record, as a reconcile leaves it, with ``streamlet`` serving models
+    from ``control`` (by default the topic it consumes) and decisions on ``decisions`` (by
+    default the topic it produces: the test app has no controller, so the scorer stands
+    in for one)."""
     resource = spec.parse(cluster.body)
-    facts: dict[str, Any] = {s: {"config": {}, "httpPort": None} for s in resource.app.streamlets}
+    app = resource.app
+    facts: dict[str, Any] = {s: {"config": {}, "httpPort": None} for s in app.streamlets}
     if streamlet is not None:
-        facts[streamlet].update(controlTopic="models", decisionTopics=["decisions"])
+        consumed = next(
+            t for t, s in app.topics.items() if any(c.streamlet == streamlet for c in s.consumers)
+        )
+        produced = next(
+            t for t, s in app.topics.items() if any(c.streamlet == streamlet for c in s.producers)
+        )
+        facts[streamlet].update(
+            controlTopic=control or consumed, decisionTopics=[decisions or produced]
+        )
     cluster.body.setdefault("status", {})["verified"] = {
-        "key": verify_job.spec_key(resource), "problems": [], "streamlets": facts,
+        "key": verify_job.spec_key(resource), "facts": recorded.FACTS, "problems": [],
+        "streamlets": facts,
     }  # fmt: skip
+
+
+def topics_of(cluster: FakeCluster) -> tuple[str, str]:
+    app = spec.parse(cluster.body).app
+    samples = next(t for t in app.topics if t.startswith("samples"))
+    scores = next(t for t in app.topics if t.startswith("scores"))
+    return samples, scores
 
 
 def watched(app: Application) -> tuple[FakeCluster, RolloutStatus, Reader, str]:
@@ -92,7 +114,8 @@ def test_a_tick_writes_the_rollout_once_and_nothing_while_it_stands() -> None:
     verified_serving(cluster, "scorer")
     assert status.tick("prod", name) == {"scorer": RUNNING}
     assert cluster.body["status"]["rollouts"] == {"scorer": RUNNING}
-    assert reader.asked == ["scorer models ['decisions']"]
+    samples, scores = topics_of(cluster)
+    assert reader.asked == [f"scorer {samples} ['{scores}']"]
     writes = len(cluster.writes)
     assert status.tick("prod", name) == {}  # the same: no write
     assert len(cluster.writes) == writes
@@ -113,15 +136,56 @@ def test_a_streamlet_that_serves_no_more_leaves_the_status() -> None:
     verified_serving(cluster, None)  # a new spec verified: nothing serves models
     assert status.tick("prod", name) == {"scorer": None}
     assert cluster.body["status"]["rollouts"] == {}
-    assert reader.asked == ["scorer models ['decisions']"]  # not read again
+    assert len(reader.asked) == 1  # not read again
 
 
-def test_a_spec_not_verified_as_it_is_now_is_not_read() -> None:
+def test_a_spec_being_verified_again_keeps_the_rollout_and_is_not_read() -> None:
+    """A `configure` or a new image: the pods still run the rollout until the new spec
+    is verified, so its status stays (it was wiped), and nothing is read meanwhile."""
     cluster, status, reader, name = watched(make_application(bootstrap="kafka:9092"))
     verified_serving(cluster, "scorer")
+    status.tick("prod", name)
     cluster.body["status"]["verified"]["key"] = "another spec's"
     assert status.tick("prod", name) == {}
+    assert cluster.body["status"]["rollouts"] == {"scorer": RUNNING}
+    assert len(reader.asked) == 1
+
+
+def test_an_earlier_operators_record_is_verified_again_to_learn_the_topics() -> None:
+    cluster, _, _, _ = watched(make_application(bootstrap="kafka:9092"))
+    verified_serving(cluster, "scorer")
+    resource = spec.parse(cluster.body)
+    key = verify_job.spec_key(resource)
+    assert recorded.restore(cluster.body["status"], key) is not None
+    del cluster.body["status"]["verified"]["facts"]  # written before the topics were facts
+    assert recorded.restore(cluster.body["status"], key) is None
+
+
+def test_topics_the_spec_does_not_wire_to_the_streamlet_are_never_read() -> None:
+    """The facts come from the verifier, which runs the application's own image: a topic
+    its serving streamlet does not consume, or decisions no follower of that topic
+    writes, are not read (a busy data topic, another application's)."""
+    cluster, status, reader, name = watched(make_application(bootstrap="kafka:9092"))
+    samples, scores = topics_of(cluster)
+    verified_serving(cluster, "scorer", control=scores)  # the scorer produces it
+    status.tick("prod", name)
+    verified_serving(cluster, "scorer", control="another-apps-topic")
+    status.tick("prod", name)
     assert reader.asked == []
+    verified_serving(cluster, "scorer", decisions=samples)  # written by the ingress
+    status.tick("prod", name)
+    assert reader.asked == [f"scorer {samples} []"]
+
+
+def test_what_a_record_says_is_bounded_in_the_status() -> None:
+    decision = {
+        "candidate_version": 2, "sequence": 1, "verdict": "HOLD", "step": 1, "steps": 2,
+        "mode": "canary", "share": float("nan"), "reason": "x" * 1_000_000, "windows": 1,
+    }  # fmt: skip
+    found = entry(Standing("wine", served(1)), decision)
+    assert found is not None
+    last = found["lastDecision"]
+    assert len(last["reason"]) == 1024 and "share" not in last
 
 
 def test_a_resource_admission_refuses_is_never_read() -> None:
