@@ -7,12 +7,13 @@ promotion or a rollback, with each decision saying why.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 from streamflow import ControlInlet
-from streamflow.models.rollout_policy import Policy, PolicyError
+from streamflow.models.rollout_policy import Arm, Policy, PolicyError, Verdict, decide
 from streamflow.streamlets.rollout import RolloutController
 from streamflow.testkit import StreamletHarness
 from tests.streamlets.rollout import rollout_support as r
@@ -281,3 +282,51 @@ def test_the_same_version_rolled_out_again_is_judged_afresh() -> None:
     decisions, _ = _turn(h, [r.window(1, stable=(180, 50, 40), candidate=(20, 50, 47))])
     assert [d["verdict"] for d in decisions] == ["HOLD"]
     assert (decisions[0]["sequence"], decisions[0]["windows"]) == (1, 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_verdict_comes_on_the_window_whose_evidence_crosses_the_threshold(seed: int) -> None:
+    """The issue's bound, "the controller decides within one evidence window of the
+    threshold being crossed", held exactly: fed one window at a time, the controller
+    holds while the policy on the evidence so far says hold, and acts on the very window
+    where it first says otherwise (accuracy either way, or failures), never a window late."""
+    rng = random.Random(seed)
+    policy = {
+        "steps": [{"mode": "canary", "share": 50, "windows": 1}],
+        "margin": 0.05,
+        "max_drop": 0.05,
+        "max_labels": 1_000_000,
+        "max_error_rate": 0.02,
+    }
+    accuracy = {"stable": 0.9, "candidate": rng.choice([0.7, 0.8, 0.92, 0.97])}
+    h = _harness()
+    h.control("model", r.descriptor(1), key="wine")
+    h.control("model", r.candidate(2, "CANARY", 50.0, policy=policy), key="wine#candidate")
+    h.clear()
+    sums = {"stable": [0, 0, 0, 0], "candidate": [0, 0, 0, 0]}  # records, failures, labels, right
+    for index in range(400):
+        drawn: dict[str, tuple[int, int, int]] = {}
+        failures = int(rng.random() < 0.01) * rng.randint(5, 40)  # the candidate's, now and then
+        for arm in sums:
+            records = rng.randint(100, 300)
+            labelled = rng.randint(0, records)
+            right = sum(rng.random() < accuracy[arm] for _ in range(labelled))
+            drawn[arm] = (records, labelled, right)
+            failed = failures if arm == "candidate" else 0
+            for place, count in enumerate((records, failed, labelled, right)):
+                sums[arm][place] += count
+        expected = decide(
+            Policy.from_mapping(policy), 0, index + 1, Arm(*sums["stable"]), Arm(*sums["candidate"])
+        )
+        window = r.window(
+            index, stable=drawn["stable"], candidate=drawn["candidate"], failures=failures
+        )
+        decisions, control = _turn(h, [window])
+        said = [d["verdict"] for d in decisions]
+        assert said == [expected.verdict.name], (index, expected, decisions)
+        if expected.verdict is not Verdict.HOLD:
+            assert control, "it decided but did not act"
+            break
+    else:
+        pytest.fail("no verdict in 400 windows")
+    h.teardown()
