@@ -14,6 +14,10 @@ comes out as a prediction (none lost), through real pods, a scale to three
 classifiers, a classifier pod killed and replaced, and a `configure` that rolls
 only its own streamlet.
 
+Then the rollout example (`blueprints/wine/rollout.yaml`) runs on the same node: its
+controller's pod rolls a worse candidate back and promotes a better one, which the
+operator reads into the StreamflowApplication's `status.rollouts`.
+
 The pods' network cannot reach this host's loopback, so the module has a Kafka
 broker of its own, listening on the node's host address. The tests share one
 deployment and run in order: each step starts from where the last one left it.
@@ -28,7 +32,7 @@ import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,3 +335,91 @@ def test_undeploy_removes_everything(deployed: Deployed) -> None:
     gone = deployed.node.kubectl("-n", deployed.namespace, "get", "streamflowapplications",
                                  "-o", "name", timeout=60).stdout  # fmt: skip
     assert gone.strip() == ""
+
+
+ROLLOUT = CLASSIFIER.with_name("rollout.yaml")
+ROLLOUT_APP = "wine-rollout"
+
+
+def rollout_pods(deployed: Deployed, streamlet: str) -> list[dict[str, Any]]:
+    selector = f"{APP_LABEL}={ROLLOUT_APP},{STREAMLET_LABEL}={streamlet}"
+    pods = json.loads(deployed.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+    return [pod for pod in pods if running(pod)]
+
+
+def rollout_entry(deployed: Deployed) -> dict[str, Any]:
+    """``status.rollouts.classifier`` of the rollout app's StreamflowApplication."""
+    found = json.loads(deployed.kubectl("get", "streamflowapplications", ROLLOUT_APP, "-o", "json"))
+    entry: dict[str, Any] = ((found.get("status") or {}).get("rollouts") or {}).get(
+        "classifier"
+    ) or {}
+    return entry
+
+
+def rollout_state(deployed: Deployed) -> str:
+    """What a failed wait needs: the status entry and the rollout's parts' last log lines."""
+    lines = [f"status.rollouts.classifier: {rollout_entry(deployed)}"]
+    for streamlet in ("classifier", "evidence", "controller"):
+        for pod in rollout_pods(deployed, streamlet):
+            name = pod["metadata"]["name"]
+            tail = deployed.node.kubectl(
+                "-n", deployed.namespace, "logs", name, "--tail", "15", check=False, timeout=60
+            ).stdout
+            lines.append(f"--- {name}\n{tail}")
+    return "\n".join(lines)
+
+
+def test_a_rollout_through_the_operator_rolls_back_a_worse_model_and_promotes_a_better(
+    deployed: Deployed, wine_models_in_place: Path
+) -> None:
+    """The rollout example on real pods: the operator deploys it, `model rollout start`
+    writes each candidate, and the controller's pod rolls the worse one (train.py's v3)
+    back and walks the better one (v2) to a promotion; the StreamflowApplication's
+    status and `streamflow status` say so, and no classifier pod restarted."""
+    bootstrap = deployed.kafka.bootstrap_servers
+    deployed.cli(*deployed.k8s("deploy", str(ROLLOUT), "--image", deployed.images.app,
+                               "-b", bootstrap, "--timeout", f"{_WAIT_S:.0f}s"))  # fmt: skip
+    classifiers = {p["metadata"]["uid"] for p in rollout_pods(deployed, "classifier")}
+    assert len(classifiers) == 2
+
+    def entry_is(wanted: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        found: dict[str, Any] = wait_until(
+            lambda: (e := rollout_entry(deployed)) and wanted(e) and e,
+            what=what,
+            timeout=_WAIT_S,
+            interval=_POLL_S,
+            explain=lambda: rollout_state(deployed),
+        )
+        return found
+
+    stable = entry_is(lambda e: e.get("stable"), "the published wine:1 in the status")["stable"]
+
+    def start(model: str) -> None:
+        deployed.cli("model", "rollout", "start", str(ROLLOUT), "classifier",
+                     "--keras", str(wine_models_in_place / model), "-b", bootstrap)  # fmt: skip
+
+    def ended(verdict: str, stable: int) -> Callable[[dict[str, Any]], bool]:
+        # one condition on the whole entry: the decision and the END that goes with it are
+        # one transaction, but a tick reads the model topic before the decisions
+        return lambda e: (
+            (e.get("lastDecision") or {}).get("verdict") == verdict
+            and e.get("stable") == stable
+            and "candidate" not in e
+        )
+
+    start("wine-v3.keras")  # the next version, worse on purpose
+    rolled_back = entry_is(ended("ROLLBACK", stable), "the worse candidate rolled back")
+    worse = rolled_back["lastDecision"]["candidate"]
+    assert worse > stable
+
+    start("wine-v2.keras")  # the version after it
+    better = worse + 1
+    promoted = entry_is(ended("PROMOTE", better), f"the better candidate, {better}, promoted")
+    assert promoted["lastDecision"]["candidate"] == better
+    shown = deployed.cli(*deployed.k8s("status", ROLLOUT_APP)).stdout
+    assert f"last decision on wine:{better}: PROMOTE" in shown, shown
+    # promoted and rolled back live: the same classifier pods, never restarted
+    pods = rollout_pods(deployed, "classifier")
+    assert {p["metadata"]["uid"] for p in pods} == classifiers
+    assert all(s["restartCount"] == 0 for p in pods for s in p["status"]["containerStatuses"])
+    deployed.cli(*deployed.k8s("undeploy", ROLLOUT_APP, "--timeout", "300s"))
