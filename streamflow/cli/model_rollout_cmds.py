@@ -334,8 +334,9 @@ def _watch(rollouts: Rollouts, now: Standing, seen: list[dict[str, Any]], timeou
         f"watching the rollout of {candidate.tag} (Ctrl-C stops watching, not the rollout)"
     )
     deadline = time.monotonic() + timeout if timeout else None
+    feed, control, ends = rollouts.feed(), rollouts.channel.control.name, None
     while deadline is None or time.monotonic() < deadline:
-        for decision in rollouts.decisions(now.model, candidate.version):
+        for decision in feed.read(now.model, candidate.version):
             place = (decision["candidate_version"], decision["sequence"])
             if place in said:
                 continue
@@ -343,9 +344,12 @@ def _watch(rollouts: Rollouts, now: Standing, seen: list[dict[str, Any]], timeou
             output.console().print(model_wait.decision_line(decision))
             if decision["verdict"] in ("PROMOTE", "ROLLBACK"):
                 return
-        if rollouts.standing(now.model).candidate is None:  # ended by hand (promote, abort)
-            output.console().print(f"the rollout of {candidate.tag} has ended")
-            return
+        moved = versions.end_offsets(rollouts.channel.clients, control)
+        if moved != ends:  # the model topic is read again only when it moved
+            ends = moved
+            if rollouts.standing(now.model).candidate is None:  # ended by hand
+                output.console().print(f"the rollout of {candidate.tag} has ended")
+                return
         time.sleep(_WATCH_POLL_S)
     output.fail(f"the rollout of {candidate.tag} did not end within {timeout:g}s")
 

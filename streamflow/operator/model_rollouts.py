@@ -42,7 +42,7 @@ from streamflow.operator.model_versions import (
     PushRequest,
     end_offsets,
     produce_descriptors,
-    read_all,
+    read_range,
 )
 from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
@@ -50,6 +50,7 @@ from streamflow.schema import SchemaStore
 
 __all__ = [
     "DECISION",
+    "DecisionFeed",
     "Rollouts",
     "Standing",
     "blueprint_policy",
@@ -80,6 +81,14 @@ class Rollouts:
         topics = decision_topics(app, channel.control.name)
         codecs = Codecs(app, SchemaStore(app.schema_paths))
         return read_decisions(channel.clients, codecs, topics, model, candidate)
+
+    def feed(self) -> DecisionFeed:
+        """The decisions as they come (see :class:`DecisionFeed`)."""
+        app = self.channel.app
+        topics = decision_topics(app, self.channel.control.name)
+        return DecisionFeed(
+            self.channel.clients, Codecs(app, SchemaStore(app.schema_paths)), topics
+        )
 
     def start(self, request: PushRequest, rollout: Rollout) -> Pushed:
         """A candidate: the next version, beside the stable one, meeting what ``rollout``
@@ -162,23 +171,39 @@ def read_decisions(
 ) -> list[dict[str, Any]]:
     """The decisions about ``model`` (of one candidate version, if given) on ``topics``,
     oldest first; a decision read twice (a controller's retry) is one."""
-    found: list[dict[str, Any]] = []
-    for topic in topics:
-        codec = codecs.for_topic(topic, DECISION, producing=False)
-        found += read_all(clients, topic.name, codec)
-    mine = [
-        d
-        for d in found
-        if d["model"] == model and (candidate is None or d["candidate_version"] == candidate)
-    ]
-    seen: set[tuple[int, int]] = set()
-    ordered = []
-    for decision in sorted(mine, key=lambda d: (d["candidate_version"], d["sequence"])):
-        place = (decision["candidate_version"], decision["sequence"])
-        if place not in seen:
-            seen.add(place)
-            ordered.append(decision)
-    return ordered
+    return DecisionFeed(clients, codecs, list(topics)).read(model, candidate)
+
+
+class DecisionFeed:
+    """Decisions read on from where the last read ended: a watcher that asks every few
+    seconds reads each record once, however long the topics have grown."""
+
+    def __init__(self, clients: KafkaClients, codecs: Codecs, topics: list[TopicSpec]) -> None:
+        self.clients, self.codecs, self.topics = clients, codecs, topics
+        self._at: dict[str, dict[int, int]] = {}
+        self._said: set[tuple[int, int]] = set()
+
+    def read(self, model: str, candidate: int | None = None) -> list[dict[str, Any]]:
+        """The decisions about ``model`` (of ``candidate``) not read before, oldest first."""
+        found: list[dict[str, Any]] = []
+        for topic in self.topics:
+            codec = self.codecs.for_topic(topic, DECISION, producing=False)
+            records, self._at[topic.name] = read_range(
+                self.clients, topic.name, codec, self._at.get(topic.name)
+            )
+            found += records
+        mine = [
+            d
+            for d in found
+            if d["model"] == model and (candidate is None or d["candidate_version"] == candidate)
+        ]
+        ordered = []
+        for decision in sorted(mine, key=lambda d: (d["candidate_version"], d["sequence"])):
+            place = (decision["candidate_version"], decision["sequence"])
+            if place not in self._said:
+                self._said.add(place)
+                ordered.append(decision)
+        return ordered
 
 
 def controllers(app: Application, control: str) -> list[str]:
