@@ -23,8 +23,6 @@ from streamflow.api.config import config_problems
 from streamflow.api.descriptor import ClassLoadError, DeclarationError, StreamletDescriptor
 from streamflow.api.streamlet import Logic
 from streamflow.blueprint.model import Application
-from streamflow.operator.model_rollouts import decision_topics
-from streamflow.operator.model_versions import ModelPushError, model_topics
 
 __all__ = ["Facts", "facts"]
 
@@ -63,6 +61,11 @@ def facts(app: Application, streamlet: str) -> Facts:
 
 def _rollout_topics(app: Application, streamlet: str) -> tuple[str | None, tuple[str, ...]]:
     """A serving streamlet's control topic and its controllers' decision topics."""
+    # here, not at the top: only the verifier's child asks, and the operator's other
+    # importers (the CLI's Kubernetes target) need none of the models' machinery
+    from streamflow.operator.model_rollouts import decision_topics
+    from streamflow.operator.model_versions import ModelPushError, model_topics
+
     try:
         control, _ = model_topics(app, streamlet)
     except ModelPushError:  # it serves no model

@@ -66,6 +66,7 @@ from streamflow.operator.kubernetes import (
 )
 from streamflow.operator.kubernetes.client import api_message
 from streamflow.operator.kubernetes.executor import Cluster, Executor
+from streamflow.operator.kubernetes.rollout_entry import FIELD as ROLLOUTS
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
 
 __all__ = ["EventSink", "Outcome", "Reconciler"]
@@ -402,9 +403,6 @@ class Reconciler:
         metadata = body["metadata"]
         self.cluster.patch_status(metadata["namespace"], metadata["name"], _with_nulls(body, new))
         return True
-
-
-ROLLOUTS = "rollouts"  # status.rollouts: see rollout_status.py
 
 
 def _template_checksum(deployment: Mapping[str, Any]) -> str:

@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaException
 
 from streamflow.blueprint.model import Application, TopicSpec
-from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.models.rollout_standing import Standing, standing
 from streamflow.operator.kubernetes import admission, recorded, verify_job
 from streamflow.operator.kubernetes.classes import Facts
-from streamflow.operator.kubernetes.reconcile import ROLLOUTS as FIELD
 from streamflow.operator.kubernetes.reconcile import Reconciler
+from streamflow.operator.kubernetes.rollout_entry import FIELD, entry, patch
 from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
 from streamflow.operator.model_rollouts import DECISION
 from streamflow.operator.model_versions import DESCRIPTOR, ends_of, read_range
@@ -49,7 +46,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 
-__all__ = ["FIELD", "RolloutStatus", "entry", "merge_patch", "shown"]
+__all__ = ["RolloutStatus"]
 
 _LOG = logging.getLogger("streamflow.operator.rollouts")
 
@@ -92,7 +89,7 @@ class RolloutStatus:
             except (KafkaException, RuntimeError, admission.RefusedError, ValueError) as exc:
                 _LOG.warning("%s/%s: cannot read the rollout of %s: %s", namespace, name,
                              streamlet, exc)  # fmt: skip
-        if not _patch(body, found, keep=set(serving)):
+        if not patch(body, found, keep=set(serving)):
             return {}  # as the status says already: no second read, no lock
         return self._record(namespace, name, found)
 
@@ -106,12 +103,11 @@ class RolloutStatus:
             serving = _serving(body, resource) if resource is not None else None
             if body is None or serving is None:
                 return {}
-            patch = _patch(
-                body, {s: e for s, e in found.items() if s in serving}, keep=set(serving)
-            )
-            if patch:
-                cluster.patch_status(namespace, name, {FIELD: patch})
-        return patch
+            mine = {s: e for s, e in found.items() if s in serving}
+            written = patch(body, mine, keep=set(serving))
+            if written:
+                cluster.patch_status(namespace, name, {FIELD: written})
+        return written
 
     def _from_broker(
         self, resource: AppResource, streamlet: str, facts: Facts
@@ -168,103 +164,6 @@ class RolloutStatus:
                 self._seen.pop(key, None)
 
 
-def entry(now: Standing, decision: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``status.rollouts.<streamlet>`` from where the rollout stands and the newest decision."""
-    if now.stable is None and now.candidate is None:
-        return None
-    out: dict[str, Any] = {"model": _bounded(now.model)}
-    if now.stable is not None:
-        out["stable"] = now.stable.version
-    if now.candidate is not None and now.candidate.rollout is not None:
-        rollout = now.candidate.rollout
-        out["candidate"] = now.candidate.version
-        out["mode"] = rollout.mode.value.lower()
-        if rollout.splits and (share := _finite(rollout.share)) is not None:
-            out["share"] = share
-        if rollout.arms:
-            out["arms"] = [_bounded(arm) for arm in rollout.arms]
-    if decision is not None:
-        out["lastDecision"] = {
-            "candidate": decision["candidate_version"],
-            "sequence": decision["sequence"],
-            "verdict": decision["verdict"],
-            "step": decision["step"],
-            "steps": decision["steps"],
-            "mode": decision["mode"],
-            "reason": _bounded(decision["reason"]),
-            "windows": decision["windows"],
-        }
-        if (share := _finite(decision["share"])) is not None:
-            out["lastDecision"]["share"] = share
-        decided = _time(decision.get("time"))
-        if decided is not None:
-            out["lastDecision"]["decidedAt"] = decided
-    return out
-
-
-def shown(entry: Mapping[str, Any] | None) -> tuple[str | None, dict[str, Any] | None]:
-    """What ``streamflow status`` shows of an entry: the model column as a replica says it
-    (``wine:1 + candidate wine:2 (canary 25% of the keys)``), and the last decision as a
-    ``RolloutDecision`` record's fields."""
-    if not entry or "model" not in entry:
-        return None, None
-    model = str(entry["model"])
-    said = f"{model}:{entry['stable']}" if "stable" in entry else None
-    if "candidate" in entry and "mode" in entry:
-        mode = RolloutMode(str(entry["mode"]).upper())
-        plan = Rollout(mode, float(entry.get("share") or 0.0), tuple(entry.get("arms") or ()))
-        candidate = f"candidate {model}:{entry['candidate']} ({plan.describe()})"
-        said = f"{said} + {candidate}" if said else candidate
-    last = entry.get("lastDecision")
-    decision = None
-    if isinstance(last, Mapping):
-        decision = {
-            "model": model,
-            "candidate_version": last.get("candidate"),
-            "verdict": last.get("verdict"),
-            "step": last.get("step", 0),
-            "steps": last.get("steps", 0),
-            "mode": last.get("mode"),
-            "windows": last.get("windows", 0),
-            "reason": last.get("reason", ""),
-        }
-    return said, decision
-
-
-def merge_patch(before: Any, after: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch that turns ``before`` into ``after``: what ``after`` lacks is
-    written as null (a merge patch keeps every key it does not name)."""
-    old = before if isinstance(before, Mapping) else {}
-    patch: dict[str, Any] = {key: None for key in old if key not in after}
-    for key, value in after.items():
-        nested = isinstance(value, Mapping) and isinstance(old.get(key), Mapping)
-        patch[key] = merge_patch(old[key], value) if nested else value
-    return patch
-
-
-#: The longest text of a record the status carries: a record is the writer's to fill, and
-#: the status object goes to every watcher of the resource.
-MAX_TEXT = 1024
-
-
-def _bounded(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
-
-
-def _finite(value: Any) -> float | None:
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _time(value: Any) -> str | None:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return None
-
-
 def _place(decision: Mapping[str, Any]) -> tuple[int, int]:
     """Where a decision falls: its candidate, then its number in that candidate's rollout."""
     return int(decision["candidate_version"]), int(decision["sequence"])
@@ -275,21 +174,6 @@ def _topic(app: Application, name: str | None) -> TopicSpec:
     if topic is None:
         raise ValueError(f"topic {name!r} is not in the spec any more")
     return topic
-
-
-def _patch(
-    body: Mapping[str, Any], found: Mapping[str, dict[str, Any] | None], *, keep: set[str]
-) -> dict[str, Any]:
-    """The merge patch of ``status.rollouts`` from what it says in ``body`` to ``found``;
-    a streamlet not in ``keep`` leaves it, one not read this time stays as it was."""
-    before = dict((body.get("status") or {}).get(FIELD) or {})
-    patch: dict[str, Any] = {s: None for s in before if s not in keep}
-    for streamlet, now in found.items():
-        if now is None and streamlet in before:
-            patch[streamlet] = None
-        elif now is not None and before.get(streamlet) != now:
-            patch[streamlet] = merge_patch(before.get(streamlet), now)
-    return patch
 
 
 def _serving(body: Mapping[str, Any] | None, resource: AppResource) -> dict[str, Facts] | None:

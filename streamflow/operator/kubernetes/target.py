@@ -32,7 +32,7 @@ from streamflow.operator.kubernetes import (
     leftovers,
     names,
     pods,
-    rollout_status,
+    rollout_entry,
     scaling,
     spec,
 )
@@ -309,9 +309,7 @@ def _streamlet_status(
     """An autoscaled streamlet wants what the operator last decided, not ``spec.replicas``;
     a serving streamlet's model and last decision are its ``status.rollouts`` entry."""
     spec_ = app.streamlets[streamlet]
-    model, decision = rollout_status.shown(
-        (recorded.get(rollout_status.FIELD) or {}).get(streamlet)
-    )
+    model, decision = rollout_entry.shown((recorded.get(rollout_entry.FIELD) or {}).get(streamlet))
     if spec_.autoscale is None:
         status = pods.streamlet_status(streamlet, spec_.replicas, found)
     else:

@@ -18,7 +18,8 @@ from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.models.rollout_standing import Standing
 from streamflow.operator.kubernetes import recorded, spec, verify_job
 from streamflow.operator.kubernetes.classes import Facts
-from streamflow.operator.kubernetes.rollout_status import RolloutStatus, entry, merge_patch
+from streamflow.operator.kubernetes.rollout_entry import entry, merge_patch
+from streamflow.operator.kubernetes.rollout_status import RolloutStatus
 from streamflow.operator.kubernetes.spec import AppResource
 from tests.operator.k8s.support import make_application
 from tests.operator.k8s.test_k8s_autoscale_units import FakeCluster, cluster_of
