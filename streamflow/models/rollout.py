@@ -155,7 +155,8 @@ def key_hashes(keys: Sequence[bytes], salt: int) -> np.ndarray:
     n = len(keys)
     if not n:
         return np.zeros(0, dtype=np.uint64)
-    if any(len(key) > LONG_KEY for key in keys):
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    if int(lengths.max()) > LONG_KEY:
         # a key past LONG_KEY bytes is hashed by its digest: a batch costs at most
         # n * LONG_KEY bytes and LONG_KEY / 8 steps, whatever key a producer sends
         keys = [
@@ -166,20 +167,19 @@ def key_hashes(keys: Sequence[bytes], salt: int) -> np.ndarray:
             + len(key).to_bytes(8, "little")
             for key in keys
         ]
-    lengths = np.fromiter((len(key) for key in keys), dtype=np.int64, count=n)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     words = max(1, -(-int(lengths.max()) // 8))
-    padded = np.zeros((n, words * 8), dtype=np.uint8)
-    joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    padded[rows, np.arange(len(joined)) - starts] = joined
-    values = padded.view("<u8")
+    # numpy's fixed-width bytes pad each key with zeros to the row's width: the words
+    # the hash reads (a key's own trailing zero bytes are told apart by its length)
+    values = np.array(keys, dtype=f"S{words * 8}").view("<u8").reshape(n, words)
     seed = (_OFFSET ^ _mix(salt & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
     hashed = np.full(n, seed, dtype=np.uint64)
+    shortest = int(lengths.min())
     with np.errstate(over="ignore"):
         for word in range(words):
             mixed = (hashed ^ values[:, word]) * _PRIME
-            hashed = np.where(word * 8 < lengths, mixed, hashed)
+            # a word past a key's end leaves its hash as it was
+            hashed = mixed if word * 8 < shortest else np.where(word * 8 < lengths, mixed, hashed)
         hashed ^= lengths.astype(np.uint64)
         hashed ^= hashed >> np.uint64(30)
         hashed *= np.uint64(0xBF58476D1CE4E5B9)
