@@ -27,7 +27,7 @@ import dataclasses
 import enum
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -43,6 +43,8 @@ __all__ = [
 
 #: The hash's resolution: a share is a whole number of these buckets (0.01% each).
 BUCKETS = 10_000
+
+Places = Sequence[tuple[str, int, int]]  # each record's topic, partition and offset
 
 
 class RolloutMode(enum.StrEnum):
@@ -121,24 +123,31 @@ def candidate_rows(
     share: float,
     salt: int,
     keys: Sequence[bytes | None],
-    places: Sequence[tuple[str, int, int]] | None = None,
+    places: Places | Callable[[], Places] | None = None,
 ) -> np.ndarray:
     """Which of these records the candidate serves (a bool per record), at ``share``
     percent of the keys; ``salt`` is the candidate's version. ``places`` (topic,
-    partition, offset per record) place a record that has no key."""
+    partition, offset per record, or what makes them when a record has no key) place a
+    record that has no key."""
     threshold = round(share * BUCKETS / 100)
     if threshold <= 0:
         return np.zeros(len(keys), dtype=bool)
     if threshold >= BUCKETS:
         return np.ones(len(keys), dtype=bool)
-    if any(key is None for key in keys):
+    try:
+        hashed = key_hashes(cast("Sequence[bytes]", keys), salt)
+    except TypeError:  # len(None): a record without a key, placed by where it was read
+        if None not in keys:
+            raise
         if places is None:
-            raise ValueError("a record without a key needs its place to be split")
-        keys = [
-            key if key is not None else "\0{}/{}/{}".format(*places[index]).encode()
+            raise ValueError("a record without a key needs its place to be split") from None
+        where = places() if callable(places) else places
+        placed = [
+            key if key is not None else "\0{}/{}/{}".format(*where[index]).encode()
             for index, key in enumerate(keys)
         ]
-    return key_hashes(cast("Sequence[bytes]", keys), salt) % BUCKETS < threshold
+        hashed = key_hashes(placed, salt)
+    return hashed % BUCKETS < threshold
 
 
 #: Keys longer than this are hashed by their 128-bit digest (see :func:`key_hashes`).
