@@ -246,7 +246,8 @@ class ColumnarPath:
                 )
             else:
                 by_row.append((key, value))
-        every = rows if len(rows) != len(read.messages) else None  # None: the batch's rows
+        # None: every row of the batch, in order (``rows`` is then ``range(n)``)
+        every = None if len(rows) == len(read.messages) else rows
         keys = read.keys if every is None else [read.keys[r] for r in every]
         row_headers = _row_headers(headers, by_row) if by_row else None
         lineage = self._lineage_of(read)
@@ -281,6 +282,8 @@ class ColumnarPath:
         for index, data in enumerate(encoded):
             if data is None:
                 failed.setdefault(index, EncodeError("not encoded"))
+        if not failed:  # errors only of rows the batch does not have
+            return encoded, keys, row_headers  # type: ignore[return-value]
         if outlet is not self._outlet:
             log.warning(
                 "%d of %d rows for outlet %s were not written (not dead letters: their "
