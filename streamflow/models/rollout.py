@@ -27,7 +27,7 @@ import dataclasses
 import enum
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -43,6 +43,8 @@ __all__ = [
 
 #: The hash's resolution: a share is a whole number of these buckets (0.01% each).
 BUCKETS = 10_000
+
+Places = Sequence[tuple[str, int, int]]  # each record's topic, partition and offset
 
 
 class RolloutMode(enum.StrEnum):
@@ -121,24 +123,31 @@ def candidate_rows(
     share: float,
     salt: int,
     keys: Sequence[bytes | None],
-    places: Sequence[tuple[str, int, int]] | None = None,
+    places: Places | Callable[[], Places] | None = None,
 ) -> np.ndarray:
     """Which of these records the candidate serves (a bool per record), at ``share``
     percent of the keys; ``salt`` is the candidate's version. ``places`` (topic,
-    partition, offset per record) place a record that has no key."""
+    partition, offset per record, or what makes them when a record has no key) place a
+    record that has no key."""
     threshold = round(share * BUCKETS / 100)
     if threshold <= 0:
         return np.zeros(len(keys), dtype=bool)
     if threshold >= BUCKETS:
         return np.ones(len(keys), dtype=bool)
-    if any(key is None for key in keys):
+    try:
+        hashed = key_hashes(cast("Sequence[bytes]", keys), salt)
+    except TypeError:  # len(None): a record without a key, placed by where it was read
+        if None not in keys:
+            raise
         if places is None:
-            raise ValueError("a record without a key needs its place to be split")
-        keys = [
-            key if key is not None else "\0{}/{}/{}".format(*places[index]).encode()
+            raise ValueError("a record without a key needs its place to be split") from None
+        where = places() if callable(places) else places
+        placed = [
+            key if key is not None else "\0{}/{}/{}".format(*where[index]).encode()
             for index, key in enumerate(keys)
         ]
-    return key_hashes(cast("Sequence[bytes]", keys), salt) % BUCKETS < threshold
+        hashed = key_hashes(placed, salt)
+    return hashed % BUCKETS < threshold
 
 
 #: Keys longer than this are hashed by their 128-bit digest (see :func:`key_hashes`).
@@ -155,7 +164,8 @@ def key_hashes(keys: Sequence[bytes], salt: int) -> np.ndarray:
     n = len(keys)
     if not n:
         return np.zeros(0, dtype=np.uint64)
-    if any(len(key) > LONG_KEY for key in keys):
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    if int(lengths.max()) > LONG_KEY:
         # a key past LONG_KEY bytes is hashed by its digest: a batch costs at most
         # n * LONG_KEY bytes and LONG_KEY / 8 steps, whatever key a producer sends
         keys = [
@@ -166,20 +176,19 @@ def key_hashes(keys: Sequence[bytes], salt: int) -> np.ndarray:
             + len(key).to_bytes(8, "little")
             for key in keys
         ]
-    lengths = np.fromiter((len(key) for key in keys), dtype=np.int64, count=n)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     words = max(1, -(-int(lengths.max()) // 8))
-    padded = np.zeros((n, words * 8), dtype=np.uint8)
-    joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    padded[rows, np.arange(len(joined)) - starts] = joined
-    values = padded.view("<u8")
+    # numpy's fixed-width bytes pad each key with zeros to the row's width: the words
+    # the hash reads (a key's own trailing zero bytes are told apart by its length)
+    values = np.array(keys, dtype=f"S{words * 8}").view("<u8").reshape(n, words)
     seed = (_OFFSET ^ _mix(salt & 0xFFFFFFFFFFFFFFFF)) & 0xFFFFFFFFFFFFFFFF
     hashed = np.full(n, seed, dtype=np.uint64)
+    shortest = int(lengths.min())
     with np.errstate(over="ignore"):
         for word in range(words):
             mixed = (hashed ^ values[:, word]) * _PRIME
-            hashed = np.where(word * 8 < lengths, mixed, hashed)
+            # a word past a key's end leaves its hash as it was
+            hashed = mixed if word * 8 < shortest else np.where(word * 8 < lengths, mixed, hashed)
         hashed ^= lengths.astype(np.uint64)
         hashed ^= hashed >> np.uint64(30)
         hashed *= np.uint64(0xBF58476D1CE4E5B9)

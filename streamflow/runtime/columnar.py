@@ -1,6 +1,5 @@
-"""The batch of a streamlet with ``process_columns``: columns in, columns out; and the
-``column_inlets`` of a ``process_batch`` streamlet, decoded as columns
-(:class:`ColumnInlets`).
+"""The batch of a streamlet with ``process_columns``: columns in, columns out (the
+``column_inlets`` of a ``process_batch`` streamlet are :mod:`.column_inlets`').
 
 Where the inlet's topic has a column codec (Avro: single-object or registry, see
 :mod:`streamflow.schema.columns`), the batch's values are decoded in one native call
@@ -29,29 +28,42 @@ refused past ``max_record_bytes`` before it is decoded, so a batch holds at most
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Message
 
-from streamflow.api.columns import ColumnBatch, ColumnRecord, ColumnResult, Place
+from streamflow.api.columns import ColumnBatch, ColumnResult
 from streamflow.api.descriptor import StreamletDescriptor
-from streamflow.api.streamlet import Backpressure, Record, Streamlet
+from streamflow.api.streamlet import Backpressure, Streamlet
 from streamflow.runtime.column_coding import ColumnDecoder, ColumnEncoder
+from streamflow.runtime.column_inlets import places_of
 from streamflow.runtime.delivery import Delivery, Headers, Offsets
 from streamflow.runtime.dlq import TOMBSTONE, Dead
 from streamflow.runtime.lineage import carried
 from streamflow.runtime.ports import Bindings, OutletBinding
 from streamflow.schema.codecs import DecodeError, EncodeError, error_line
 
-__all__ = ["ColumnInlets", "ColumnarBatch", "ColumnarPath"]
+__all__ = ["ColumnarBatch", "ColumnarPath", "Output"]
 
 log = logging.getLogger("streamflow.runtime")
 
-# One output: the outlet it goes to, its input's message, its bytes and its headers.
-Output = tuple[OutletBinding, Message, bytes, Headers]
+
+@dataclass
+class Output:
+    """One outlet's outputs of one call of the logic, a list a field (no tuple per row):
+    each row's bytes, its input's key, and its headers (``shared`` when they are all the
+    same, else one list each in ``headers``)."""
+
+    outlet: OutletBinding
+    values: list[bytes]
+    keys: list[bytes | None]
+    shared: Headers
+    headers: list[Headers] | None = None
 
 
 @dataclass
@@ -63,7 +75,11 @@ class ColumnarBatch:
     counts: dict[str, int] = field(default_factory=dict)
     dead: list[Dead] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)  # the decoded rows' messages
+    keys: list[bytes | None] = field(default_factory=list)  # and their keys
     batch: ColumnBatch | None = None
+    # each row's lineage headers, once an outlet asked (None: no row carries any)
+    lineage: list[Headers | None] | None = None
+    lineage_read: bool = False
 
 
 class ColumnarPath:
@@ -127,13 +143,14 @@ class ColumnarPath:
         for index, reason in columns.errors:
             read.dead.append((kept[index], inlet, DecodeError(reason), "decode"))
         read.messages = [kept[i] for i in columns.rows.tolist()]
+        read.keys = list(map(Message.key, read.messages))
         read.batch = ColumnBatch(
             inlet,
             columns.columns,
             columns.n,
             columns.to_records,
-            _places(read.messages),
-            _keys(read.messages),
+            places_of(read.messages),
+            _copied(read.keys),  # the logic's own list: the outputs' keys stay ours
         )
         return read
 
@@ -229,64 +246,95 @@ class ColumnarPath:
                 )
             else:
                 by_row.append((key, value))
-        side = outlet is not self._outlet
-        variants: dict[tuple[Any, ...], Headers] = {}
-        dropped: list[BaseException] = []
-        out: list[Output] = []
-        messages = read.messages
+        # None: every row of the batch, in order (``rows`` is then ``range(n)``)
+        every = None if len(rows) == len(read.messages) else rows
+        keys = read.keys if every is None else [read.keys[r] for r in every]
+        row_headers = _row_headers(headers, by_row) if by_row else None
+        lineage = self._lineage_of(read)
+        if lineage is not None:
+            mine = lineage if every is None else [lineage[r] for r in every]
+            row_headers = [
+                found + carried if carried else found
+                for found, carried in zip(
+                    row_headers or itertools.repeat(headers, n), mine, strict=False
+                )
+            ]
+        values: list[bytes] = encoded  # type: ignore[assignment]  # None only where failed
+        if failed or None in encoded:
+            values, keys, row_headers = self._failed(
+                read, batch, rows, outlet, (encoded, keys, row_headers), failed
+            )
+        return [Output(outlet, values, keys, headers, row_headers)]
+
+    def _failed(
+        self,
+        read: ColumnarBatch,
+        batch: ColumnBatch,
+        rows: list[int],
+        outlet: OutletBinding,
+        outputs: tuple[list[bytes | None], list[bytes | None], list[Headers] | None],
+        failed: dict[int, BaseException],
+    ) -> tuple[list[bytes], list[bytes | None], list[Headers] | None]:
+        """The outputs less the rows that failed: dead letters of the batch's outlet,
+        counted and logged for another (their inputs were served)."""
+        encoded, keys, row_headers = outputs
+        failed = {index: why for index, why in failed.items() if 0 <= index < len(encoded)}
         for index, data in enumerate(encoded):
-            msg = messages[rows[index]]
-            problem = failed.get(index)
-            if problem is not None or data is None:
-                problem = problem or EncodeError("not encoded")
-                if side:
-                    dropped.append(problem)
-                    continue
-                stage = "encode" if isinstance(problem, EncodeError) else "logic"
-                read.dead.append((msg, batch.inlet, problem, stage))
-                continue
-            mine = headers
-            if by_row:  # made once per combination of values: a batch has few
-                found = tuple(values[index] for _, values in by_row)
-                mine = variants.get(found)  # type: ignore[assignment]
-                if mine is None:
-                    mine = variants[found] = headers + [
-                        (key, _bytes(value))
-                        for (key, _), value in zip(by_row, found, strict=True)
-                        if value is not None  # a row without this header
-                    ]
-            out.append((outlet, msg, data, self._with_lineage(mine, msg)))
-        if dropped:
+            if data is None:
+                failed.setdefault(index, EncodeError("not encoded"))
+        if not failed:  # errors only of rows the batch does not have
+            return encoded, keys, row_headers  # type: ignore[return-value]
+        if outlet is not self._outlet:
             log.warning(
                 "%d of %d rows for outlet %s were not written (not dead letters: their "
                 "inputs were served); the first: %s",
-                len(dropped),
-                n,
+                len(failed),
+                len(rows),
                 outlet.outlet,
-                dropped[0],
+                failed[min(failed)],
             )
-        return out
+        else:
+            for index in sorted(failed):
+                problem = failed[index]
+                stage = "encode" if isinstance(problem, EncodeError) else "logic"
+                read.dead.append((read.messages[rows[index]], batch.inlet, problem, stage))
+        kept = [i for i in range(len(encoded)) if i not in failed]
+        return (
+            [encoded[i] for i in kept],  # type: ignore[misc]
+            [keys[i] for i in kept],
+            None if row_headers is None else [row_headers[i] for i in kept],
+        )
 
-    def _with_lineage(self, headers: Headers, msg: Message) -> Headers:
+    def _lineage_of(self, read: ColumnarBatch) -> list[Headers | None] | None:
+        """Each row's lineage headers, read once a batch for all its outlets; None when
+        lineage is off or no row carries any."""
         if not self._lineage:
-            return headers
-        consumed = msg.headers()
-        lineage = carried(consumed) if consumed is not None and len(consumed) > 1 else None
-        return headers if lineage is None else headers + lineage
+            return None
+        if not read.lineage_read:
+            found = [
+                carried(consumed) if consumed is not None and len(consumed) > 1 else None
+                for consumed in map(Message.headers, read.messages)
+            ]
+            read.lineage = found if any(found) else None
+            read.lineage_read = True
+        return read.lineage
 
     def produce(self, delivery: Delivery, outputs: list[Output]) -> dict[str, int]:
         """Write the outputs to their outlets' topics; how many went to each outlet."""
         produced: dict[str, int] = {}
         direct = delivery.direct_produce()
-        for outlet, msg, data, headers in outputs:
-            produced[outlet.outlet] = produced.get(outlet.outlet, 0) + 1
-            topic = outlet.topic
+        for output in outputs:
+            name = output.outlet.outlet
+            produced[name] = produced.get(name, 0) + len(output.values)
+            topic = output.outlet.topic
             if topic is None:  # an unconnected outlet: counted, not written
                 continue
-            try:
-                direct(topic, data, msg.key(), headers=headers)
-            except BufferError:  # the queue is full: the delivery waits for room
-                delivery.produce(topic, data, msg.key(), headers)
+            every = output.headers or itertools.repeat(output.shared)
+            for data, key, headers in zip(output.values, output.keys, every, strict=False):
+                try:
+                    direct(topic, data, key, headers=headers)
+                except BufferError:  # the queue is full: the delivery waits for room
+                    delivery.produce(topic, data, key, headers)
         return produced
 
 
@@ -294,68 +342,24 @@ def _bytes(value: str | bytes) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
-def _keys(messages: list[Message]) -> Callable[[], list[bytes | None]]:
-    """Each of ``messages``' keys, read when first asked for."""
-    return lambda: [m.key() for m in messages]
-
-
-def _places(messages: list[Message]) -> Callable[[], list[Place]]:
-    """Where each of ``messages`` was read, made when first asked for."""
-    return lambda: [
-        Place(m.key(), m.topic(), m.partition(), m.offset())  # type: ignore[arg-type]
-        for m in messages
+def _row_headers(headers: Headers, by_row: list[tuple[str, Any]]) -> list[Headers]:
+    """Each row's headers: ``headers`` and its values of ``by_row`` (a header whose
+    value is None is left out); one list per combination of values, a batch has few."""
+    columns = [
+        values.tolist() if isinstance(values, np.ndarray) else list(values) for _, values in by_row
     ]
+    found: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
+    variants: dict[Any, Headers] = {}
+    for combination in dict.fromkeys(found):
+        values = (combination,) if len(columns) == 1 else combination
+        variants[combination] = headers + [
+            (key, _bytes(value))
+            for (key, _), value in zip(by_row, values, strict=True)
+            if value is not None  # a row without this header
+        ]
+    return [variants[combination] for combination in found]
 
 
-class ColumnInlets:
-    """The ``column_inlets`` of a record-path streamlet: each batch's records of those
-    inlets are decoded together, in one call per inlet, into columns, and their records'
-    values are the rows of those columns (``columns_of`` finds the columns again).
-
-    The processor keeps a place for each such record while it reads the batch, so the
-    batch keeps its order across inlets, and :meth:`fill` puts them in. Only a topic
-    with a column form (Avro) is read so: a JSON topic's records keep its codec's own
-    values, and ``columns_of`` gives None for them. A record that
-    does not decode is a dead letter with the reason the record path gives. Like a
-    ``process_columns`` batch, these records are not counted against
-    ``max_batch_bytes``: each was refused past ``max_record_bytes`` before decoding.
-    """
-
-    def __init__(self, bindings: Bindings, inlets: tuple[str, ...]) -> None:
-        self.topics: dict[str, tuple[str, ColumnDecoder]] = {}
-        for topic, (inlet, codec) in bindings.inlets_by_topic.items():
-            decoder = ColumnDecoder(codec)
-            if inlet in inlets and decoder.columnar:
-                self.topics[topic] = (inlet, decoder)
-
-    def fill(
-        self,
-        records: list[Record | None],
-        messages: list[Message],
-        places: list[int],
-        dead: list[Dead],
-    ) -> tuple[list[Record], list[Message]]:
-        """``records`` with each of ``places`` (a place held for a column inlet's record,
-        whose message is ``messages`` at that place) filled, or dropped as a dead letter;
-        and their messages. Raises RegistryUnavailable: the batch backs off."""
-        by_topic: dict[str, list[int]] = {}
-        for place in places:
-            topic: str = messages[place].topic()  # type: ignore[assignment]
-            by_topic.setdefault(topic, []).append(place)
-        for topic, at in by_topic.items():
-            inlet, decoder = self.topics[topic]
-            columns = decoder.decode([messages[i].value() or b"" for i in at])
-            for index, reason in columns.errors:
-                dead.append((messages[at[index]], inlet, DecodeError(reason), "decode"))
-            read = [messages[at[i]] for i in columns.rows.tolist()]
-            batch = ColumnBatch(
-                inlet, columns.columns, columns.n, columns.to_records, _places(read), _keys(read)
-            )
-            for row, index in enumerate(columns.rows.tolist()):
-                msg = messages[at[index]]
-                partition: int = msg.partition()
-                records[at[index]] = ColumnRecord.of_row(
-                    msg, batch, row, topic=topic, partition=partition
-                )
-        kept = [i for i, record in enumerate(records) if record is not None]
-        return [r for r in records if r is not None], [messages[i] for i in kept]
+def _copied(keys: list[bytes | None]) -> Callable[[], list[bytes | None]]:
+    """A copy of ``keys`` each time it is asked for."""
+    return lambda: list(keys)

@@ -58,7 +58,8 @@ from streamflow.runtime.writer import BatchWriter, OutputWriter
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 if TYPE_CHECKING:
-    from streamflow.runtime.columnar import ColumnarPath, ColumnInlets
+    from streamflow.runtime.column_inlets import ColumnInlets
+    from streamflow.runtime.columnar import ColumnarPath
 
 __all__ = ["Processor"]
 
@@ -155,7 +156,7 @@ class Processor:
         self._results = BatchWriter(self._writer, descriptor, bindings, delivery, lineage=lineage)
         self._column_inlets: ColumnInlets | None = None
         if descriptor.column_inlets:
-            from streamflow.runtime.columnar import ColumnInlets
+            from streamflow.runtime.column_inlets import ColumnInlets
 
             self._column_inlets = ColumnInlets(bindings, descriptor.column_inlets)
 

@@ -9,7 +9,7 @@ holds decoded is bounded (``decode_limits.max_batch_bytes``): past it the batch 
 cut, and the rest is read again next turn.
 
 The records of ``column_inlets`` keep their place in the batch's order and are decoded
-together once the batch is read (:class:`~streamflow.runtime.columnar.ColumnInlets`).
+together once the batch is read (:class:`~streamflow.runtime.column_inlets.ColumnInlets`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from streamflow.schema.codecs import DecodeError, error_line
 from streamflow.schema.registry import RegistryRefused, RegistryUnavailable
 
 if TYPE_CHECKING:
-    from streamflow.runtime.columnar import ColumnInlets
+    from streamflow.runtime.column_inlets import ColumnInlets
 
 __all__ = ["RecordBatch", "read_records"]
 

@@ -83,6 +83,21 @@ def test_a_record_without_a_key_is_placed_by_where_it_was_read() -> None:
         candidate_rows(30.0, 1, [None])
 
 
+def test_places_can_be_made_only_when_a_record_has_no_key() -> None:
+    places = [("in", 0, i) for i in range(1000)]
+    keys = [None if i % 4 == 0 else b"k%d" % i for i in range(1000)]
+    made: list[int] = []
+
+    def make() -> list[tuple[str, int, int]]:
+        made.append(1)
+        return places
+
+    assert (candidate_rows(40.0, 3, keys, make) == candidate_rows(40.0, 3, keys, places)).all()
+    assert len(made) == 1
+    assert (candidate_rows(40.0, 3, KEYS, make) == candidate_rows(40.0, 3, KEYS)).all()
+    assert len(made) == 1  # every record had a key: no places made
+
+
 @pytest.mark.parametrize(
     ("rollout", "refusal"),
     [

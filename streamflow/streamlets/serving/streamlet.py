@@ -6,7 +6,8 @@ model: embedded (Keras or SavedModel) or remote (a V1 or V2 model server).
 How a descriptor is checked, loaded off the hot path and swapped in between
 batches lives in :mod:`.follower`, shared with the explanation streamlet;
 this module is the data half: one vectorised inference per batch, and every
-output names the version that produced it.
+output names the version that produced it. A subclass with its own per-record hooks
+is served through the record path (:mod:`.records`) instead.
 
 Bind the data ports by subclassing::
 
@@ -17,7 +18,6 @@ Bind the data ports by subclassing::
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -27,7 +27,7 @@ import numpy as np
 
 from streamflow.api import params
 from streamflow.api.columns import ColumnBatch, ColumnResult
-from streamflow.api.ports import Emit, Inlet, Outlet
+from streamflow.api.ports import Inlet, Outlet
 from streamflow.api.streamlet import Context, Record
 from streamflow.models import tensor_arrays, tensors
 from streamflow.models.rollout import Rollout, RolloutMode, candidate_rows
@@ -37,22 +37,17 @@ from streamflow.streamlets.serving.active import ActiveModel
 from streamflow.streamlets.serving.candidate import CandidateSlot
 from streamflow.streamlets.serving.follower import ModelFollower, close_model
 from streamflow.streamlets.serving.metrics import RolloutMetrics
+from streamflow.streamlets.serving.records import NoModelError, PreprocessError, RecordServing
 
 __all__ = ["ModelServing", "NoModelError", "PreprocessError"]
 
 log = logging.getLogger("streamflow.streamlets.serving")
+# A batch's input tensors for one model, the rows they hold, and the rows that do not fit.
+Inputs = tuple[dict[str, np.ndarray], list[int], dict[int, BaseException]]
 SHADOW_DESCRIPTION = "a shadowed candidate's outputs, as `out` has them (unused otherwise)"
 
 
-class NoModelError(Exception):
-    """A data record arrived before any model was loaded (with ``on_no_model: dlq``)."""
-
-
-class PreprocessError(Exception):
-    """One record could not be turned into the model's inputs; it goes to the dead letters."""
-
-
-class ModelServing(ModelFollower):
+class ModelServing(RecordServing, ModelFollower):
     """Serves a model switched live by ModelDescriptor records on the `model` control inlet.
 
     Override :meth:`preprocess` and :meth:`postprocess` (both per batch, vectorised)
@@ -176,34 +171,54 @@ class ModelServing(ModelFollower):
             return ColumnResult({}, errors=dict.fromkeys(range(n), failed))
         plan = self._plan()
         if plan is None or plan[0].mode is RolloutMode.SHADOW:
-            columns, errors = await self._served_columns(active, batch)
+            made = self._model_inputs(active.mapping, batch)
+            columns, errors = await self._served_columns(active, batch, made)
             self._served(active, n - len(errors))
             stable = ColumnResult(
                 self._with_inputs(columns, batch), errors=errors, headers={MODEL: active.tag}
             )
             if plan is not None:  # a shadow: the candidate's outputs beside, if it makes them
-                shadows = await self._shadow_columns(plan[1], batch)
+                candidate = plan[1]
+                shared = made if _same_inputs(active, candidate) else None
+                shadows = await self._shadow_columns(candidate, batch, shared)
                 stable.outlets.update(shadows)
-                tag = plan[1].tag  # the records it failed say so (the evidence counts them)
+                tag = candidate.tag  # the records it failed say so (the evidence counts them)
                 if not shadows:
                     stable.headers[FALLBACK] = tag
                 elif missed := shadows["shadow"].errors:
                     stable.headers[FALLBACK] = [tag if i in missed else None for i in range(n)]
             return stable
-        rollout, candidate = plan
-        keys = batch.kafka_keys()
-        places = (
-            [(p.topic, p.partition, p.offset) for p in batch.places()] if None in keys else None
+        return await self._split_columns(*plan, active, batch)
+
+    async def _split_columns(
+        self, rollout: Rollout, candidate: ActiveModel, active: ActiveModel, batch: ColumnBatch
+    ) -> ColumnResult:
+        """A canary's (or an AB rollout's) batch: the candidate's keys' rows served by it,
+        the others (and any it cannot take) by the stable model, merged back in order."""
+        n = batch.n
+        chosen = candidate_rows(
+            rollout.share,
+            candidate.version,
+            batch.kafka_keys(),
+            lambda: [(p.topic, p.partition, p.offset) for p in batch.places()],
         )
-        chosen = candidate_rows(rollout.share, candidate.version, keys, places)
+        # the batch's tensors made once, when both models take the same ones and every row
+        # fits: each model then gets its rows of them (else each part is encoded alone)
+        shared = None
+        if _same_inputs(active, candidate):
+            made = self._model_inputs(active.mapping, batch)
+            shared = None if made[2] else made
+        latency = [0.0, 0.0]  # the stable model's call's, the candidate's (ms)
         fell = np.zeros(n, dtype=bool)  # rows the candidate failed: the stable model served
-        parts: list[tuple[np.ndarray, dict[str, Any], ActiveModel]] = []
+        parts: list[tuple[np.ndarray, dict[str, Any]]] = []
         split_errors: dict[int, BaseException] = {}
         mine, theirs = np.flatnonzero(chosen), np.flatnonzero(~chosen)
         if len(mine):
             part = batch if len(mine) == n else batch.take(mine.tolist())
             try:
-                columns, unserved = await self._served_columns(candidate, part)
+                columns, unserved, latency[1] = await self._model_columns(
+                    candidate, part, _rows_of(shared, mine, n)
+                )
             except Exception as exc:  # the candidate failed the batch: the stable model serves
                 self._candidate_failed(candidate, exc, len(mine))
                 fell[mine], unserved, columns = True, {}, {}
@@ -215,32 +230,45 @@ class ModelServing(ModelFollower):
                 fell[refused] = True
                 theirs = np.sort(np.concatenate([theirs, refused]))
             if len(mine) and columns:  # a column per row it was given: the stable part's win
-                parts.append((mine, columns, candidate))
+                parts.append((mine, columns))
         if len(theirs):
             part = batch if len(theirs) == n else batch.take(theirs.tolist())
-            columns, unserved = await self._served_columns(active, part)
-            parts.append((theirs, columns, active))  # after the candidate's: its rows win
+            columns, unserved, latency[0] = await self._model_columns(
+                active, part, _rows_of(shared, theirs, n)
+            )
+            parts.append((theirs, columns))  # after the candidate's: its rows win
             split_errors.update({int(theirs[i]): why for i, why in unserved.items()})
         chosen[fell] = False
-        for model, rows in ((candidate, np.flatnonzero(chosen)), (active, theirs)):
-            self._served(model, sum(1 for r in rows.tolist() if r not in split_errors))
-        headers: dict[str, Any] = {MODEL: np.where(chosen, candidate.tag, active.tag)}
+        # the stable model's errors are all of its own rows (``theirs``, apart from ``chosen``)
+        self._served(candidate, int(np.count_nonzero(chosen)))
+        self._served(active, len(theirs) - len(split_errors))
+        which = chosen.view(np.int8)  # 1: the candidate's row, 0: the stable model's
+        pair = (active, candidate)
+        headers: dict[str, Any] = {MODEL: _by_row(which, *(m.tag for m in pair))}
         if rollout.mode is RolloutMode.AB:
-            headers[ARM] = np.where(chosen, rollout.arm(True), rollout.arm(False))
+            headers[ARM] = _by_row(which, rollout.arm(False), rollout.arm(True))
         if fell.any():
-            headers[FALLBACK] = np.array([candidate.tag if f else None for f in fell], dtype=object)
-        merged = self._with_inputs(
-            tensor_arrays.merge_rows(n, [(rows, columns) for rows, columns, _ in parts]), batch
-        )
-        return ColumnResult(merged, errors=split_errors, headers=headers)
+            fallback = np.full(n, None, dtype=object)  # None: a row without the header
+            fallback[fell] = candidate.tag
+            headers[FALLBACK] = fallback
+        merged = tensor_arrays.merge_rows(n, parts)
+        fields = self._output_fields  # each row's model identity, made whole, not merged
+        for name, (stable, cand) in (
+            ("model", (active.name, candidate.name)),
+            ("model_version", (active.version, candidate.version)),
+            ("latency_ms", (latency[0], latency[1])),
+        ):
+            if name in fields:
+                merged[name] = _by_row(which, stable, cand)
+        return ColumnResult(self._with_inputs(merged, batch), errors=split_errors, headers=headers)
 
     async def _shadow_columns(
-        self, candidate: ActiveModel, batch: ColumnBatch
+        self, candidate: ActiveModel, batch: ColumnBatch, made: Inputs | None
     ) -> dict[str, ColumnResult]:
         """The shadow outlet's result of the batch; none when the candidate raises (the
         stable outputs go on without their shadows)."""
         try:
-            shadow, unserved = await self._served_columns(candidate, batch)
+            shadow, unserved = await self._served_columns(candidate, batch, made)
         except Exception as exc:
             self._candidate_failed(candidate, exc, batch.n)
             return {}
@@ -248,29 +276,53 @@ class ModelServing(ModelFollower):
         columns = self._with_inputs(shadow, batch)
         return {"shadow": ColumnResult(columns, errors=unserved, headers={MODEL: candidate.tag})}
 
+    def _model_inputs(self, mapping: tensors.BoundMapping, batch: ColumnBatch) -> Inputs:
+        """The batch's input tensors for ``mapping``: straight from its columns, else
+        through its records, which say which rows do not fit (and why)."""
+        n = batch.n
+        inputs = mapping.encode_columns(batch)
+        if inputs is not None:
+            return inputs, list(range(n)), {}
+        values = batch.records()  # not plain numbers: the records say which ones do not fit
+        try:
+            return mapping.encode(values), list(range(n)), {}
+        except tensors.RecordErrors as exc:
+            errors: dict[int, BaseException] = {
+                i: PreprocessError(f"preprocessing failed: {why}") for i, why in exc.errors.items()
+            }
+        served = [i for i in range(n) if i not in errors]
+        if not served:
+            return {}, served, errors
+        return mapping.encode([values[i] for i in served]), served, errors
+
     async def _served_columns(
-        self, active: ActiveModel, batch: ColumnBatch
+        self, active: ActiveModel, batch: ColumnBatch, made: Inputs | None = None
     ) -> tuple[dict[str, Any], dict[int, BaseException]]:
         """What ``active`` makes of the batch, as the outlet's columns (its own fields
-        and the model's identity); the rows that do not fit its inputs, with why."""
+        and the model's identity); the rows that do not fit its inputs, with why.
+        ``made``: the batch's inputs for this model, if they are made already."""
+        columns, errors, latency_ms = await self._model_columns(active, batch, made)
+        if columns:
+            fields, n = self._output_fields, batch.n
+            for name, value in (
+                ("model", active.name),
+                ("model_version", active.version),
+                ("latency_ms", latency_ms),
+            ):
+                if name in fields:
+                    columns[name] = np.full(n, value, dtype=_dtype(value))
+        return columns, errors
+
+    async def _model_columns(
+        self, active: ActiveModel, batch: ColumnBatch, made: Inputs | None
+    ) -> tuple[dict[str, Any], dict[int, BaseException], float]:
+        """The model's output columns of the batch (none: it served no row), the rows
+        that do not fit its inputs, and how long its call took (ms)."""
         n = batch.n
         mapping = active.mapping
-        errors: dict[int, BaseException] = {}
-        served = list(range(n))
-        inputs = mapping.encode_columns(batch)
-        if inputs is None:  # not plain numbers: the records say which ones do not fit
-            values = batch.records()
-            try:
-                inputs = mapping.encode(values)
-            except tensors.RecordErrors as exc:
-                errors = {
-                    i: PreprocessError(f"preprocessing failed: {why}")
-                    for i, why in exc.errors.items()
-                }
-                served = [i for i in served if i not in errors]
-                if not served:
-                    return {}, errors
-                inputs = mapping.encode([values[i] for i in served])
+        inputs, served, errors = made or self._model_inputs(mapping, batch)
+        if not served:
+            return {}, errors, 0.0
         started = time.perf_counter()
         outputs = await active.predictor.infer(inputs)
         latency_ms = (time.perf_counter() - started) * 1000.0
@@ -279,15 +331,7 @@ class ModelServing(ModelFollower):
             columns = {
                 k: tensor_arrays.spread_rows(column, served, n) for k, column in columns.items()
             }
-        fields = self._output_fields
-        for name, value in (
-            ("model", active.name),
-            ("model_version", active.version),
-            ("latency_ms", latency_ms),
-        ):
-            if name in fields:
-                columns[name] = np.full(n, value, dtype=object if isinstance(value, str) else None)
-        return columns, errors
+        return columns, errors, latency_ms
 
     def _with_inputs(self, columns: dict[str, Any], batch: ColumnBatch) -> dict[str, Any]:
         """``columns`` and the input's fields the output also has (a nested record whole)."""
@@ -297,109 +341,6 @@ class ModelServing(ModelFollower):
             if top in fields and top not in columns:
                 columns[path] = batch[path]
         return columns
-
-    # -- the batch, as records ------------------------------------------------------------
-
-    @property
-    def model_in_use(self) -> ActiveModel | None:
-        """The model the current call serves: the stable one, or during a rollout the
-        candidate for its share of the batch (what the default hooks map with)."""
-        return self._in_use or self.current
-
-    async def process_batch(self, records: list[Record]) -> list[Any]:
-        """The batch through the hooks; its outputs counted per version once it is done
-        (a batch that raises is run again record by record, and counted then)."""
-        await self.close_retired()
-        active = self.current
-        if active is None:
-            raise NoModelError("no model is loaded yet (on_no_model: dlq)")
-        results, by = await self._served_batch(active, records)
-        for model, shadow, served in by:
-            self._served(
-                model,
-                sum(1 for r in served if not isinstance(r, BaseException | None)),
-                shadow=shadow,
-            )
-        return results
-
-    async def _served_batch(
-        self, active: ActiveModel, records: list[Record]
-    ) -> tuple[list[Any], list[tuple[ActiveModel, bool, list[Any]]]]:
-        """The batch's results, and who served which of them (model, a shadow?, results)."""
-        plan = self._plan()
-        if plan is None:
-            results = await self._served_records(active, records)
-            return results, [(active, False, results)]
-        rollout, candidate = plan
-        if rollout.mode is RolloutMode.SHADOW:
-            stable = await self._served_records(active, records)
-            try:
-                shadows = await self._served_records(candidate, records, outlet=self.shadow)
-            except Exception as exc:  # the stable outputs go on without their shadows
-                self._candidate_failed(candidate, exc, len(records))
-                stable = [_fell_back(result, candidate) for result in stable]
-                return stable, [(active, False, stable)]
-            # a record the candidate fails keeps its stable output alone (no dead letter),
-            # and one the stable model fails has no shadow either
-            paired = [
-                shadow if not isinstance(result, BaseException | None) else None
-                for result, shadow in zip(stable, shadows, strict=True)
-            ]
-            both: list[Any] = []
-            for result, shadow in zip(stable, shadows, strict=True):
-                if isinstance(result, BaseException | None) or shadow is None:
-                    both.append(result)
-                elif isinstance(shadow, BaseException):  # it failed this one: said, and counted
-                    both.append(_fell_back(result, candidate))
-                else:
-                    both.append([result, shadow])
-            return both, [(active, False, stable), (candidate, True, paired)]
-        chosen = candidate_rows(
-            rollout.share,
-            candidate.version,
-            [r.key_bytes for r in records],
-            [(r.topic, r.partition, r.offset) for r in records],
-        )
-        results = [None] * len(records)
-        by = []
-        fell: set[int] = set()  # records the candidate refused: the stable model serves them
-        refused: list[int] = []
-        for pick, model in ((True, candidate), (False, active)):
-            rows = [i for i in range(len(records)) if chosen[i] == pick]
-            if not rows:
-                continue
-            try:
-                served = await self._served_records(
-                    model, [records[i] for i in rows], arm=rollout.arm(pick)
-                )
-            except Exception as exc:
-                if model is active:
-                    raise
-                self._candidate_failed(candidate, exc, len(rows))  # the stable model serves all
-                results = await self._served_records(active, records, arm=rollout.arm(False))
-                results = [
-                    _fell_back(result, candidate) if chosen[i] else result
-                    for i, result in enumerate(results)
-                ]
-                return results, [(active, False, results)]
-            if model is candidate:  # records it cannot take: the stable model serves them
-                refused = [row for row, r in zip(rows, served, strict=True) if _refused(r)]
-                if refused:
-                    first = next(r for r in served if _refused(r))
-                    self._candidate_failed(candidate, first, len(refused))
-                    chosen[refused] = False
-                    served = [None if _refused(r) else r for r in served]
-            else:
-                served = [
-                    _fell_back(r, candidate) if row in fell else r
-                    for row, r in zip(rows, served, strict=True)
-                ]
-            by.append((model, False, served))
-            for row, result in zip(rows, served, strict=True):
-                if result is not None or model is active:
-                    results[row] = result
-            fell = set(refused) if model is candidate else set()
-        return results, by
 
     def _publish_model(self) -> None:
         super()._publish_model()
@@ -417,92 +358,27 @@ class ModelServing(ModelFollower):
     def _candidate_failed(self, candidate: ActiveModel, exc: Exception, rows: int) -> None:
         self._rollout_metrics.candidate_failed(candidate, exc, rows)
 
-    async def _served_records(
-        self,
-        active: ActiveModel,
-        records: list[Record],
-        *,
-        outlet: Outlet | None = None,
-        arm: str = "",
-    ) -> list[Any]:
-        """What ``active`` makes of these records through the hooks: an output (to
-        ``outlet``, ``out`` by default) or an error per record."""
-        self._in_use = active
-        try:
-            results: list[Any] = [None] * len(records)
-            inputs, served = self._inputs(records, results)
-            if not served:
-                return results
-            kept = [records[i] for i in served]
-            started = time.perf_counter()
-            outputs = await active.predictor.infer(inputs)
-            latency_ms = (time.perf_counter() - started) * 1000.0
-            predictions = self.postprocess(kept, outputs)
-        finally:
-            self._in_use = None
-        emitted = self._outputs(predictions, active, latency_ms, outlet or self.out, arm)
-        for index, emit in zip(served, emitted, strict=True):
-            results[index] = emit
-        return results
 
-    def _inputs(
-        self, records: list[Record], results: list[Any]
-    ) -> tuple[dict[str, np.ndarray], list[int]]:
-        """The inputs of the records that preprocess; the others' results become errors."""
-        try:
-            return self.preprocess(records), list(range(len(records)))
-        except tensors.RecordErrors as exc:
-            failed = exc.errors
-        except Exception:
-            failed = {}
-            for index, record in enumerate(records):
-                try:
-                    self.preprocess([record])
-                except Exception as single:
-                    failed[index] = f"{type(single).__name__}: {single}"
-            if not failed:  # only the whole batch fails (ragged rows): serve them one by one
-                raise
-        for index, reason in failed.items():
-            results[index] = PreprocessError(f"preprocessing failed: {reason}")
-        served = [i for i in range(len(records)) if i not in failed]
-        if not served:
-            return {}, []
-        return self.preprocess([records[i] for i in served]), served
-
-    def _outputs(
-        self,
-        predictions: list[dict[str, Any]],
-        active: ActiveModel,
-        latency_ms: float,
-        outlet: Outlet,
-        arm: str = "",
-    ) -> list[Emit]:
-        """Each prediction with the model's identity; one header dict shared by the batch."""
-        fields = self._output_fields
-        model_fields = {
-            k: v
-            for k, v in (
-                ("model", active.name),
-                ("model_version", active.version),
-                ("latency_ms", latency_ms),
-            )
-            if k in fields
-        }
-        headers = {MODEL: active.tag, ARM: arm} if arm else {MODEL: active.tag}
-        out = []
-        for prediction in predictions:  # fresh dicts from postprocess: completed in place
-            prediction.update(model_fields)
-            out.append(outlet(prediction, headers=headers))
-        return out
+def _same_inputs(active: ActiveModel, candidate: ActiveModel) -> bool:
+    """Whether the two models' mappings make the same tensors of a batch (and refuse the
+    same rows): a mapping's encoding is its inputs' specs, whatever model it is bound to."""
+    mapping, other = active.mapping, candidate.mapping
+    return type(mapping) is type(other) and mapping.inputs == other.inputs
 
 
-def _refused(result: Any) -> bool:
-    """A record a model could not take as input (its own mapping refused it)."""
-    return isinstance(result, PreprocessError)
+def _rows_of(made: Inputs | None, rows: np.ndarray, n: int) -> Inputs | None:
+    """``rows`` of a batch's inputs, every row of which fits (all rows: the inputs)."""
+    if made is None or len(rows) == n:
+        return made
+    return {name: tensor[rows] for name, tensor in made[0].items()}, list(range(len(rows))), {}
 
 
-def _fell_back(result: Any, candidate: ActiveModel) -> Any:
-    """A stable output of a record the candidate failed, saying so (``streamflow-fallback``)."""
-    if not isinstance(result, Emit):
-        return result
-    return dataclasses.replace(result, headers={**(result.headers or {}), FALLBACK: candidate.tag})
+def _by_row(which: np.ndarray, stable: Any, candidate: Any) -> np.ndarray:
+    """A column of ``candidate`` where ``which`` is 1, ``stable`` where it is 0."""
+    column: np.ndarray = np.array([stable, candidate], dtype=_dtype(stable))[which]
+    return column
+
+
+def _dtype(value: Any) -> type | None:
+    """A column's dtype for copies of ``value``: text is kept as objects."""
+    return object if isinstance(value, str) else None
