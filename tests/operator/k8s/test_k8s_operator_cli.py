@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -103,9 +104,19 @@ OPERATOR_IMAGE = "registry.example/streamflow:0.1.0"
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A free port below the kernel's ephemeral range: one bound to port 0 and released
+    can be taken meanwhile as the source port of any outgoing connection (a cold CI saw
+    the operator's liveness port taken so), and none of those come from below."""
+    low, _ = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port below {low}")
 
 
 class Installed:
