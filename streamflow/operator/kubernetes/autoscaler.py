@@ -56,7 +56,7 @@ from streamflow.blueprint.model import AutoscaleSpec
 from streamflow.operator import autoscale
 from streamflow.operator.kubernetes import admission, kafka, scaling
 from streamflow.operator.kubernetes.reconcile import Reconciler
-from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
+from streamflow.operator.kubernetes.spec import AppResource, parse_live
 from streamflow.runtime import grouplag
 
 __all__ = ["Autoscaler", "LagReader"]
@@ -85,7 +85,7 @@ class Autoscaler:
     def tick(self, namespace: str, name: str) -> list[tuple[str, autoscale.Decision]]:
         """One round for one application; the decisions that changed a replica count."""
         body = self.reconciler.cluster.get_app(namespace, name)
-        resource = _parsed(body)
+        resource = parse_live(body)
         if body is None or resource is None:
             self.forget(namespace, name)
             return []
@@ -116,7 +116,7 @@ class Autoscaler:
         changed: list[tuple[str, autoscale.Decision]] = []
         with self.reconciler.lock(namespace, name):
             body = cluster.get_app(namespace, name)  # afresh: a reconcile may have written
-            resource = _parsed(body)
+            resource = parse_live(body)
             if body is None or resource is None:
                 return []
             deployments = cluster.deployments(namespace, name)
@@ -238,15 +238,6 @@ class Autoscaler:
             for key in list(store):
                 if key[:2] == (namespace, name) and key[2] not in streamlets:
                     store.pop(key, None)
-
-
-def _parsed(body: dict[str, Any] | None) -> AppResource | None:
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    try:
-        return parse(body)
-    except SpecError:
-        return None  # the reconcile reports it
 
 
 def _now() -> str:

@@ -39,7 +39,7 @@ from streamflow.operator.kubernetes import admission, recorded, verify_job
 from streamflow.operator.kubernetes.classes import Facts
 from streamflow.operator.kubernetes.reconcile import Reconciler
 from streamflow.operator.kubernetes.rollout_entry import FIELD, entry, patch
-from streamflow.operator.kubernetes.spec import AppResource, SpecError, parse
+from streamflow.operator.kubernetes.spec import AppResource, parse_live
 from streamflow.operator.model_rollouts import DECISION
 from streamflow.operator.model_versions import DESCRIPTOR, ends_of, read_range
 from streamflow.runtime.clients import KafkaClients
@@ -72,7 +72,7 @@ class RolloutStatus:
     def tick(self, namespace: str, name: str) -> dict[str, Any]:
         """One round for one application: the entries written (none when nothing changed)."""
         body = self.reconciler.cluster.get_app(namespace, name)
-        resource = _parsed(body)
+        resource = parse_live(body)
         serving = _serving(body, resource) if resource is not None else None
         if body is None or resource is None or serving is None:
             # gone, invalid, or its spec not verified as it is now: the status keeps
@@ -99,7 +99,7 @@ class RolloutStatus:
         cluster = self.reconciler.cluster
         with self.reconciler.lock(namespace, name):
             body = cluster.get_app(namespace, name)  # afresh: a reconcile may have written
-            resource = _parsed(body)
+            resource = parse_live(body)
             serving = _serving(body, resource) if resource is not None else None
             if body is None or serving is None:
                 return {}
@@ -210,12 +210,3 @@ def _wired(
         return any(port.streamlet == consumer for port in spec_.consumers)
     followers = {port.streamlet for port in app.topics[producing_from or ""].consumers}
     return any(port.streamlet in followers for port in spec_.producers)
-
-
-def _parsed(body: dict[str, Any] | None) -> AppResource | None:
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    try:
-        return parse(body)
-    except SpecError:
-        return None  # the reconcile reports it

@@ -61,6 +61,7 @@ __all__ = [
     "body",
     "camel_case",
     "parse",
+    "parse_live",
     "pod_app_spec",
     "snake_case",
     "spec_name",
@@ -260,6 +261,17 @@ class AppResource:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+
+def parse_live(body: Mapping[str, Any] | None) -> AppResource | None:
+    """The resource of a body that is there and not being deleted, or None; None too when
+    it is invalid (the reconcile reports that): what the periodic work acts on."""
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None
+    try:
+        return parse(body)
+    except SpecError:
+        return None
 
 
 def parse(resource: Mapping[str, Any], *, root: str | Path | None = None) -> AppResource:

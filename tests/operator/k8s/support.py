@@ -31,11 +31,14 @@ TEST_REGISTRY = "registry.example/"
 TEST_REGISTRIES = (TEST_REGISTRY, "reg.example/")
 
 
-def make_application(*, bootstrap: str) -> Application:
-    """The test blueprint under a unique name (so its topics are its own), on ``bootstrap``."""
-    data = load_application(BLUEPRINT).to_dict()
+def make_application(
+    *, bootstrap: str, blueprint: Path = BLUEPRINT, prefix: str = "wine"
+) -> Application:
+    """The test blueprint (or another) under a unique name (so its topics are its own), on
+    ``bootstrap``."""
+    data = load_application(blueprint).to_dict()
     suffix = uuid.uuid4().hex[:6]
-    data["name"] = f"wine-{suffix}"
+    data["name"] = f"{prefix}-{suffix}"
     data["kafka"]["bootstrap"] = bootstrap
     data["topics"] = {f"{name}-{suffix}": topic for name, topic in data["topics"].items()}
     return Application.from_dict(data)

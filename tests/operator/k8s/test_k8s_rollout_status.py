@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
-from streamflow.blueprint import load_application
 from streamflow.blueprint.model import Application
 from streamflow.models.rollout import Rollout, RolloutMode
 from streamflow.operator.kubernetes.target import KubernetesTarget
@@ -28,7 +26,7 @@ from streamflow.runtime.clients import KafkaClients
 from streamflow.runtime.codecs import Codecs
 from streamflow.schema import SchemaStore
 from tests.k8s_fixtures import Kubectl
-from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread
+from tests.operator.k8s.support import POLL_S, WAIT_S, OperatorThread, make_application
 from tests.operator.k8s.test_k8s_operator import app_resource, cli
 from tests.waiting import wait_until
 
@@ -36,16 +34,6 @@ ROLLOUT = Path(__file__).parents[3] / "blueprints" / "wine" / "rollout.yaml"
 SERVER = "http://models.example:8080"  # a model server's URL: a descriptor with no artifact
 
 StartOperator = Callable[..., OperatorThread]
-
-
-def rollout_application(bootstrap: str) -> Application:
-    """The wine rollout example under a unique name, with topics of its own."""
-    data = load_application(ROLLOUT).to_dict()
-    suffix = uuid.uuid4().hex[:6]
-    data["name"] = f"wine-rollout-{suffix}"
-    data["kafka"]["bootstrap"] = bootstrap
-    data["topics"] = {f"{name}-{suffix}": topic for name, topic in data["topics"].items()}
-    return Application.from_dict(data)
 
 
 def decision(**fields: Any) -> dict[str, Any]:
@@ -102,7 +90,7 @@ def test_the_status_carries_the_rollout_its_split_and_the_last_decision(
     kafka_bootstrap: str,
     kube_cluster: Any,
 ) -> None:
-    app = rollout_application(kafka_bootstrap)
+    app = make_application(bootstrap=kafka_bootstrap, blueprint=ROLLOUT, prefix="wine-rollout")
     namespace, name = target.namespace, app.name
     start_operator(rollouts_s=0.2)
     target.deploy(app, bootstrap=None)
